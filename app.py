@@ -1,0 +1,73 @@
+"""anychat: chat with local models in the browser, on any inference backend.
+
+    python app.py                 # the web page on http://127.0.0.1:7860 (embedded SmolLM2)
+    python app.py chat            # chat in the terminal
+    python app.py api             # the OpenAI-compatible API alone, no page
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+# Set before torch or gradio are imported: gradio must not phone home, and torch's OpenMP
+# threads must not busy-wait (on a few cores they starve the web server and the streamer).
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from engines import BACKEND_NAMES, ChatError  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="app.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", nargs="?", choices=("web", "chat", "api"), default="web")
+    model = parser.add_argument_group("model")
+    model.add_argument("--backend", choices=BACKEND_NAMES, default="huggingface", help="inference backend")
+    model.add_argument("--model", default=None, help="local HF directory, .gguf file or Hub name (default: embedded SmolLM2)")
+    model.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
+    model.add_argument("--engine-args", default=None, help="JSON object of extra backend engine arguments")
+    server = parser.add_argument_group("server (web, api)")
+    server.add_argument("--host", default="127.0.0.1", help="address to bind (default: only this machine)")
+    server.add_argument("--port", type=int, default=7860)
+    server.add_argument("--auth", default=None, help="user:pass required to open the page")
+    server.add_argument("--api-key", default=os.environ.get("ANYCHAT_API_KEY"), help="key required on /v1 (env ANYCHAT_API_KEY)")
+    chat = parser.add_argument_group("chat")
+    chat.add_argument("--system", default=None, help="system prompt for the terminal chat")
+    return parser.parse_args(argv)
+
+
+def model_settings(args: argparse.Namespace) -> dict:
+    settings = {"infer_backend": args.backend, "model_name_or_path": args.model, "infer_dtype": args.dtype}
+    if args.engine_args:
+        try:
+            settings["engine_args"] = json.loads(args.engine_args)
+        except json.JSONDecodeError as error:
+            raise SystemExit(f"--engine-args is not valid JSON: {error}")
+    return settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    settings = model_settings(args)
+    try:
+        if args.command == "chat":
+            from terminal_chat import run_terminal_chat
+
+            run_terminal_chat(settings, system=args.system)
+        elif args.command == "api":
+            from server import serve_api
+
+            serve_api(settings, args)
+        else:
+            from server import serve_web
+
+            serve_web(settings, args)
+    except ChatError as error:
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()

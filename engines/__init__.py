@@ -1,0 +1,35 @@
+"""The backend-agnostic chat layer: ``ChatModel`` over one engine per backend."""
+
+from .base import BaseEngine, Response
+from .chat_model import ChatModel
+from .errors import (
+    BackendUnavailableError,
+    ChatError,
+    ChatTemplateError,
+    ConfigError,
+    MediaError,
+    ModelLoadError,
+    ModelUnloadedError,
+    UnsupportedError,
+)
+from .model_slot import ModelSlot
+from .generation_args import GenerationArgs
+from .model_args import BACKEND_NAMES, ModelArgs
+
+__all__ = [
+    "BACKEND_NAMES",
+    "BackendUnavailableError",
+    "BaseEngine",
+    "ChatError",
+    "ChatModel",
+    "ChatTemplateError",
+    "ConfigError",
+    "GenerationArgs",
+    "MediaError",
+    "ModelArgs",
+    "ModelLoadError",
+    "ModelSlot",
+    "ModelUnloadedError",
+    "Response",
+    "UnsupportedError",
+]

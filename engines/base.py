@@ -1,0 +1,84 @@
+"""The contract every backend implements, and the reply it returns."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .generation_args import GenerationArgs
+from .media import AudioInput, ImageInput, VideoInput
+from .model_args import ModelArgs
+
+MediaKind = Literal["image", "video", "audio"]
+
+
+@dataclass
+class Response:
+    """One generated reply. Lengths are token counts; response_length includes the end token."""
+
+    response_text: str
+    response_length: int
+    prompt_length: int
+    finish_reason: Literal["stop", "length"]
+
+
+class BaseEngine(ABC):
+    """A loaded model on one backend.
+
+    Engines are driven from one event loop (ChatModel's); their async methods never block it.
+    ``media_kinds`` lists what the model accepts besides text, so pages can offer only those.
+    """
+
+    name: str
+    model: Any
+    tokenizer: Any
+    can_generate: bool
+    generating_args: GenerationArgs
+    model_args: ModelArgs
+    media_kinds: frozenset[MediaKind] = frozenset()
+
+    @abstractmethod
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        system: str | None = None,
+        tools: str | list[dict] | None = None,
+        images: list[ImageInput] | None = None,
+        videos: list[VideoInput] | None = None,
+        audios: list[AudioInput] | None = None,
+        **generation: Any,
+    ) -> list[Response]:
+        """All ``num_return_sequences`` replies, once complete."""
+
+    @abstractmethod
+    def stream_chat(
+        self,
+        messages: list[dict[str, Any]],
+        system: str | None = None,
+        tools: str | list[dict] | None = None,
+        images: list[ImageInput] | None = None,
+        videos: list[VideoInput] | None = None,
+        audios: list[AudioInput] | None = None,
+        **generation: Any,
+    ) -> AsyncIterator[str]:
+        """The first reply's text, piece by piece. Closing the iterator cancels generation."""
+
+    @abstractmethod
+    async def get_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
+        """Reward scores of whole texts, for reward (sequence-classification) models."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Free the model and everything the backend holds (memory, processes, threads)."""
+
+    def render_prompt(
+        self,
+        messages: list[dict[str, Any]],
+        system: str | None = None,
+        tools: str | list[dict] | None = None,
+        **generation: Any,
+    ) -> str:
+        """The exact prompt text the model would see for these messages (for inspection and tests)."""
+        raise NotImplementedError(f"The {self.name} engine does not expose its rendered prompt.")

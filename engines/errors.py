@@ -1,0 +1,38 @@
+"""Errors that carry a message meant for the person using the app.
+
+Every error here says what was wrong and what to do about it; the web page and
+the API show ``str(error)`` as it is. Anything else that escapes an engine is a
+bug and is reported as one.
+"""
+
+
+class ChatError(Exception):
+    """Base of every error whose message is written for the user."""
+
+
+class ConfigError(ChatError, ValueError):
+    """A bad argument: an unknown name, a value out of range, a missing path."""
+
+
+class BackendUnavailableError(ChatError, ImportError):
+    """The backend's package is not installed, or cannot run on this machine."""
+
+
+class ModelLoadError(ChatError):
+    """The model could not be loaded; the message says why."""
+
+
+class ChatTemplateError(ChatError):
+    """The model has no usable chat template, or the template rejected the messages."""
+
+
+class MediaError(ChatError, ValueError):
+    """An image, video or audio input that cannot be used."""
+
+
+class UnsupportedError(ChatError):
+    """The loaded model or backend cannot do what was asked (scores from a generative model...)."""
+
+
+class ModelUnloadedError(ChatError):
+    """The model was unloaded (or is being replaced) while it was asked for something."""

@@ -1,0 +1,270 @@
+"""The HuggingFace transformers backend: model.generate in worker threads, streamed to asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    GenerationConfig,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
+from transformers.generation.streamers import BaseStreamer
+
+from .base import BaseEngine, Response
+from .errors import ConfigError, ModelLoadError, UnsupportedError
+from .generation_args import GenerationArgs
+from .model_args import ModelArgs
+from .model_files import Progress, resolve_model_path
+from .request import ChatRequest, build_request, render_chat, template_source
+from .text_stream import IncrementalDecoder, find_stop
+
+_DTYPES = {"auto": "auto", "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+class HuggingFaceEngine(BaseEngine):
+    name = "huggingface"
+
+    def __init__(self, model_args: ModelArgs, generation: dict[str, Any] | None = None, progress: Progress | None = None) -> None:
+        report = progress or (lambda fraction, message: None)
+        self.model_args = model_args
+        path = resolve_model_path(model_args.model_name_or_path, progress)
+        self.model_path = path
+        report(0.85, f"Loading {model_args.display_name}…")
+        started = time.perf_counter()
+        try:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
+            self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
+            self.can_generate = not any(a.endswith("ForSequenceClassification") for a in config.architectures or ())
+            model_class = AutoModelForCausalLM if self.can_generate else AutoModelForSequenceClassification
+            self.model = model_class.from_pretrained(
+                path, dtype=_DTYPES[model_args.infer_dtype], trust_remote_code=model_args.trust_remote_code
+            )
+        except (OSError, ValueError, KeyError) as error:
+            raise ModelLoadError(
+                f"Could not load {model_args.display_name}: {error}. Give a local model directory "
+                "(with config.json), a .gguf file, or a Hub name (which needs the network)."
+            ) from error
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model.to(self.device).eval()
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if not self.can_generate:
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.load_seconds = time.perf_counter() - started
+        self.generating_args = GenerationArgs.from_model_dir(path).replace(**(generation or {}))
+        self._template = template_source(self.tokenizer, model_args.chat_template) if self.can_generate else None
+        self._eos_ids = _eos_token_ids(self.model.generation_config, self.tokenizer)
+        # One long-lived thread per slot: torch's per-thread OpenMP pools are set up once, not per request.
+        self._executor = ThreadPoolExecutor(model_args.max_concurrent, thread_name_prefix="hf-generate")
+        self._semaphore = asyncio.Semaphore(model_args.max_concurrent)
+
+    # ---- prompts
+
+    def _request(self, messages, system, tools, images, videos, audios, generation) -> ChatRequest:
+        if not self.can_generate:
+            raise UnsupportedError(
+                "This model is a reward model: it scores texts (get_scores) but does not write replies."
+            )
+        return build_request(self.generating_args, self.media_kinds, messages, system, tools, images, videos, audios, **generation)
+
+    def _prompt(self, request: ChatRequest) -> str:
+        return render_chat(self.tokenizer, self._template, request.messages, request.tools, request.generation.enable_thinking)
+
+    def render_prompt(self, messages, system=None, tools=None, **generation) -> str:
+        return self._prompt(self._request(messages, system, tools, None, None, None, generation))
+
+    def _encode(self, request: ChatRequest) -> torch.Tensor:
+        ids = self.tokenizer(self._prompt(request), add_special_tokens=False, return_tensors="pt").input_ids
+        return ids.to(self.device)
+
+    # ---- generation
+
+    async def chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> list[Response]:
+        request = self._request(messages, system, tools, images, videos, audios, generation)
+        prompt_ids = self._encode(request)
+        args = request.generation
+        # Greedy decoding gives n identical replies; generating them once is the same answer.
+        copies = args.num_return_sequences if args.greedy else 1
+        cancel = threading.Event()
+        async with self._semaphore:
+            sequences = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer=None))
+        prompt_length = prompt_ids.shape[1]
+        responses = [self._response(row[prompt_length:].tolist(), prompt_length, args) for row in sequences]
+        return [response for response in responses for _ in range(copies)]
+
+    async def stream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> AsyncIterator[str]:
+        """Streams the first reply only (num_return_sequences is ignored here)."""
+        request = self._request(messages, system, tools, images, videos, audios, generation)
+        prompt_ids = self._encode(request)
+        args = request.generation.replace(num_return_sequences=1)
+        cancel = threading.Event()
+        async with self._semaphore:
+            loop = asyncio.get_running_loop()
+            streamer = _LoopStreamer(loop)
+            worker = self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer))
+            worker_task = asyncio.ensure_future(worker)
+            decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
+            try:
+                while (ids := await streamer.queue.get()) is not None:
+                    if piece := decoder.push(ids):
+                        yield piece
+                    if decoder.stopped:
+                        break
+                if tail := decoder.flush():
+                    yield tail
+            finally:
+                cancel.set()
+                # The slot is released only once the model has really stopped.
+                await asyncio.shield(worker_task)
+
+    async def _in_worker(self, cancel: threading.Event, job: Callable[[], Any]) -> Any:
+        """Run ``job`` on a generation thread; if the awaiting task is cancelled, stop the model
+        and wait for the thread before letting go."""
+        future = asyncio.get_running_loop().run_in_executor(self._executor, job)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            cancel.set()
+            await asyncio.wait([future])
+            raise
+
+    def _generate(self, prompt_ids: torch.Tensor, args: GenerationArgs, cancel: threading.Event, streamer) -> torch.Tensor:
+        try:
+            if args.seed is not None:
+                torch.manual_seed(args.seed)
+            with torch.inference_mode():
+                return self.model.generate(
+                    input_ids=prompt_ids,
+                    attention_mask=torch.ones_like(prompt_ids),
+                    generation_config=self._generation_config(args),
+                    stopping_criteria=StoppingCriteriaList([_CancelCriteria(cancel)]),
+                    streamer=streamer,
+                    tokenizer=self.tokenizer if args.stop else None,
+                )
+        finally:
+            if streamer is not None:
+                streamer.end()
+
+    def _generation_config(self, args: GenerationArgs) -> GenerationConfig:
+        settings: dict[str, Any] = {
+            "max_new_tokens": args.max_new_tokens,
+            "repetition_penalty": args.repetition_penalty,
+            "eos_token_id": self._eos_ids,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "stop_strings": list(args.stop) or None,
+            "do_sample": not args.greedy,
+            # Neutral values for greedy runs, so the model's own sampling defaults are not mixed in.
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "top_k": 50,
+        }
+        if not args.greedy:
+            settings.update(
+                temperature=args.temperature,
+                top_p=args.top_p,
+                top_k=args.top_k,
+                num_return_sequences=args.num_return_sequences,
+            )
+        return GenerationConfig(**settings)
+
+    def _response(self, new_ids: list[int], prompt_length: int, args: GenerationArgs) -> Response:
+        end = next((i + 1 for i, token in enumerate(new_ids) if token in self._eos_ids), None)
+        ids = new_ids[:end] if end else new_ids
+        # A row of a sampled batch that a stop string ended early is padded up to the longest row.
+        while end is None and ids and ids[-1] == self.tokenizer.pad_token_id:
+            ids = ids[:-1]
+        text = self.tokenizer.decode(ids, skip_special_tokens=args.skip_special_tokens)
+        cut = find_stop(text, args.stop)
+        if cut is not None:
+            text = text[:cut]
+        hit_stop = end is not None or cut is not None
+        return Response(
+            response_text=text,
+            response_length=len(ids),
+            prompt_length=prompt_length,
+            finish_reason="length" if not hit_stop and len(ids) >= args.max_new_tokens else "stop",
+        )
+
+    # ---- scores
+
+    async def get_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
+        if self.can_generate:
+            raise UnsupportedError(
+                "This model does not produce scores: it is a generative model. "
+                "Load a reward model (a sequence-classification model with one label) to score texts."
+            )
+        if kwargs:
+            raise ConfigError(f"Unknown scoring argument(s): {', '.join(sorted(kwargs))}.")
+        if not batch_input or not all(isinstance(text, str) for text in batch_input):
+            raise ConfigError("get_scores needs a non-empty list of texts.")
+        async with self._semaphore:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, self._score, batch_input)
+
+    def _score(self, batch_input: list[str]) -> list[float]:
+        inputs = self.tokenizer(batch_input, padding=True, return_tensors="pt").to(self.device)
+        with torch.inference_mode():
+            # The sequence-classification head already pools at each row's last non-pad token.
+            logits = self.model(**inputs).logits
+        return logits[:, 0].float().tolist()
+
+    # ---- lifetime
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+        self.model = None
+        self.tokenizer = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _eos_token_ids(generation_config: GenerationConfig, tokenizer: Any) -> list[int]:
+    eos = generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return sorted(ids)
+
+
+class _CancelCriteria(StoppingCriteria):
+    """Ends generation at the next token once the consumer has gone away."""
+
+    def __init__(self, cancel: threading.Event) -> None:
+        self._cancel = cancel
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), self._cancel.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+class _LoopStreamer(BaseStreamer):
+    """Hands each new token id from the generation thread to an asyncio queue.
+
+    It does no decoding on the generation thread, which keeps the model's own loop as fast as
+    bare generate; the event loop decodes.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.queue: asyncio.Queue[list[int] | None] = asyncio.Queue()
+        self._loop = loop
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self._loop.call_soon_threadsafe(self.queue.put_nowait, value.reshape(-1)[:1].tolist())
+
+    def end(self) -> None:
+        self._loop.call_soon_threadsafe(self.queue.put_nowait, None)

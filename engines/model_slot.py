@@ -1,0 +1,63 @@
+"""The one shared model of a running app, which the page and the API both use and can swap."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .backends import engine_class
+from .chat_model import ChatModel, split_args
+from .errors import ModelUnloadedError
+from .model_args import ModelArgs
+from .model_files import Progress
+
+
+class ModelSlot:
+    """Holds at most one ChatModel. Loading a new one keeps the old one serving until the new
+    one is ready, so a failed load leaves the previous model usable; then the old one is closed
+    and its memory freed. (Peak memory while switching is therefore old + new.)"""
+
+    def __init__(self) -> None:
+        self._model: ChatModel | None = None
+        self._lock = threading.Lock()
+        self.load_seconds: float | None = None
+
+    @property
+    def model(self) -> ChatModel:
+        model = self._model
+        if model is None:
+            raise ModelUnloadedError("No model is loaded. Load one in the Settings tab.")
+        return model
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self, args: dict[str, Any] | None = None, progress: Progress | None = None) -> ChatModel:
+        """Load a model from ``args`` (ChatModel's settings) and make it the shared one."""
+        model_settings, _ = split_args(dict(args or {}))
+        engine_class(ModelArgs(**model_settings).infer_backend)  # fail fast, before any loading
+        with self._lock:
+            started = time.perf_counter()
+            new_model = ChatModel(args, progress)
+            old_model, self._model = self._model, new_model
+            self.load_seconds = time.perf_counter() - started
+        if old_model is not None:
+            old_model.close()
+        return new_model
+
+    def unload(self) -> None:
+        with self._lock:
+            old_model, self._model = self._model, None
+            self.load_seconds = None
+        if old_model is not None:
+            old_model.close()
+
+    def describe(self) -> str:
+        """One line for a status bar: what is loaded, on which backend, how long it took."""
+        model = self._model
+        if model is None:
+            return "No model loaded."
+        took = f" in {self.load_seconds:.1f} s" if self.load_seconds is not None else ""
+        return f"Loaded {model.model_args.display_name} on {model.model_args.infer_backend}{took}."

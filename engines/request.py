@@ -1,0 +1,172 @@
+"""Turn the arguments of chat/stream_chat into one checked request, the same way for every engine."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ChatTemplateError, ConfigError, MediaError
+from .generation_args import GenerationArgs
+from .media import PLACEHOLDERS
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    generation: GenerationArgs
+    media: dict[str, list[Any]] = field(default_factory=dict)
+
+
+def build_request(
+    defaults: GenerationArgs,
+    accepted_media: frozenset[str],
+    messages: list[dict[str, Any]],
+    system: str | None = None,
+    tools: str | list[dict] | None = None,
+    images: list | None = None,
+    videos: list | None = None,
+    audios: list | None = None,
+    **generation: Any,
+) -> ChatRequest:
+    """Check everything before any work starts, so a bad request fails with a clear message."""
+    generation_args = defaults.replace(**generation)
+    checked = _check_messages(messages)
+    if system:
+        if checked[0]["role"] == "system":
+            checked = checked[1:]
+        checked = [{"role": "system", "content": system}, *checked]
+    media = {kind: list(files) for kind, files in (("image", images), ("video", videos), ("audio", audios)) if files}
+    for kind in media:
+        if kind not in accepted_media:
+            raise MediaError(
+                f"This model does not accept {kind}s. Remove the {kind} or load a model that takes {kind}s."
+            )
+    if media:
+        checked = inject_placeholders(checked, media)
+    return ChatRequest(messages=checked, tools=parse_tools(tools), generation=generation_args, media=media)
+
+
+def _check_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not isinstance(messages, list) or not messages:
+        raise ConfigError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts.")
+    checked = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+            raise ConfigError(f"Message {index} must be a dict with 'role' and 'content', got {message!r}.")
+        if message["role"] not in ROLES:
+            raise ConfigError(f"Message {index} has role {message['role']!r}; roles are {', '.join(ROLES)}.")
+        if message["content"] is None:
+            message = {**message, "content": ""}
+        if not isinstance(message["content"], str):
+            raise ConfigError(f"Message {index} content must be text, got {type(message['content']).__name__}.")
+        checked.append(dict(message))
+    if checked[-1]["role"] not in ("user", "tool"):
+        raise ConfigError(
+            f"The last message must come from the user (or a tool), not {checked[-1]['role']!r}: "
+            "there is nothing for the model to answer."
+        )
+    return checked
+
+
+def inject_placeholders(messages: list[dict[str, Any]], media: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Where the user placed no placeholder of a kind, put one per file at the start of the
+    first user message; where they placed some, the count must match the files."""
+    messages = [dict(m) for m in messages]
+    first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
+    for kind, files in media.items():
+        tag = PLACEHOLDERS[kind]
+        placed = sum(m["content"].count(tag) for m in messages)
+        if placed == 0:
+            messages[first_user]["content"] = tag * len(files) + messages[first_user]["content"]
+        elif placed != len(files):
+            raise MediaError(
+                f"The messages hold {placed} {tag} placeholder(s) but {len(files)} {kind} file(s) were given: "
+                f"use one {tag} per {kind}, or none to have them placed at the start."
+            )
+    return messages
+
+
+def parse_tools(tools: str | list[dict] | None) -> list[dict[str, Any]] | None:
+    """Tools arrive as JSON text (the seed contract) or as a list of function schemas."""
+    if tools is None or (isinstance(tools, str) and not tools.strip()):
+        return None
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"Tools are not valid JSON ({error.msg} at line {error.lineno} column {error.colno}).") from None
+    if isinstance(tools, dict):
+        tools = [tools]
+    if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+        raise ConfigError("Tools must be a JSON list of function schemas, like [{\"type\": \"function\", \"function\": {...}}].")
+    for tool in tools:
+        function = tool.get("function", tool)
+        if not isinstance(function, dict) or not function.get("name"):
+            raise ConfigError(f"Each tool needs a function with a name; this one has none: {json.dumps(tool)[:200]}")
+    return tools or None
+
+
+def template_source(tokenizer: Any, override: str | None) -> str:
+    """The Jinja chat template to use, or a clear error when the model has none."""
+    if override:
+        if override.endswith(".jinja") or "\n" not in override and "{%" not in override:
+            try:
+                with open(override, encoding="utf-8") as f:
+                    return f.read()
+            except OSError as error:
+                raise ConfigError(f"Could not read the chat template file {override}: {error.strerror}.") from None
+        return override
+    source = getattr(tokenizer, "chat_template", None)
+    if isinstance(source, dict):
+        source = source.get("default")
+    if not source:
+        raise ChatTemplateError(
+            "This model has no chat template, so there is no right way to turn messages into its prompt. "
+            "Load an instruct/chat model, or give one with the chat_template setting (a Jinja string or file)."
+        )
+    return source
+
+
+TOOLS_SYSTEM_PROMPT = """# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{tools}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{{"name": <function-name>, "arguments": <args-json-object>}}
+</tool_call>"""
+
+
+def render_chat(
+    tokenizer: Any,
+    template: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    enable_thinking: bool | None,
+) -> str:
+    """Render with the model's own template. A template that ignores ``tools`` gets them in the
+    system message in the Hermes format (the format our tool-call parser reads), so tools are
+    never silently dropped."""
+    if tools and "tools" not in template:
+        tools_text = TOOLS_SYSTEM_PROMPT.format(tools="\n".join(json.dumps(tool) for tool in tools))
+        if messages[0]["role"] == "system":
+            messages = [{**messages[0], "content": messages[0]["content"] + "\n\n" + tools_text}, *messages[1:]]
+        else:
+            messages = [{"role": "system", "content": tools_text}, *messages]
+        tools = None
+    extra = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+    try:
+        return tokenizer.apply_chat_template(
+            messages, tools=tools, chat_template=template, add_generation_prompt=True, tokenize=False, **extra
+        )
+    except Exception as error:  # Jinja raises its own types, and templates raise_exception() freely
+        raise ChatTemplateError(f"The model's chat template rejected these messages: {error}") from error
