@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,6 +38,9 @@ class BaseEngine(ABC):
     generating_args: GenerationArgs
     model_args: ModelArgs
     media_kinds: frozenset[MediaKind] = frozenset()
+    # Sampling settings beyond GenerationArgs that this engine honours (say "presence_penalty");
+    # callers refuse the others with a clear error rather than drop them silently.
+    extra_sampling_params: frozenset[str] = frozenset()
 
     @abstractmethod
     async def chat(
@@ -61,9 +64,14 @@ class BaseEngine(ABC):
         images: list[ImageInput] | None = None,
         videos: list[VideoInput] | None = None,
         audios: list[AudioInput] | None = None,
+        on_finish: Callable[[Response], None] | None = None,
         **generation: Any,
     ) -> AsyncIterator[str]:
-        """The first reply's text, piece by piece. Closing the iterator cancels generation."""
+        """The first reply's text, piece by piece. Closing the iterator cancels generation.
+
+        ``on_finish`` gets the whole reply (its token counts and finish reason) once the model
+        has finished on its own, before the iterator ends; a cancelled stream never calls it.
+        """
 
     @abstractmethod
     async def get_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:

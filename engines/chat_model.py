@@ -65,8 +65,8 @@ class ChatModel:
         engine = self._engine()
         return await self._await(engine.chat(messages, system, tools, images, videos, audios, **generation))
 
-    async def astream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> AsyncIterator[str]:
-        stream = self._engine().stream_chat(messages, system, tools, images, videos, audios, **generation)
+    async def astream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, on_finish=None, **generation) -> AsyncIterator[str]:
+        stream = self._engine().stream_chat(messages, system, tools, images, videos, audios, on_finish, **generation)
         try:
             while True:
                 try:
@@ -85,8 +85,8 @@ class ChatModel:
     def chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> list[Response]:
         return self._call(self._engine().chat(messages, system, tools, images, videos, audios, **generation))
 
-    def stream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> Iterator[str]:
-        stream = self._engine().stream_chat(messages, system, tools, images, videos, audios, **generation)
+    def stream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, on_finish=None, **generation) -> Iterator[str]:
+        stream = self._engine().stream_chat(messages, system, tools, images, videos, audios, on_finish, **generation)
         try:
             while True:
                 try:

@@ -104,7 +104,7 @@ class HuggingFaceEngine(BaseEngine):
         responses = [self._response(row[prompt_length:].tolist(), prompt_length, args) for row in sequences]
         return [response for response in responses for _ in range(copies)]
 
-    async def stream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> AsyncIterator[str]:
+    async def stream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, on_finish=None, **generation) -> AsyncIterator[str]:
         """Streams the first reply only (num_return_sequences is ignored here)."""
         request = self._request(messages, system, tools, images, videos, audios, generation)
         prompt_ids = self._encode(request)
@@ -116,14 +116,26 @@ class HuggingFaceEngine(BaseEngine):
             worker = self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer))
             worker_task = asyncio.ensure_future(worker)
             decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
+            text, new_ids = "", []
             try:
                 while (ids := await streamer.queue.get()) is not None:
+                    new_ids.extend(ids)
                     if piece := decoder.push(ids):
+                        text += piece
                         yield piece
                     if decoder.stopped:
                         break
                 if tail := decoder.flush():
+                    text += tail
                     yield tail
+                if on_finish is not None:
+                    hit_stop = decoder.stopped or bool(new_ids) and new_ids[-1] in self._eos_ids
+                    on_finish(Response(
+                        response_text=text,
+                        response_length=len(new_ids),
+                        prompt_length=prompt_ids.shape[1],
+                        finish_reason="length" if not hit_stop and len(new_ids) >= args.max_new_tokens else "stop",
+                    ))
             finally:
                 cancel.set()
                 # The slot is released only once the model has really stopped.
