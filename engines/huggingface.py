@@ -65,7 +65,7 @@ class HuggingFaceEngine(BaseEngine):
         self.load_seconds = time.perf_counter() - started
         self.generating_args = GenerationArgs.from_model_dir(path).replace(**(generation or {}))
         self._template = template_source(self.tokenizer, model_args.chat_template) if self.can_generate else None
-        self._eos_ids = _eos_token_ids(self.model.generation_config, self.tokenizer)
+        self._eos_ids = _eos_token_ids(self.model.generation_config, self.tokenizer) if self.can_generate else []
         # One long-lived thread per slot: torch's per-thread OpenMP pools are set up once, not per request.
         self._executor = ThreadPoolExecutor(model_args.max_concurrent, thread_name_prefix="hf-generate")
         self._semaphore = asyncio.Semaphore(model_args.max_concurrent)

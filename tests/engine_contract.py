@@ -1,0 +1,114 @@
+"""The contract every engine passes, whatever its backend.
+
+A backend's test module subclasses ``EngineContract`` and provides a ``model`` fixture
+(a ChatModel on that backend serving the embedded SmolLM2, or a stand-in runtime where the
+real one cannot run here). Backend-specific powers get their own tests beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from engines import ChatModel, ConfigError, MediaError, UnsupportedError
+
+QUESTION = [{"role": "user", "content": "Name three colors."}]
+LONG_REQUEST = [{"role": "user", "content": "Write a very long story about a dragon, in many chapters."}]
+
+
+class EngineContract:
+    """Tests that hold for every engine. Subclasses provide the ``model`` fixture."""
+
+    # Pieces a cancelled stream may still produce after the consumer left (engines stop at the
+    # next token; a stand-in or a batching runtime may have a few already in flight).
+    cancel_slack_tokens = 8
+
+    @pytest.fixture
+    def model(self) -> ChatModel:
+        raise NotImplementedError("a backend's test class provides the model fixture")
+
+    def prompt_token_count(self, model: ChatModel, messages, **kwargs) -> int:
+        prompt = model.engine.render_prompt(messages, **kwargs)
+        return len(model.engine.tokenizer(prompt, add_special_tokens=False).input_ids)
+
+    def test_response_fields(self, model):
+        [response] = model.chat(QUESTION, temperature=0, max_new_tokens=64)
+        assert response.response_text.strip()
+        assert response.prompt_length == self.prompt_token_count(model, QUESTION)
+        assert 0 < response.response_length <= 64
+        assert response.finish_reason in ("stop", "length")
+
+    def test_max_new_tokens_cuts_with_length(self, model):
+        [response] = model.chat(LONG_REQUEST, temperature=0, max_new_tokens=5)
+        assert response.finish_reason == "length"
+        assert response.response_length == 5
+
+    async def test_greedy_same_text_through_all_four_methods(self, model):
+        settings = {"temperature": 0, "max_new_tokens": 24}
+        [sync_reply] = model.chat(QUESTION, **settings)
+        streamed = "".join(model.stream_chat(QUESTION, **settings))
+        [async_reply] = await model.achat(QUESTION, **settings)
+        async_streamed = "".join([piece async for piece in model.astream_chat(QUESTION, **settings)])
+        assert sync_reply.response_text == streamed == async_reply.response_text == async_streamed
+        assert sync_reply.response_text
+
+    def test_stop_string_ends_reply_and_is_not_in_it(self, model):
+        [free] = model.chat(QUESTION, temperature=0, max_new_tokens=24)
+        # A stop string taken from the middle of the model's own greedy reply.
+        stop = free.response_text.split()[2]
+        [stopped] = model.chat(QUESTION, temperature=0, max_new_tokens=24, stop=[stop])
+        streamed = "".join(model.stream_chat(QUESTION, temperature=0, max_new_tokens=24, stop=[stop]))
+        assert stopped.response_text == free.response_text[: free.response_text.index(stop)]
+        assert streamed == stopped.response_text
+        assert stopped.finish_reason == "stop"
+
+    def test_num_return_sequences(self, model):
+        responses = model.chat(QUESTION, temperature=1.0, max_new_tokens=12, num_return_sequences=3, seed=0)
+        assert len(responses) == 3
+        assert all(r.response_text and r.response_length > 0 for r in responses)
+
+    def test_system_prompt_reaches_the_prompt(self, model):
+        prompt = model.engine.render_prompt(QUESTION, system="You answer like a pirate.")
+        assert "You answer like a pirate." in prompt
+        assert prompt.index("You answer like a pirate.") < prompt.index("Name three colors.")
+
+    def test_tools_reach_the_prompt(self, model):
+        tools = '[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]'
+        assert "get_weather" in model.engine.render_prompt(QUESTION, tools=tools)
+
+    def test_unknown_generation_argument_is_named(self, model):
+        with pytest.raises(ConfigError, match="temprature"):
+            model.chat(QUESTION, temprature=0.5)
+
+    def test_media_for_text_only_model_is_refused(self, model):
+        if "image" in model.engine.media_kinds:
+            pytest.skip("this model takes images")
+        with pytest.raises(MediaError, match="does not accept images"):
+            model.chat(QUESTION, images=[b"not used"])
+
+    def test_scores_from_generative_model_are_refused(self, model):
+        with pytest.raises(UnsupportedError, match="does not produce scores"):
+            model.get_scores(["hello"])
+
+    async def test_cancelled_stream_stops_generation(self, model):
+        stream = model.astream_chat(LONG_REQUEST, temperature=0, max_new_tokens=2000)
+        pieces = []
+        async for piece in stream:
+            pieces.append(piece)
+            if len(pieces) == 5:
+                break
+        await stream.aclose()
+        assert len(pieces) == 5
+        # The engine is free again at once: a short request completes quickly, which it could
+        # not do if the 2,000-token generation were still holding the only slot.
+        started = time.perf_counter()
+        [reply] = await model.achat(QUESTION, temperature=0, max_new_tokens=4)
+        assert reply.response_length == 4
+        assert time.perf_counter() - started < 30, "the cancelled generation still held the engine"
+        self.assert_no_request_running(model)
+
+    def assert_no_request_running(self, model: ChatModel) -> None:
+        """Backends check their runtime's own state here (no unfinished requests)."""
+

@@ -1,0 +1,184 @@
+"""The HF engine on the real embedded model: the shared contract plus what is special to it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+
+import psutil
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+
+from engines import (
+    BackendUnavailableError,
+    ChatModel,
+    ChatTemplateError,
+    ConfigError,
+    UnsupportedError,
+)
+from engines.backends import missing_packages
+from tests.engine_contract import LONG_REQUEST, QUESTION, EngineContract
+
+
+class TestHuggingFaceContract(EngineContract):
+    @pytest.fixture
+    def model(self, chat_model):
+        return chat_model
+
+    def assert_no_request_running(self, model):
+        assert not model.engine._semaphore.locked()
+
+
+async def test_cancel_ends_generation_within_a_few_tokens(chat_model):
+    engine = chat_model.engine
+    generated = []
+    original = engine._generate
+
+    def counting_generate(prompt_ids, args, cancel, streamer):
+        output = original(prompt_ids, args, cancel, streamer)
+        generated.append(output.shape[1] - prompt_ids.shape[1])
+        return output
+
+    engine._generate = counting_generate
+    try:
+        stream = chat_model.astream_chat(LONG_REQUEST, temperature=0, max_new_tokens=2000)
+        pieces = 0
+        async for _ in stream:
+            pieces += 1
+            if pieces == 5:
+                break
+        started = time.perf_counter()
+        await stream.aclose()
+        closing_seconds = time.perf_counter() - started
+    finally:
+        del engine._generate
+    # aclose returns only after the generation thread has ended, so it ran to completion here.
+    assert generated, "generate never returned"
+    assert generated[0] <= 5 + 5, f"generation went on for {generated[0]} tokens after the consumer left"
+    assert closing_seconds < 5
+    assert not engine._semaphore.locked()
+
+
+async def test_one_slot_runs_requests_one_after_another_and_loop_stays_responsive(chat_model):
+    assert chat_model.model_args.max_concurrent == 1
+    spans = {}
+    gaps = []
+
+    async def ticker():
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async def timed(name):
+        first = None
+        async for _ in chat_model.astream_chat(QUESTION, temperature=0, max_new_tokens=16):
+            first = first or time.perf_counter()
+        spans[name] = (first, time.perf_counter())
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.gather(timed("a"), timed("b"))
+    tick.cancel()
+    (first_a, end_a), (first_b, end_b) = sorted(spans.values())
+    assert first_b >= end_a, "the second request started generating before the first finished"
+    assert max(gaps) < 0.5, f"the event loop was blocked for {max(gaps):.2f} s"
+
+
+def test_greedy_n_returns_n_copies(chat_model):
+    responses = chat_model.chat(QUESTION, temperature=0, max_new_tokens=8, num_return_sequences=2)
+    assert len(responses) == 2 and responses[0] == responses[1]
+
+
+def test_defaults_come_from_generation_config(chat_model, default_model_dir):
+    with open(os.path.join(default_model_dir, "generation_config.json")) as f:
+        saved = json.load(f)
+    assert chat_model.engine.generating_args.temperature == saved["temperature"]
+    assert chat_model.engine.generating_args.top_p == saved["top_p"]
+
+
+def test_constructor_settings_override_model_defaults(default_model_dir):
+    with ChatModel({"model_name_or_path": default_model_dir, "temperature": 0.55, "max_new_tokens": 7}) as model:
+        assert model.engine.generating_args.temperature == 0.55
+        [response] = model.chat(LONG_REQUEST)
+        assert response.response_length == 7 and response.finish_reason == "length"
+
+
+def test_unknown_setting_is_named():
+    with pytest.raises(ConfigError, match="max_tokens"):
+        ChatModel({"max_tokens": 5})
+
+
+def test_unknown_backend_lists_the_valid_ones():
+    with pytest.raises(ConfigError, match="huggingface, vllm, sglang, ktransformers"):
+        ChatModel({"infer_backend": "llamacpp"})
+
+
+def test_missing_model_path():
+    with pytest.raises(ConfigError, match="does not exist"):
+        ChatModel({"model_name_or_path": "/no/such/model"})
+
+
+@pytest.mark.parametrize("backend", ["sglang", "ktransformers"])
+def test_backend_not_installed_says_how_to_install(backend):
+    if not missing_packages(backend):
+        pytest.skip(f"{backend} is installed here")
+    with pytest.raises(BackendUnavailableError, match="pip install"):
+        ChatModel({"infer_backend": backend})
+
+
+def test_model_without_chat_template_gets_a_clear_error(tmp_path, default_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    tokenizer.chat_template = None
+    tokenizer.save_pretrained(tmp_path)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, architectures=["LlamaForCausalLM"])
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    # Refused at load time, before anyone types a message into it.
+    with pytest.raises(ChatTemplateError, match="no chat template"):
+        ChatModel({"model_name_or_path": str(tmp_path)})
+    template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+    with ChatModel({"model_name_or_path": str(tmp_path), "chat_template": template}) as model:
+        assert model.engine.render_prompt(QUESTION) == "user: Name three colors.\nassistant:"
+
+
+@pytest.fixture(scope="module")
+def reward_model_dir(tmp_path_factory, default_model_dir):
+    path = tmp_path_factory.mktemp("reward")
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, num_labels=1,
+                         pad_token_id=tokenizer.pad_token_id, architectures=["LlamaForSequenceClassification"])
+    LlamaForSequenceClassification(config).save_pretrained(path)
+    return str(path)
+
+
+def test_reward_scores_padded_batch_equals_one_by_one(reward_model_dir):
+    texts = ["A short answer.", "A much longer answer that needs padding when batched with the others.", "Mid size text."]
+    with ChatModel({"model_name_or_path": reward_model_dir, "infer_dtype": "float32"}) as model:
+        batch = model.get_scores(texts)
+        single = [model.get_scores([text])[0] for text in texts]
+        assert batch == pytest.approx(single, abs=1e-5)
+        assert len(set(round(s, 6) for s in batch)) == 3, "scores should differ between texts"
+        with pytest.raises(UnsupportedError, match="reward model"):
+            model.chat(QUESTION)
+
+
+def test_close_frees_memory(default_model_dir):
+    process = psutil.Process()
+    model = ChatModel({"model_name_or_path": default_model_dir, "infer_dtype": "float32"})
+    model.chat(QUESTION, temperature=0, max_new_tokens=2)
+    loaded = process.memory_info().rss
+    model.close()
+    freed = loaded - process.memory_info().rss
+    # 135M parameters in float32 are 540 MB.
+    assert freed > 300e6, f"close() gave back only {freed / 1e6:.0f} MB"
+    with pytest.raises(Exception, match="unloaded"):
+        model.chat(QUESTION)

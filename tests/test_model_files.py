@@ -1,0 +1,51 @@
+"""The embedded model's GGUF conversion cache, and model path resolution."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engines import ConfigError, model_files
+from engines.model_files import COMPLETE_MARKER, converted_gguf_dir, default_gguf, resolve_model_path
+
+
+def test_second_load_uses_the_cache_without_converting(chat_model, monkeypatch):
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("converted again although the cache is complete")
+
+    monkeypatch.setattr(model_files, "_convert", no_conversion)
+    started = time.perf_counter()
+    path = resolve_model_path(None)
+    assert time.perf_counter() - started < 1
+    assert path == chat_model.engine.model_path
+    assert (model_files.Path(path) / COMPLETE_MARKER).is_file()
+
+
+def test_half_written_cache_is_ignored_and_redone(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANYCHAT_CACHE_DIR", str(tmp_path))
+    gguf = default_gguf()
+    converted = []
+    real_convert = model_files._convert
+    monkeypatch.setattr(model_files, "_convert", lambda *a, **k: (converted.append(1), real_convert(*a, **k)))
+    # What an interrupted run leaves: the target without its marker, with a truncated weights file.
+    first = converted_gguf_dir(gguf)
+    (first / COMPLETE_MARKER).unlink()
+    (first / "model.safetensors").write_bytes(b"truncated")
+    messages = []
+    again = converted_gguf_dir(gguf, progress=lambda fraction, message: messages.append(message))
+    assert again == first and len(converted) == 2
+    assert (again / COMPLETE_MARKER).is_file()
+    assert (again / "model.safetensors").stat().st_size > 100e6
+    assert any("Converting" in m for m in messages), "conversion must report progress"
+    assert not [p for p in again.parent.iterdir() if p.name.startswith(".partial-")]
+
+
+def test_hub_names_pass_through_and_bad_paths_are_refused(tmp_path):
+    assert resolve_model_path("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve_model_path("./missing-model")
+    with pytest.raises(ConfigError, match="No GGUF file"):
+        resolve_model_path(str(tmp_path / "missing.gguf"))
+    with pytest.raises(ConfigError, match="config.json"):
+        resolve_model_path(str(tmp_path))
