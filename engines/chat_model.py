@@ -75,7 +75,7 @@ class ChatModel:
                     return
                 yield piece
         finally:
-            await self._await(stream.aclose())
+            await self._await(_aclose(stream))
 
     async def aget_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
         return await self._await(self._engine().get_scores(batch_input, **kwargs))
@@ -165,6 +165,15 @@ async def _cancel_running_requests() -> None:
 
 async def _next(stream: AsyncIterator[T]) -> T:
     return await stream.__anext__()
+
+
+async def _aclose(stream: AsyncIterator[T]) -> None:
+    """Close once a cancelled ``__anext__`` has unwound: the engine's cleanup (waiting for the
+    model to stop) is still running then, and aclose() would fail with "already running" and
+    return before generation has really ended."""
+    while getattr(stream, "ag_running", False):
+        await asyncio.sleep(0.005)
+    await stream.aclose()
 
 
 def _return_freed_memory_to_os() -> None:

@@ -1,0 +1,243 @@
+"""The page's handlers as plain functions, on the real default model, without a browser."""
+
+import asyncio
+import gc
+import json
+from types import SimpleNamespace
+
+import gradio as gr
+import psutil
+import pytest
+from PIL import Image
+
+from engines import ModelSlot
+from webui.conversation import ChatSession, Turn, model_request, render, turn_of_message
+from webui.handlers import GENERATION_CONTROLS, ChatHandlers
+from webui.reply_parts import split_reply
+from webui.streaming import throttled
+
+SYSTEM, NO_TOOLS = "", ""
+
+
+def controls(max_new_tokens=16, temperature=0.0, seed=None):
+    values = {
+        "temperature": temperature, "top_p": 1.0, "top_k": 50, "max_new_tokens": max_new_tokens,
+        "repetition_penalty": 1.0, "seed": seed, "skip_special_tokens": True, "enable_thinking": True,
+    }
+    return [values[name] for name in GENERATION_CONTROLS]
+
+
+@pytest.fixture(scope="module")
+def slot():
+    slot = ModelSlot()
+    slot.load({"infer_dtype": "bfloat16"})
+    yield slot
+    slot.unload()
+
+
+@pytest.fixture
+def handlers(slot):
+    return ChatHandlers(slot)
+
+
+async def run(updates):
+    return [update async for update in updates]
+
+
+def message(text, files=()):
+    return {"text": text, "files": list(files)}
+
+
+def shown_text(chat_message):
+    content = chat_message["content"]
+    return content if isinstance(content, str) else "".join(part for part in content if isinstance(part, str))
+
+
+@pytest.fixture
+def image_file(tmp_path):
+    path = tmp_path / "red.png"
+    Image.new("RGB", (32, 32), "red").save(path)
+    return str(path)
+
+
+async def test_send_streams_the_same_reply_as_the_engine(handlers, slot):
+    session = ChatSession()
+    updates = await run(handlers.send(session, message("Name three colors."), SYSTEM, NO_TOOLS, *controls(24)))
+    chats = [chat for chat, _ in updates]
+    assert len(chats) >= 3, "the reply should arrive in several updates"
+    assert chats[0][-1] == {"role": "user", "content": ["Name three colors."]}
+    expected = slot.model.chat([{"role": "user", "content": "Name three colors."}], temperature=0, max_new_tokens=24)[0]
+    assert [t.role for t in session.turns] == ["user", "assistant"]
+    assert session.turns[1].content == expected.response_text
+    assert shown_text(chats[-1][-1]) == expected.response_text.strip()
+    # The box is locked while the reply streams, then handed back empty.
+    assert updates[0][1]["interactive"] is False
+    assert updates[-1][1] == {"__type__": "update", "value": {"text": "", "files": []}, "interactive": True}
+
+
+async def test_media_a_text_model_cannot_read_is_refused_clearly_and_nothing_is_lost(handlers, image_file):
+    session = ChatSession(turns=[Turn(role="user", content="Hi"), Turn(role="assistant", content="Hello!")])
+    updates = await run(handlers.send(session, message("What is this?", [image_file]), SYSTEM, NO_TOOLS, *controls()))
+    final = updates[-1][0]
+    asked = session.turns[2]
+    assert asked.files == [image_file] and "does not accept images" in asked.error
+    assert final[2]["content"] == [{"path": image_file}, "What is this?"]
+    assert "does not accept images" in final[3]["content"]
+    assert final[3]["metadata"]["title"].startswith("⚠️")
+    # The refused turn stays visible but is not sent again: the next message is answered.
+    await run(handlers.send(session, message("Say yes."), SYSTEM, NO_TOOLS, *controls(4)))
+    assert [t.role for t in session.turns] == ["user", "assistant", "user", "user", "assistant"]
+    assert session.turns[-1].content
+    messages, media = model_request(session.turns)
+    assert [m["content"] for m in messages][-2:] == ["Say yes.", session.turns[-1].content] and media == {}
+
+
+async def test_invalid_tools_json_gets_a_clear_message(handlers):
+    session = ChatSession()
+    await run(handlers.send(session, message("Weather?"), SYSTEM, '[{"type": "function",', *controls()))
+    assert len(session.turns) == 1
+    assert session.turns[0].error.startswith("Tools are not valid JSON")
+
+
+async def test_stop_keeps_the_partial_reply_and_frees_the_engine(handlers, slot):
+    session = ChatSession()
+    updates = handlers.send(session, message("Write a long story about a dragon."), SYSTEM, NO_TOOLS, *controls(400))
+    seen = 0
+    async for chat, _ in updates:
+        if session.turns[-1].role == "assistant" and session.turns[-1].content:
+            seen += 1
+            if seen == 2:
+                handlers.stop(session)
+    reply = session.turns[-1]
+    assert reply.stopped and reply.content
+    assert len(slot.model.engine.tokenizer(reply.content).input_ids) < 100
+    assert chat[-1]["content"] == "*⏹ Stopped*"
+    # The engine's generation slot is released only once the model thread really stopped.
+    assert not slot.model.engine._semaphore.locked()
+
+
+async def test_closing_the_throttled_stream_cancels_the_model_stream():
+    produced, closed = [], asyncio.Event()
+
+    async def endless():
+        try:
+            while True:
+                produced.append("x")
+                yield "x"
+                await asyncio.sleep(0.001)
+        finally:
+            closed.set()
+
+    stream = throttled(endless(), lambda: False, interval=0.02)
+    first = await anext(stream)
+    await stream.aclose()
+    assert first == "x" and closed.is_set()
+    count = len(produced)
+    await asyncio.sleep(0.05)
+    assert len(produced) == count
+
+
+async def test_throttled_updates_gather_pieces():
+    async def fast():
+        for _ in range(200):
+            yield "a"
+            await asyncio.sleep(0.001)
+
+    chunks = [chunk async for chunk in throttled(fast(), lambda: False, interval=0.04)]
+    assert "".join(chunks) == "a" * 200
+    assert chunks[0] == "a", "the first piece goes out at once"
+    assert len(chunks) < 50, f"{len(chunks)} updates for 200 pieces: not throttled"
+
+
+async def test_regenerate_undo_clear_and_edit(handlers):
+    session = ChatSession()
+    await run(handlers.send(session, message("Count to five."), SYSTEM, NO_TOOLS, *controls(12)))
+    first = session.turns[1].content
+    await run(handlers.regenerate(session, SYSTEM, NO_TOOLS, *controls(12)))
+    assert [t.role for t in session.turns] == ["user", "assistant"] and session.turns[1].content == first
+    await run(handlers.send(session, message("Now count to three."), SYSTEM, NO_TOOLS, *controls(6)))
+
+    edit = SimpleNamespace(index=0, value=[{"type": "text", "text": "Count to two."}])
+    await run(handlers.edit(session, edit, SYSTEM, NO_TOOLS, *controls(6)))
+    assert [t.content for t in session.turns][0] == "Count to two." and len(session.turns) == 2
+
+    chat, box = handlers.undo(session)
+    assert chat == [] and session.turns == []
+    assert box["value"] == {"text": "Count to two.", "files": []}
+    session.turns.append(Turn(role="user", content="x"))
+    assert handlers.clear(session)[0] == [] and session.turns == []
+
+
+def test_thinking_and_tool_calls_show_as_collapsible_messages():
+    raw = 'Let me check.</think>Checking now.<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    shown = render([Turn(role="assistant", content=raw)])
+    assert shown[0] == {"role": "assistant", "content": "Let me check.", "metadata": {"title": "💭 Thinking", "status": "done"}}
+    assert shown[1]["metadata"]["title"] == "🛠️ Tool call: get_weather" and '"city": "Oslo"' in shown[1]["content"]
+    assert shown[2] == {"role": "assistant", "content": "Checking now."}
+    streaming = split_reply("<think>still thinking")
+    assert len(streaming) == 1 and streaming[0].kind == "thinking" and not streaming[0].finished
+    assert render([Turn(role="assistant", content="<think>hm")])[0]["metadata"]["status"] == "pending"
+    # Edits of a message map back to the turn that shows it.
+    turns = [Turn(role="user", content="q"), Turn(role="assistant", content=raw), Turn(role="user", content="again")]
+    assert turn_of_message(turns, 4) == 2
+
+
+def test_media_placeholders_stay_with_their_message(image_file):
+    turns = [Turn(role="user", content="first"), Turn(role="assistant", content="ok"), Turn(role="user", content="look", files=[image_file])]
+    messages, media = model_request(turns)
+    assert messages[2] == {"role": "user", "content": "<image>look"} and media == {"images": [image_file]}
+
+
+def test_export_then_import_restores_the_conversation(handlers, image_file, tmp_path):
+    session = ChatSession(turns=[Turn(role="user", content="Hi", files=[image_file]), Turn(role="assistant", content="Hello")])
+    exported = handlers.export(session, "Be brief.")["value"]
+    restored = ChatSession()
+    chat, system = handlers.import_(restored, exported)
+    assert restored.turns == session.turns and system == "Be brief."
+    assert chat == render(session.turns)
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"turns": [{"role": "robot", "content": "x"}]}))
+    with pytest.raises(gr.Error, match="not an anychat conversation file: turns.0.role"):
+        handlers.import_(restored, str(bad))
+    assert restored.turns == session.turns
+
+
+async def test_two_sessions_at_once_stay_separate(handlers):
+    one, two = ChatSession(), ChatSession()
+    await asyncio.gather(
+        run(handlers.send(one, message("Say apple."), SYSTEM, NO_TOOLS, *controls(6))),
+        run(handlers.send(two, message("Say banana."), SYSTEM, NO_TOOLS, *controls(6))),
+    )
+    assert [t.content for t in one.turns][0] == "Say apple." and len(one.turns) == 2
+    assert [t.content for t in two.turns][0] == "Say banana." and len(two.turns) == 2
+
+
+def rss_mib():
+    gc.collect()
+    return psutil.Process().memory_info().rss / 2**20
+
+
+async def test_load_unload_and_a_missing_backend(handlers, slot):
+    session = ChatSession()
+    await run(handlers.send(session, message("Hi"), SYSTEM, NO_TOOLS, *controls(4)))
+    loaded_rss = rss_mib()
+    status = handlers.unload()[0]
+    unloaded_rss = rss_mib()
+    assert status.startswith("No model loaded.")
+    print(f"RSS loaded {loaded_rss:.0f} MiB, unloaded {unloaded_rss:.0f} MiB")
+    assert loaded_rss - unloaded_rss > 150, f"unloading freed only {loaded_rss - unloaded_rss:.0f} MiB"
+
+    await run(handlers.send(session, message("Still there?"), SYSTEM, NO_TOOLS, *controls(4)))
+    assert "No model is loaded" in session.turns[-1].error
+
+    status, *defaults, box = handlers.load("huggingface", "", "bfloat16", progress=lambda *a, **k: None)
+    assert status.startswith("✅ Loaded SmolLM2-135M-Instruct (embedded) on huggingface in ")
+    assert defaults[GENERATION_CONTROLS.index("max_new_tokens")] == slot.model.engine.generating_args.max_new_tokens
+
+    status = handlers.load("sglang", "", "auto", progress=lambda *a, **k: None)[0]
+    assert "The sglang backend needs sglang" in status and "pip install sglang" in status
+    assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status
+    await run(handlers.regenerate(session, SYSTEM, NO_TOOLS, *controls(4)))
+    assert [t.role for t in session.turns] == ["user", "assistant", "user", "assistant"]
+    assert session.turns[-1].content and session.turns[0].content == "Hi"

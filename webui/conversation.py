@@ -1,0 +1,142 @@
+"""One browser tab's conversation: its turns, what the model is sent, and what the Chatbot shows."""
+
+from __future__ import annotations
+
+import mimetypes
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from engines import ChatError
+from engines.media import PLACEHOLDERS
+
+from .reply_parts import describe_tool_call, split_reply
+
+MEDIA_EXTENSIONS = {
+    "image": (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"),
+    "video": (".mp4", ".webm", ".mov", ".mkv", ".avi"),
+    "audio": (".wav", ".mp3", ".flac", ".ogg", ".m4a"),
+}
+
+
+class Turn(BaseModel):
+    """One message as the conversation keeps it. ``content`` of an assistant turn is the raw
+    reply (thinking and tool-call tags included); ``error`` on a user turn says why the model
+    could not answer it, and such a turn is not sent to the model again until regenerated."""
+
+    role: Literal["user", "assistant"]
+    content: str = ""
+    files: list[str] = []
+    error: str | None = None
+    stopped: bool = False
+
+
+class ConversationFile(BaseModel):
+    """The exported JSON: what importing it back restores."""
+
+    system_prompt: str = ""
+    turns: list[Turn]
+
+
+@dataclass
+class ChatSession:
+    """Kept in gr.State, so one per browser tab. The object is mutated in place while a reply
+    streams: the Stop handler receives this same object and flips ``stop_requested``."""
+
+    turns: list[Turn] = field(default_factory=list)
+    stop_requested: bool = False
+
+
+def media_kind(path: str) -> str | None:
+    """"image", "video" or "audio" for an uploaded file, from its name (None for anything else)."""
+    lower = path.lower()
+    for kind, extensions in MEDIA_EXTENSIONS.items():
+        if lower.endswith(extensions):
+            return kind
+    mime = mimetypes.guess_type(path)[0] or ""
+    kind = mime.split("/")[0]
+    return kind if kind in MEDIA_EXTENSIONS else None
+
+
+def model_request(turns: list[Turn]) -> tuple[list[dict[str, str]], dict[str, list[str]]]:
+    """The messages for stream_chat and the media lists by kind. Each file gets its placeholder
+    in the message it was attached to, so the model sees it where the user put it."""
+    messages: list[dict[str, str]] = []
+    media: dict[str, list[str]] = {"images": [], "videos": [], "audios": []}
+    for turn in turns:
+        if turn.role == "user" and turn.error:
+            continue
+        if turn.role == "assistant" and not turn.content:
+            continue
+        tags = ""
+        for path in turn.files:
+            kind = media_kind(path)
+            if kind is None:
+                raise ChatError(f"{os.path.basename(path)} is not an image, video or audio file; remove it.")
+            media[kind + "s"].append(path)
+            tags += PLACEHOLDERS[kind]
+        messages.append({"role": turn.role, "content": tags + turn.content})
+    return messages, {kind: files for kind, files in media.items() if files}
+
+
+def render_turn(turn: Turn) -> list[dict[str, Any]]:
+    """The Chatbot messages for one turn."""
+    if turn.role == "user":
+        content: list[Any] = [{"path": path} for path in turn.files]
+        if turn.content:
+            content.append(turn.content)
+        shown = [{"role": "user", "content": content}]
+        if turn.error:
+            shown.append({"role": "assistant", "content": turn.error, "metadata": {"title": "⚠️ The model could not answer"}})
+        return shown
+    shown = []
+    for part in split_reply(turn.content):
+        if part.kind == "thinking":
+            status = "done" if part.finished else "pending"
+            shown.append({"role": "assistant", "content": part.text or "…", "metadata": {"title": "💭 Thinking", "status": status}})
+        elif part.kind == "tool_call":
+            title, body = describe_tool_call(part.text)
+            shown.append({"role": "assistant", "content": body, "metadata": {"title": title, "status": "done"}})
+        else:
+            shown.append({"role": "assistant", "content": part.text})
+    if turn.stopped:
+        shown.append({"role": "assistant", "content": "*⏹ Stopped*"})
+    return shown
+
+
+def render(turns: list[Turn]) -> list[dict[str, Any]]:
+    return [message for turn in turns for message in render_turn(turn)]
+
+
+def turn_of_message(turns: list[Turn], message_index: int) -> int:
+    """Which turn a Chatbot message index belongs to (a turn may show as several messages)."""
+    shown = 0
+    for turn_index, turn in enumerate(turns):
+        shown += len(render_turn(turn))
+        if message_index < shown:
+            return turn_index
+    raise IndexError(f"No message {message_index} in this conversation.")
+
+
+def export_json(turns: list[Turn], system_prompt: str) -> str:
+    return ConversationFile(system_prompt=system_prompt or "", turns=turns).model_dump_json(indent=2)
+
+
+def import_json(text: str) -> ConversationFile:
+    """Parse an exported conversation; anything else gets an error saying what is wrong."""
+    try:
+        conversation = ConversationFile.model_validate_json(text)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        raise ChatError(f"This is not an anychat conversation file: {where}: {first['msg']}.") from None
+    missing = [path for turn in conversation.turns for path in turn.files if not os.path.isfile(path)]
+    if missing:
+        raise ChatError(
+            f"The conversation refers to {len(missing)} file(s) that are no longer on this server "
+            f"({', '.join(os.path.basename(p) for p in missing[:3])}). Remove them from the JSON and import again."
+        )
+    return conversation
+

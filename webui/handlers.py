@@ -1,0 +1,211 @@
+"""What the page's buttons do: plain functions over one tab's ChatSession and the shared ModelSlot.
+
+The chat handlers are async generators that yield (chatbot messages, message-box update)
+pairs; tests drive them directly, without a browser.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from typing import Any
+
+import gradio as gr
+import psutil
+
+from engines import ChatError, ModelSlot
+
+from .conversation import ChatSession, Turn, export_json, import_json, model_request, render, render_turn, turn_of_message
+from .streaming import throttled
+
+MEDIA_KINDS = ("image", "video", "audio")
+GENERATION_CONTROLS = (
+    "temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty", "seed", "skip_special_tokens", "enable_thinking",
+)
+
+
+def generation_settings(*values: Any) -> dict[str, Any]:
+    """The generation controls' values (in GENERATION_CONTROLS order) as stream_chat keywords."""
+    settings = dict(zip(GENERATION_CONTROLS, values, strict=True))
+    if settings["seed"] in ("", None):
+        settings["seed"] = None
+    return settings
+
+
+def box(interactive: bool, text: str = "", files: list[str] | None = None) -> dict[str, Any]:
+    return gr.update(value={"text": text, "files": files or []}, interactive=interactive)
+
+
+class ChatHandlers:
+    def __init__(self, slot: ModelSlot) -> None:
+        self.slot = slot
+
+    # ---- chat
+
+    async def send(self, session: ChatSession, message: dict | None, system: str, tools: str, *controls: Any) -> AsyncIterator[tuple]:
+        text = ((message or {}).get("text") or "").strip()
+        files = list((message or {}).get("files") or [])
+        if not text and not files:
+            yield render(session.turns), box(True)
+            return
+        session.turns.append(Turn(role="user", content=text, files=files))
+        async for update in self._answer(session, system, tools, controls):
+            yield update
+
+    async def regenerate(self, session: ChatSession, system: str, tools: str, *controls: Any) -> AsyncIterator[tuple]:
+        while session.turns and session.turns[-1].role == "assistant":
+            session.turns.pop()
+        if not session.turns:
+            gr.Info("There is no message to answer again.")
+            yield [], gr.skip()
+            return
+        session.turns[-1].error = None
+        async for update in self._answer(session, system, tools, controls):
+            yield update
+
+    async def edit(self, session: ChatSession, edit: gr.EditData, system: str, tools: str, *controls: Any) -> AsyncIterator[tuple]:
+        """A past user message was edited in the Chatbot: answer it again from there."""
+        index = turn_of_message(session.turns, edit.index)
+        turn = session.turns[index]
+        if turn.role != "user":
+            yield render(session.turns), gr.skip()
+            return
+        del session.turns[index + 1:]
+        turn.content = edited_text(edit.value)
+        turn.error = None
+        async for update in self._answer(session, system, tools, controls):
+            yield update
+
+    def stop(self, session: ChatSession) -> None:
+        session.stop_requested = True
+
+    def undo(self, session: ChatSession) -> tuple:
+        """Remove the last user message and its reply, and put the message back in the box."""
+        last_user = next((i for i in range(len(session.turns) - 1, -1, -1) if session.turns[i].role == "user"), None)
+        if last_user is None:
+            return render(session.turns), gr.skip()
+        turn = session.turns[last_user]
+        del session.turns[last_user:]
+        return render(session.turns), box(True, turn.content, turn.files)
+
+    def clear(self, session: ChatSession) -> tuple:
+        session.turns.clear()
+        return [], box(True)
+
+    async def _answer(self, session: ChatSession, system: str, tools: str, controls: tuple) -> AsyncIterator[tuple]:
+        """The chat updates of one reply: the box is locked once at the start (later updates
+        leave it alone, to keep each update small) and unlocked at the end, also after Stop."""
+        locked = False
+        async for shown in self._reply(session, system, tools, generation_settings(*controls)):
+            yield shown, (gr.skip() if locked else box(False))
+            locked = True
+        yield render(session.turns), box(True)
+
+    async def _reply(self, session: ChatSession, system: str, tools: str, generation: dict[str, Any]) -> AsyncIterator[list]:
+        """Stream the model's answer to the conversation into a new assistant turn. A request the
+        model cannot take (no model, bad tools JSON, media it cannot read) marks the user turn
+        with the reason; the conversation itself stays as it was."""
+        session.stop_requested = False
+        asked = session.turns[-1]
+        before = render(session.turns)
+        yield before
+        reply = Turn(role="assistant")
+        try:
+            messages, media = model_request(session.turns)
+            stream = self.slot.model.astream_chat(messages, system=system or None, tools=tools or None, **media, **generation)
+            session.turns.append(reply)
+            async for piece in throttled(stream, lambda: session.stop_requested):
+                reply.content += piece
+                yield before + render_turn(reply)
+            reply.stopped = session.stop_requested
+        except ChatError as error:
+            if reply.content:
+                reply.stopped = True
+                gr.Warning(f"The reply was cut short: {error}")
+            else:
+                if reply in session.turns:
+                    session.turns.remove(reply)
+                asked.error = str(error)
+
+    # ---- conversation files
+
+    def export(self, session: ChatSession, system: str) -> dict[str, Any]:
+        """The conversation as a JSON file, shown in the page for download."""
+        folder = tempfile.mkdtemp(prefix="anychat-export-")
+        path = os.path.join(folder, "conversation.json")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(export_json(session.turns, system))
+        return gr.update(value=path, visible=True)
+
+    def import_(self, session: ChatSession, path: str) -> tuple:
+        try:
+            with open(path, encoding="utf-8") as f:
+                conversation = import_json(f.read())
+        except (ChatError, UnicodeDecodeError) as error:
+            raise gr.Error(f"Could not import {os.path.basename(path)}: {error}") from None
+        session.turns[:] = conversation.turns
+        return render(session.turns), conversation.system_prompt
+
+    # ---- model
+
+    def load(self, backend: str, model_path: str, dtype: str, progress: gr.Progress = gr.Progress()) -> tuple:
+        settings = {"infer_backend": backend, "model_name_or_path": (model_path or "").strip() or None, "infer_dtype": dtype}
+        try:
+            self.slot.load(settings, progress=lambda fraction, message: progress(fraction, desc=message))
+        except ChatError as error:
+            kept = self.slot.describe() if self.slot.loaded else "No model is loaded."
+            gr.Warning(str(error))
+            return (f"❌ **Could not load:** {error}\n\n{kept} {memory_line()}", *[gr.skip()] * (len(GENERATION_CONTROLS) + 1))
+        return self.model_status()
+
+    def unload(self) -> tuple:
+        self.slot.unload()
+        return self.model_status()
+
+    def model_status(self) -> tuple:
+        """The status line, the generation controls' defaults and the message box for the loaded model."""
+        if not self.slot.loaded:
+            controls = [gr.skip()] * len(GENERATION_CONTROLS)
+            message_box = gr.update(placeholder="No model is loaded: load one in the Settings tab.")
+            return (f"{self.slot.describe()} {memory_line()}", *controls, message_box)
+        engine = self.slot.model.engine
+        defaults = engine.generating_args
+        kinds = [kind for kind in MEDIA_KINDS if kind in engine.media_kinds]
+        reads = "text" + "".join(f", {kind}s" for kind in kinds)
+        status = f"✅ {self.slot.describe()} Reads {reads}. {memory_line()}"
+        controls = [
+            defaults.temperature if defaults.do_sample else 0.0,
+            defaults.top_p,
+            defaults.top_k,
+            defaults.max_new_tokens,
+            defaults.repetition_penalty,
+            defaults.seed,
+            defaults.skip_special_tokens,
+            True if defaults.enable_thinking is None else defaults.enable_thinking,
+        ]
+        return (status, *controls, message_box_for(kinds))
+
+
+def message_box_for(kinds: list[str]) -> dict[str, Any]:
+    """Offer uploads of the kinds the model reads. A text-only model still takes files, so a
+    person who attaches one is told clearly why it cannot be read instead of finding no button."""
+    if kinds:
+        return gr.update(file_types=kinds, placeholder=f"Message (text, {', '.join(k + 's' for k in kinds)}) · Enter to send, Shift+Enter for a new line")
+    return gr.update(
+        file_types=list(MEDIA_KINDS),
+        placeholder="Message · Enter to send, Shift+Enter for a new line · this model reads text only",
+    )
+
+
+def edited_text(value: Any) -> str:
+    """The text of an edited Chatbot message (multipart messages also carry their files)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(part if isinstance(part, str) else part.get("text", "") for part in value if isinstance(part, (str, dict)))
+    return str(value or "")
+
+
+def memory_line() -> str:
+    return f"App memory: {psutil.Process().memory_info().rss / 2**30:.2f} GiB."

@@ -1,0 +1,139 @@
+"""The page: a Chat tab and a Settings tab over one shared ModelSlot."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from engines import BACKEND_NAMES, GenerationArgs, ModelSlot
+from engines.model_args import DTYPES
+
+from .conversation import ChatSession
+from .handlers import ChatHandlers
+
+# System fonts only: the page must not fetch anything from outside this machine.
+THEME = gr.themes.Soft(
+    primary_hue="indigo",
+    neutral_hue="slate",
+    font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "sans-serif"],
+    font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"],
+)
+
+CSS = """
+.gradio-container { max-width: 1280px !important; margin: 0 auto; }
+#chatbot { flex-grow: 1; }
+#title h1 { margin: 0.2em 0 0; font-size: 1.6em; }
+#title p { margin: 0; opacity: 0.7; }
+#model-status { min-height: 2.5em; }
+#chat-buttons button { min-width: 0; }
+"""
+
+# What launch() or gr.mount_gradio_app() need besides the Blocks.
+PAGE_KWARGS = {"theme": THEME, "css": CSS}
+
+TOOLS_EXAMPLE = """[{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]"""
+
+
+def build_demo(slot: ModelSlot) -> gr.Blocks:
+    handlers = ChatHandlers(slot)
+    # Until the page loads and asks the model for its own defaults.
+    defaults = GenerationArgs()
+    with gr.Blocks(title="anychat") as demo:
+        session = gr.State(ChatSession())
+        gr.Markdown("# anychat\nChat with local models, on any inference backend.", elem_id="title")
+        with gr.Tabs():
+            with gr.Tab("Chat", id="chat"):
+                with gr.Row(equal_height=False):
+                    with gr.Column(scale=3):
+                        chatbot = gr.Chatbot(
+                            elem_id="chatbot",
+                            show_label=False,
+                            height="68vh",
+                            editable="user",
+                            buttons=["copy", "copy_all"],
+                            feedback_options=None,
+                            placeholder="**Start a conversation.** Attach images, video or audio with the 📎 button.",
+                        )
+                        message_box = gr.MultimodalTextbox(
+                            elem_id="chat-input",
+                            show_label=False,
+                            file_count="multiple",
+                            file_types=["image", "video", "audio"],
+                            sources=["upload"],
+                            placeholder="Message · Enter to send, Shift+Enter for a new line",
+                            autofocus=True,
+                            max_lines=12,
+                        )
+                        with gr.Row(elem_id="chat-buttons"):
+                            stop_btn = gr.Button("⏹ Stop", elem_id="stop-btn", variant="stop", size="sm")
+                            regenerate_btn = gr.Button("🔄 Regenerate", elem_id="regenerate-btn", size="sm")
+                            undo_btn = gr.Button("↩️ Undo", elem_id="undo-btn", size="sm")
+                            clear_btn = gr.Button("🗑️ Clear", elem_id="clear-btn", size="sm")
+                    with gr.Column(scale=1, min_width=280):
+                        system = gr.Textbox(
+                            "", label="System prompt", elem_id="system-prompt", lines=4,
+                            placeholder="You are a helpful assistant.",
+                        )
+                        enable_thinking = gr.Checkbox(
+                            True, label="Enable thinking", elem_id="enable-thinking",
+                            info="For reasoning models whose template supports it.",
+                        )
+                        with gr.Accordion("Tools", open=False):
+                            tools = gr.Textbox(
+                                "", label="Function schemas (JSON list)", elem_id="tools", lines=6,
+                                placeholder=TOOLS_EXAMPLE,
+                            )
+                        with gr.Accordion("Conversation file", open=False):
+                            export_btn = gr.Button("⬇️ Export JSON", elem_id="export-btn", size="sm")
+                            export_file = gr.File(label="Exported", elem_id="export-file", visible=False)
+                            import_btn = gr.UploadButton("⬆️ Import JSON", elem_id="import-btn", file_types=[".json"], size="sm")
+            with gr.Tab("Settings", id="settings"):
+                status = gr.Markdown(elem_id="model-status")
+                with gr.Group():
+                    with gr.Row():
+                        backend = gr.Dropdown(list(BACKEND_NAMES), value="huggingface", label="Backend", elem_id="backend")
+                        model_path = gr.Textbox(
+                            label="Model", elem_id="model-path", scale=2,
+                            placeholder="Local directory, .gguf file or Hub name (empty: embedded SmolLM2-135M-Instruct)",
+                        )
+                        dtype = gr.Dropdown(list(DTYPES), value="auto", label="dtype", elem_id="dtype")
+                with gr.Row():
+                    load_btn = gr.Button("Load", elem_id="load-btn", variant="primary")
+                    unload_btn = gr.Button("Unload", elem_id="unload-btn")
+                gr.Markdown("### Generation\nDefaults come from the loaded model's generation config; changes apply to this tab only.")
+                with gr.Row():
+                    temperature = gr.Slider(0, 2, defaults.temperature, step=0.05, label="Temperature (0 = greedy)", elem_id="temperature")
+                    top_p = gr.Slider(0.01, 1, defaults.top_p, step=0.01, label="top_p", elem_id="top-p")
+                    top_k = gr.Slider(0, 200, defaults.top_k, step=1, label="top_k (0 = off)", elem_id="top-k")
+                with gr.Row():
+                    max_new_tokens = gr.Slider(1, 8192, defaults.max_new_tokens, step=1, label="max_new_tokens", elem_id="max-new-tokens")
+                    repetition_penalty = gr.Slider(0.5, 2, defaults.repetition_penalty, step=0.01, label="Repetition penalty", elem_id="repetition-penalty")
+                    seed = gr.Number(None, precision=0, label="Seed (empty = random)", elem_id="seed")
+                skip_special_tokens = gr.Checkbox(True, label="Skip special tokens", elem_id="skip-special-tokens")
+
+        controls = [temperature, top_p, top_k, max_new_tokens, repetition_penalty, seed, skip_special_tokens, enable_thinking]
+        chat_inputs = [session, system, tools, *controls]
+        chat_outputs = [chatbot, message_box]
+        model_outputs = [status, *controls, message_box]
+        # Generation is bounded by the engine's own queue; the page never serialises users.
+        streaming = {"concurrency_limit": None, "show_progress": "minimal"}
+
+        message_box.submit(handlers.send, [session, message_box, system, tools, *controls], chat_outputs, api_name="chat", **streaming)
+        regenerate_btn.click(handlers.regenerate, chat_inputs, chat_outputs, api_name="regenerate", **streaming)
+        chatbot.edit(handlers.edit, chat_inputs, chat_outputs, api_visibility="private", **streaming)
+        stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
+        undo_btn.click(handlers.undo, [session], chat_outputs, api_name="undo")
+        clear_btn.click(handlers.clear, [session], chat_outputs, api_name="clear")
+        export_btn.click(handlers.export, [session, system], export_file, api_visibility="private")
+        import_btn.upload(handlers.import_, [session, import_btn], [chatbot, system], api_visibility="private")
+        load_btn.click(handlers.load, [backend, model_path, dtype], model_outputs, api_name="load", concurrency_limit=1)
+        unload_btn.click(handlers.unload, None, model_outputs, api_name="unload", concurrency_limit=1)
+        demo.load(handlers.model_status, None, model_outputs, api_visibility="private")
+    return demo
+
+
+def launch(slot: ModelSlot, host: str, port: int, auth: tuple[str, str] | None = None) -> None:
+    build_demo(slot).queue().launch(
+        server_name=host, server_port=port, auth=auth, footer_links=[], show_error=True, **PAGE_KWARGS
+    )
+
