@@ -29,11 +29,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--model", default=None, help="local HF directory, .gguf file or Hub name (default: embedded SmolLM2)")
     model.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
     model.add_argument("--engine-args", default=None, help="JSON object of extra backend engine arguments")
+    model.add_argument("--temperature", type=float, default=None, help="default temperature (0: greedy; default: the model's own)")
+    model.add_argument("--max-new-tokens", type=int, default=None, help="default reply length limit in tokens")
     server = parser.add_argument_group("server (web, api)")
     server.add_argument("--host", default="127.0.0.1", help="address to bind (default: only this machine)")
     server.add_argument("--port", type=int, default=7860)
     server.add_argument("--auth", default=None, help="user:pass required to open the page")
     server.add_argument("--api-key", default=os.environ.get("ANYCHAT_API_KEY"), help="key required on /v1 (env ANYCHAT_API_KEY)")
+    server.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
+                        help="folder whose files API requests may name as file:// URLs (default: none; remote URLs are never fetched)")
     chat = parser.add_argument_group("chat")
     chat.add_argument("--system", default=None, help="system prompt for the terminal chat")
     return parser.parse_args(argv)
@@ -41,6 +45,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def model_settings(args: argparse.Namespace) -> dict:
     settings = {"infer_backend": args.backend, "model_name_or_path": args.model, "infer_dtype": args.dtype}
+    if args.temperature is not None:
+        settings["temperature"] = args.temperature
+    if args.max_new_tokens is not None:
+        settings["max_new_tokens"] = args.max_new_tokens
     if args.engine_args:
         try:
             settings["engine_args"] = json.loads(args.engine_args)

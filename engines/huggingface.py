@@ -116,26 +116,18 @@ class HuggingFaceEngine(BaseEngine):
             worker = self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer))
             worker_task = asyncio.ensure_future(worker)
             decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
-            text, new_ids = "", []
+            new_ids: list[int] = []
             try:
                 while (ids := await streamer.queue.get()) is not None:
                     new_ids.extend(ids)
                     if piece := decoder.push(ids):
-                        text += piece
                         yield piece
                     if decoder.stopped:
                         break
                 if tail := decoder.flush():
-                    text += tail
                     yield tail
                 if on_finish is not None:
-                    hit_stop = decoder.stopped or bool(new_ids) and new_ids[-1] in self._eos_ids
-                    on_finish(Response(
-                        response_text=text,
-                        response_length=len(new_ids),
-                        prompt_length=prompt_ids.shape[1],
-                        finish_reason="length" if not hit_stop and len(new_ids) >= args.max_new_tokens else "stop",
-                    ))
+                    on_finish(self._response(new_ids, prompt_ids.shape[1], args))
             finally:
                 cancel.set()
                 # The slot is released only once the model has really stopped.

@@ -54,6 +54,13 @@ class EngineContract:
         assert sync_reply.response_text == streamed == async_reply.response_text == async_streamed
         assert sync_reply.response_text
 
+    def test_stream_reports_the_finished_reply(self, model):
+        finished = []
+        streamed = "".join(model.stream_chat(LONG_REQUEST, temperature=0, max_new_tokens=9, on_finish=finished.append))
+        [reply] = model.chat(LONG_REQUEST, temperature=0, max_new_tokens=9)
+        assert finished == [reply]
+        assert streamed == reply.response_text
+
     def test_stop_string_ends_reply_and_is_not_in_it(self, model):
         [free] = model.chat(QUESTION, temperature=0, max_new_tokens=24)
         # A stop string taken from the middle of the model's own greedy reply.

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs the whole test suite offline on the real embedded model. Run scripts/setup.sh --test first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 GRADIO_ANALYTICS_ENABLED=False
+# torch's OpenMP threads otherwise busy-wait and starve every other process on a small machine.
+export OMP_WAIT_POLICY=PASSIVE
+exec .venv/bin/python -m pytest "$@"
