@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,12 +114,9 @@ def parse_tools(tools: str | list[dict] | None) -> list[dict[str, Any]] | None:
 def template_source(tokenizer: Any, override: str | None) -> str:
     """The Jinja chat template to use, or a clear error when the model has none."""
     if override:
-        if override.endswith(".jinja") or "\n" not in override and "{%" not in override:
-            try:
-                with open(override, encoding="utf-8") as f:
-                    return f.read()
-            except OSError as error:
-                raise ConfigError(f"Could not read the chat template file {override}: {error.strerror}.") from None
+        if os.path.isfile(override):
+            with open(override, encoding="utf-8") as f:
+                return f.read()
         return override
     source = getattr(tokenizer, "chat_template", None)
     if isinstance(source, dict):
@@ -156,6 +154,8 @@ def render_chat(
     """Render with the model's own template. A template that ignores ``tools`` gets them in the
     system message in the Hermes format (the format our tool-call parser reads), so tools are
     never silently dropped."""
+    if "tool_calls" not in template:
+        messages = [_tool_calls_as_text(message) for message in messages]
     if tools and "tools" not in template:
         tools_text = TOOLS_SYSTEM_PROMPT.format(tools="\n".join(json.dumps(tool) for tool in tools))
         if messages[0]["role"] == "system":
@@ -170,3 +170,17 @@ def render_chat(
         )
     except Exception as error:  # Jinja raises its own types, and templates raise_exception() freely
         raise ChatTemplateError(f"The model's chat template rejected these messages: {error}") from error
+
+
+def _tool_calls_as_text(message: dict[str, Any]) -> dict[str, Any]:
+    """A past assistant turn's tool calls, for a template that would drop them: written into its
+    text in the Hermes format the fallback tools prompt asks for."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    blocks = []
+    for call in calls:
+        function = call.get("function", call)
+        blocks.append("<tool_call>\n" + json.dumps({"name": function.get("name"), "arguments": function.get("arguments")}) + "\n</tool_call>")
+    text = "\n".join(filter(None, [message.get("content") or "", *blocks]))
+    return {key: value for key, value in message.items() if key != "tool_calls"} | {"content": text}

@@ -49,3 +49,8 @@ def test_hub_names_pass_through_and_bad_paths_are_refused(tmp_path):
         resolve_model_path(str(tmp_path / "missing.gguf"))
     with pytest.raises(ConfigError, match="config.json"):
         resolve_model_path(str(tmp_path))
+
+
+def test_a_gguf_path_loads_through_the_same_cache(chat_model):
+    gguf = str(default_gguf())
+    assert resolve_model_path(gguf) == chat_model.engine.model_path
