@@ -25,5 +25,10 @@ pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 
 if [ "$want_tests" = 1 ]; then
   "${pip[@]}" -r requirements-test.txt
+  # The browser tests drive Debian's Chromium (playwright cannot download its own browser here).
+  if [ ! -x /usr/bin/chromium ]; then
+    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+  fi
 fi
 echo "setup done: .venv"
