@@ -83,7 +83,7 @@ async def test_media_a_text_model_cannot_read_is_refused_clearly_and_nothing_is_
     assert asked.files == [image_file] and "does not accept images" in asked.error
     assert final[2]["content"] == [{"path": image_file}, "What is this?"]
     assert "does not accept images" in final[3]["content"]
-    assert final[3]["metadata"]["title"].startswith("⚠️")
+    assert final[3]["metadata"]["title"].startswith("⚠")
     # The refused turn stays visible but is not sent again: the next message is answered.
     await run(handlers.send(session, message("Say yes."), SYSTEM, NO_TOOLS, *controls(4)))
     assert [t.role for t in session.turns] == ["user", "assistant", "user", "user", "assistant"]
@@ -111,7 +111,7 @@ async def test_stop_keeps_the_partial_reply_and_frees_the_engine(handlers, slot)
     reply = session.turns[-1]
     assert reply.stopped and reply.content
     assert len(slot.model.engine.tokenizer(reply.content).input_ids) < 100
-    assert chat[-1]["content"] == "*⏹ Stopped*"
+    assert chat[-1]["content"] == "*■ Stopped*"
     # The engine's generation slot is released only once the model thread really stopped.
     assert not slot.model.engine._semaphore.locked()
 
@@ -171,8 +171,8 @@ async def test_regenerate_undo_clear_and_edit(handlers):
 def test_thinking_and_tool_calls_show_as_collapsible_messages():
     raw = 'Let me check.</think>Checking now.<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
     shown = render([Turn(role="assistant", content=raw)])
-    assert shown[0] == {"role": "assistant", "content": "Let me check.", "metadata": {"title": "💭 Thinking", "status": "done"}}
-    assert shown[1]["metadata"]["title"] == "🛠️ Tool call: get_weather" and '"city": "Oslo"' in shown[1]["content"]
+    assert shown[0] == {"role": "assistant", "content": "Let me check.", "metadata": {"title": "Thinking", "status": "done"}}
+    assert shown[1]["metadata"]["title"] == "⚙ Tool call: get_weather" and '"city": "Oslo"' in shown[1]["content"]
     assert shown[2] == {"role": "assistant", "content": "Checking now."}
     streaming = split_reply("<think>still thinking")
     assert len(streaming) == 1 and streaming[0].kind == "thinking" and not streaming[0].finished
@@ -232,7 +232,7 @@ async def test_load_unload_and_a_missing_backend(handlers, slot):
     assert "No model is loaded" in session.turns[-1].error
 
     status, *defaults, box = handlers.load("huggingface", "", "bfloat16", progress=lambda *a, **k: None)
-    assert status.startswith("✅ Loaded SmolLM2-135M-Instruct (embedded) on huggingface in ")
+    assert status.startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface in ")
     assert defaults[GENERATION_CONTROLS.index("max_new_tokens")] == slot.model.engine.generating_args.max_new_tokens
 
     status = handlers.load("sglang", "", "auto", progress=lambda *a, **k: None)[0]

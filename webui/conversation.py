@@ -89,20 +89,20 @@ def render_turn(turn: Turn) -> list[dict[str, Any]]:
             content.append(turn.content)
         shown = [{"role": "user", "content": content}]
         if turn.error:
-            shown.append({"role": "assistant", "content": turn.error, "metadata": {"title": "⚠️ The model could not answer"}})
+            shown.append({"role": "assistant", "content": turn.error, "metadata": {"title": "⚠ The model could not answer"}})
         return shown
     shown = []
     for part in split_reply(turn.content):
         if part.kind == "thinking":
             status = "done" if part.finished else "pending"
-            shown.append({"role": "assistant", "content": part.text or "…", "metadata": {"title": "💭 Thinking", "status": status}})
+            shown.append({"role": "assistant", "content": part.text or "…", "metadata": {"title": "Thinking", "status": status}})
         elif part.kind == "tool_call":
             title, body = describe_tool_call(part.text)
             shown.append({"role": "assistant", "content": body, "metadata": {"title": title, "status": "done"}})
         else:
             shown.append({"role": "assistant", "content": part.text})
     if turn.stopped:
-        shown.append({"role": "assistant", "content": "*⏹ Stopped*"})
+        shown.append({"role": "assistant", "content": "*■ Stopped*"})
     return shown
 
 

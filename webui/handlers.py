@@ -156,7 +156,7 @@ class ChatHandlers:
         except ChatError as error:
             kept = self.slot.describe() if self.slot.loaded else "No model is loaded."
             gr.Warning(str(error))
-            return (f"❌ **Could not load:** {error}\n\n{kept} {memory_line()}", *[gr.skip()] * (len(GENERATION_CONTROLS) + 1))
+            return (f"⚠ **Could not load:** {error}\n\n{kept} {memory_line()}", *[gr.skip()] * (len(GENERATION_CONTROLS) + 1))
         return self.model_status()
 
     def unload(self) -> tuple:
@@ -173,7 +173,7 @@ class ChatHandlers:
         defaults = engine.generating_args
         kinds = [kind for kind in MEDIA_KINDS if kind in engine.media_kinds]
         reads = "text" + "".join(f", {kind}s" for kind in kinds)
-        status = f"✅ {self.slot.describe()} Reads {reads}. {memory_line()}"
+        status = f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}"
         controls = [
             defaults.temperature if defaults.do_sample else 0.0,
             defaults.top_p,

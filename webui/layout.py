@@ -21,6 +21,7 @@ THEME = gr.themes.Soft(
 CSS = """
 .gradio-container { max-width: 1280px !important; margin: 0 auto; }
 #chatbot { flex-grow: 1; }
+#chatbot img { max-height: 180px; width: auto; }
 #title h1 { margin: 0.2em 0 0; font-size: 1.6em; }
 #title p { margin: 0; opacity: 0.7; }
 #model-status { min-height: 2.5em; }
@@ -52,7 +53,7 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
                             editable="user",
                             buttons=["copy", "copy_all"],
                             feedback_options=None,
-                            placeholder="**Start a conversation.** Attach images, video or audio with the 📎 button.",
+                            placeholder="**Start a conversation.** Attach images, video or audio with the clip button.",
                         )
                         message_box = gr.MultimodalTextbox(
                             elem_id="chat-input",
@@ -65,10 +66,10 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
                             max_lines=12,
                         )
                         with gr.Row(elem_id="chat-buttons"):
-                            stop_btn = gr.Button("⏹ Stop", elem_id="stop-btn", variant="stop", size="sm")
-                            regenerate_btn = gr.Button("🔄 Regenerate", elem_id="regenerate-btn", size="sm")
-                            undo_btn = gr.Button("↩️ Undo", elem_id="undo-btn", size="sm")
-                            clear_btn = gr.Button("🗑️ Clear", elem_id="clear-btn", size="sm")
+                            stop_btn = gr.Button("■ Stop", elem_id="stop-btn", variant="stop", size="sm")
+                            regenerate_btn = gr.Button("↻ Regenerate", elem_id="regenerate-btn", size="sm")
+                            undo_btn = gr.Button("↶ Undo", elem_id="undo-btn", size="sm")
+                            clear_btn = gr.Button("✕ Clear", elem_id="clear-btn", size="sm")
                     with gr.Column(scale=1, min_width=280):
                         system = gr.Textbox(
                             "", label="System prompt", elem_id="system-prompt", lines=4,
@@ -84,9 +85,9 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
                                 placeholder=TOOLS_EXAMPLE,
                             )
                         with gr.Accordion("Conversation file", open=False):
-                            export_btn = gr.Button("⬇️ Export JSON", elem_id="export-btn", size="sm")
+                            export_btn = gr.Button("Export JSON", elem_id="export-btn", size="sm")
                             export_file = gr.File(label="Exported", elem_id="export-file", visible=False)
-                            import_btn = gr.UploadButton("⬆️ Import JSON", elem_id="import-btn", file_types=[".json"], size="sm")
+                            import_btn = gr.UploadButton("Import JSON", elem_id="import-btn", file_types=[".json"], size="sm")
             with gr.Tab("Settings", id="settings"):
                 status = gr.Markdown(elem_id="model-status")
                 with gr.Group():

@@ -54,9 +54,9 @@ def describe_tool_call(text: str) -> tuple[str, str]:
     try:
         call = json.loads(text)
     except json.JSONDecodeError:
-        return "🛠️ Tool call", f"```\n{text}\n```"
+        return "⚙ Tool call", f"```\n{text}\n```"
     if not isinstance(call, dict):
-        return "🛠️ Tool call", f"```json\n{json.dumps(call, indent=2)}\n```"
+        return "⚙ Tool call", f"```json\n{json.dumps(call, indent=2)}\n```"
     name = call.get("name", "unnamed")
     arguments = call.get("arguments", {})
-    return f"🛠️ Tool call: {name}", f"```json\n{json.dumps(arguments, indent=2, ensure_ascii=False)}\n```"
+    return f"⚙ Tool call: {name}", f"```json\n{json.dumps(arguments, indent=2, ensure_ascii=False)}\n```"

@@ -1,0 +1,278 @@
+"""The page in a real headless Chromium, against `python app.py` on the real default model.
+
+Needs Debian's chromium (`apt-get install -y chromium`) and the playwright Python package.
+One app process serves every test here; each test opens its own browser context (its own tab
+state). The screenshots in assets/ are taken here.
+"""
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw
+
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, AppProcess, is_local
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
+
+LONG = 120_000  # ms; replies on a busy 2-core machine are slow
+ASSETS = ROOT / "assets"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    process = AppProcess(tmp_path_factory.mktemp("app"))
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        expect.set_options(timeout=LONG)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def requests_seen():
+    return []
+
+
+@pytest.fixture
+def open_page(app, browser, requests_seen):
+    contexts = []
+
+    def open_page():
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.on("request", lambda request: requests_seen.append(request.url))
+        contexts.append(context)
+        page = context.new_page()
+        page.goto(app.url)
+        # The page asked the loaded model what it reads (text only, for the default model).
+        expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile("reads text only"))
+        page.evaluate(COUNT_LOCKS)
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def page(open_page):
+    return open_page()
+
+
+# The page locks the message box while a reply streams. Counting the locks tells a test that
+# its request started even when a short reply is over before the test could look.
+COUNT_LOCKS = """() => {
+    window.boxLocks = 0;
+    new MutationObserver(() => {
+        const locked = document.querySelector("#chat-input textarea").disabled;
+        if (locked && !window.boxLocked) window.boxLocks += 1;
+        window.boxLocked = locked;
+    }).observe(document.querySelector("#chat-input"), {subtree: true, attributes: true, attributeFilter: ["disabled"]});
+}"""
+
+
+def locks(page):
+    return page.evaluate("window.boxLocks")
+
+
+def send(page, text):
+    """Send a message; returns the lock count to hand to wait_until_answered."""
+    before = locks(page)
+    box = page.locator("#chat-input textarea")
+    box.fill(text)
+    box.press("Enter")
+    return before
+
+
+def ask(page, text):
+    wait_until_answered(page, send(page, text))
+
+
+def click_and_wait(page, button_id):
+    before = locks(page)
+    page.locator(f"#{button_id}").click()
+    wait_until_answered(page, before)
+
+
+def wait_until_answered(page, locks_before):
+    page.wait_for_function(f"window.boxLocks > {locks_before}", timeout=10_000)
+    expect(page.locator("#chat-input textarea")).to_be_enabled()
+
+
+def bot_messages(page):
+    return page.locator("#chatbot [data-testid=bot]")
+
+
+def user_messages(page):
+    return page.locator("#chatbot [data-testid=user]")
+
+
+def open_tab(page, name):
+    page.get_by_role("tab", name=name).click()
+
+
+def set_number(page, elem_id, value):
+    field = page.locator(f"#{elem_id} input[type=number]")
+    field.fill(str(value))
+    field.press("Enter")
+
+
+def test_a_message_gets_a_streamed_reply(page):
+    sent = send(page, "What is the capital of France?")
+    expect(user_messages(page)).to_have_count(1)
+    expect(user_messages(page).first).to_contain_text("What is the capital of France?")
+    page.wait_for_function(f"window.boxLocks > {sent}")
+    reply = bot_messages(page).last
+    lengths = []
+    deadline = time.monotonic() + LONG / 1000
+    while time.monotonic() < deadline and page.locator("#chat-input textarea").is_disabled():
+        if reply.count():
+            lengths.append(len(reply.inner_text()))
+        time.sleep(0.1)
+    wait_until_answered(page, sent)
+    growing = sorted(set(length for length in lengths if length))
+    assert len(growing) >= 3, f"the reply did not stream: lengths seen {growing}"
+    assert len(bot_messages(page).last.inner_text()) >= max(growing)
+
+
+def test_an_image_shows_in_the_history_and_the_text_model_says_it_cannot_read_it(page, tmp_path):
+    open_tab(page, "Settings")
+    set_number(page, "max-new-tokens", 60)
+    open_tab(page, "Chat")
+    ask(page, "Hi! Give me one tip for taking photos.")
+    picture = tmp_path / "sunset.png"
+    draw_picture(picture)
+    page.locator("#chat-input input[type=file]").set_input_files(str(picture))
+    expect(page.locator("#chat-input img")).to_have_count(1)
+    ask(page, "What is in this picture?")
+    expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
+    expect(bot_messages(page).last).to_contain_text("This model does not accept images")
+    # The conversation goes on; the first turns are still there.
+    sent = send(page, "Thanks! Another tip, please.")
+    expect(user_messages(page)).to_have_count(3)
+    expect(bot_messages(page).last).not_to_contain_text("does not accept")
+    page.wait_for_timeout(1500)
+    page.screenshot(path=str(ASSETS / "chat.png"))
+    wait_until_answered(page, sent)
+    expect(user_messages(page).first).to_contain_text("one tip for taking photos")
+    expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
+
+
+def test_stop_keeps_the_partial_reply_and_the_box_usable(page):
+    open_tab(page, "Settings")
+    set_number(page, "max-new-tokens", 600)
+    open_tab(page, "Chat")
+    send(page, "Write a very long story about a lighthouse keeper.")
+    reply = bot_messages(page).last
+    expect(reply).to_contain_text(" ", timeout=LONG)
+    page.wait_for_timeout(1500)
+    page.locator("#stop-btn").click()
+    expect(page.locator("#chatbot")).to_contain_text("Stopped")
+    expect(page.locator("#chat-input textarea")).to_be_enabled()
+    partial = page.locator("#chatbot").inner_text()
+    page.wait_for_timeout(1500)
+    assert page.locator("#chatbot").inner_text() == partial, "the reply kept growing after Stop"
+    ask(page, "Thanks, that's enough.")
+    expect(user_messages(page)).to_have_count(2)
+
+
+def test_regenerate_and_a_short_max_new_tokens(page):
+    open_tab(page, "Settings")
+    set_number(page, "temperature", 0)
+    set_number(page, "max-new-tokens", 3)
+    open_tab(page, "Chat")
+    ask(page, "Tell me about the history of the Roman Empire in detail.")
+    short = bot_messages(page).last.inner_text().strip()
+    assert 0 < len(short.split()) <= 4, f"max_new_tokens=3 gave {short!r}"
+    click_and_wait(page, "regenerate-btn")
+    expect(bot_messages(page)).to_have_count(1)
+    assert bot_messages(page).last.inner_text().strip() == short, "greedy regenerate gave another reply"
+    page.locator("#undo-btn").click()
+    expect(user_messages(page)).to_have_count(0)
+    expect(page.locator("#chat-input textarea")).to_have_value("Tell me about the history of the Roman Empire in detail.")
+
+
+def test_two_tabs_chatting_at_once_stay_separate(open_page):
+    first, second = open_page(), open_page()
+    first_sent = send(first, "Say the word apple.")
+    second_sent = send(second, "Say the word banana.")
+    wait_until_answered(first, first_sent)
+    wait_until_answered(second, second_sent)
+    for page, mine, theirs in ((first, "apple", "banana"), (second, "banana", "apple")):
+        expect(user_messages(page)).to_have_count(1)
+        expect(user_messages(page).first).to_contain_text(mine)
+        assert theirs not in user_messages(page).first.inner_text()
+
+
+def test_unload_and_load_in_settings(page):
+    ask(page, "Hello there!")
+    open_tab(page, "Settings")
+    page.screenshot(path=str(ASSETS / "settings.png"))
+    page.locator("#unload-btn").click()
+    expect(page.locator("#model-status")).to_contain_text("No model loaded.")
+    open_tab(page, "Chat")
+    ask(page, "Are you there?")
+    expect(bot_messages(page).last).to_contain_text("No model is loaded")
+
+    open_tab(page, "Settings")
+    page.locator("#backend input[role=combobox]").click()
+    page.get_by_role("option", name="sglang").click()
+    page.locator("#load-btn").click()
+    expect(page.locator("#model-status")).to_contain_text("The sglang backend needs sglang")
+    page.locator("#backend input[role=combobox]").click()
+    page.get_by_role("option", name="huggingface").click()
+    page.locator("#load-btn").click()
+    expect(page.locator("#model-status")).to_contain_text("Loaded SmolLM2-135M-Instruct (embedded) on huggingface in")
+
+    open_tab(page, "Chat")
+    click_and_wait(page, "regenerate-btn")
+    expect(user_messages(page)).to_have_count(2)
+    expect(user_messages(page).first).to_contain_text("Hello there!")
+    expect(bot_messages(page).last).not_to_contain_text("No model is loaded")
+
+
+def test_gradio_client_streams_the_chat_endpoint(app):
+    from gradio_client import Client
+
+    def chat(client, text):
+        greedy = dict(system="", tools="", param_4=0, param_7=24, param_9=None)
+        job = client.submit({"text": text, "files": []}, api_name="/chat", **greedy)
+        updates = [chatbot for chatbot, _ in job]
+        return updates, updates[-1]
+
+    first, second = Client(app.url, verbose=False), Client(app.url, verbose=False)
+    updates, final = chat(first, "Name a fruit.")
+    replies = [chatbot[-1]["content"][0]["text"] for chatbot in updates if chatbot[-1]["role"] == "assistant"]
+    assert len(set(replies)) >= 3, f"the endpoint did not stream: {replies}"
+    assert all(replies[-1].startswith(reply.rstrip()) for reply in replies)
+    assert [m["role"] for m in final] == ["user", "assistant"]
+
+    _, other = chat(second, "Name a fruit.")
+    assert other == final, "the same greedy request gave another reply in another session"
+    _, followed = chat(first, "And a vegetable?")
+    assert [m["content"][0]["text"] for m in followed if m["role"] == "user"] == ["Name a fruit.", "And a vegetable?"]
+
+
+def test_no_request_left_this_machine(requests_seen):
+    assert requests_seen, "no requests were recorded"
+    outside = sorted({url for url in requests_seen if not is_local(url)})
+    assert not outside, f"the page fetched from outside localhost: {outside}"
+
+
+def draw_picture(path):
+    image = Image.new("RGB", (320, 200), (255, 170, 90))
+    draw = ImageDraw.Draw(image)
+    for band, color in enumerate([(255, 120, 80), (230, 90, 90), (120, 70, 120), (40, 50, 100)]):
+        draw.rectangle([0, 120 + band * 20, 320, 140 + band * 20], fill=color)
+    draw.ellipse([120, 60, 200, 140], fill=(255, 230, 120))
+    image.save(path)
