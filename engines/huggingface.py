@@ -14,6 +14,7 @@ import torch
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
+    AutoModelForMultimodalLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     GenerationConfig,
@@ -27,6 +28,7 @@ from .errors import ConfigError, ModelLoadError, UnsupportedError
 from .generation_args import GenerationArgs
 from .model_args import ModelArgs
 from .model_files import Progress, resolve_model_path
+from .multimodal import MediaProcessor, is_multimodal
 from .request import ChatRequest, build_request, render_chat, template_source
 from .text_stream import IncrementalDecoder, find_stop
 
@@ -47,7 +49,12 @@ class HuggingFaceEngine(BaseEngine):
             config = AutoConfig.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
             self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
             self.can_generate = not any(a.endswith("ForSequenceClassification") for a in config.architectures or ())
-            model_class = AutoModelForCausalLM if self.can_generate else AutoModelForSequenceClassification
+            multimodal = self.can_generate and is_multimodal(config)
+            model_class = (
+                AutoModelForMultimodalLM if multimodal
+                else AutoModelForCausalLM if self.can_generate
+                else AutoModelForSequenceClassification
+            )
             self.model = model_class.from_pretrained(
                 path, dtype=_DTYPES[model_args.infer_dtype], trust_remote_code=model_args.trust_remote_code
             )
@@ -64,7 +71,11 @@ class HuggingFaceEngine(BaseEngine):
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
         self.load_seconds = time.perf_counter() - started
         self.generating_args = GenerationArgs.from_model_dir(path).replace(**(generation or {}))
-        self._template = template_source(self.tokenizer, model_args.chat_template) if self.can_generate else None
+        self._media = MediaProcessor.load(path, model_args) if multimodal else None
+        self.media_kinds = self._media.kinds if self._media else frozenset()
+        # Older multimodal checkpoints keep their chat template with the processor only.
+        template_holder = self._media.processor if self._media else self.tokenizer
+        self._template = template_source(template_holder, model_args.chat_template) if self.can_generate else None
         self._eos_ids = _eos_token_ids(self.model.generation_config, self.tokenizer) if self.can_generate else []
         # One long-lived thread per slot: torch's per-thread OpenMP pools are set up once, not per request.
         self._executor = ThreadPoolExecutor(model_args.max_concurrent, thread_name_prefix="hf-generate")
@@ -77,10 +88,13 @@ class HuggingFaceEngine(BaseEngine):
             raise UnsupportedError(
                 "This model is a reward model: it scores texts (get_scores) but does not write replies."
             )
+        if self._media:
+            self._media.check_available(images, videos, audios)
         return build_request(self.generating_args, self.media_kinds, messages, system, tools, images, videos, audios, **generation)
 
     def _prompt(self, request: ChatRequest) -> str:
-        return render_chat(self.tokenizer, self._template, request.messages, request.tools, request.generation.enable_thinking)
+        messages = self._media.template_messages(request.messages, self._template) if self._media else request.messages
+        return render_chat(self.tokenizer, self._template, messages, request.tools, request.generation.enable_thinking)
 
     def render_prompt(self, messages, system=None, tools=None, **generation) -> str:
         return self._prompt(self._request(messages, system, tools, None, None, None, generation))
@@ -89,17 +103,26 @@ class HuggingFaceEngine(BaseEngine):
         ids = self.tokenizer(self._prompt(request), add_special_tokens=False, return_tensors="pt").input_ids
         return ids.to(self.device)
 
+    async def _inputs(self, request: ChatRequest) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Prompt ids, and for a multimodal model the processor's media tensors for generate."""
+        if self._media is None:
+            return self._encode(request), {}
+        # Decoding images, video and audio is slow: it runs off the event loop.
+        return await asyncio.to_thread(
+            self._media.model_inputs, self._prompt(request), request.media, self.device, self.model.dtype
+        )
+
     # ---- generation
 
     async def chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> list[Response]:
         request = self._request(messages, system, tools, images, videos, audios, generation)
-        prompt_ids = self._encode(request)
+        prompt_ids, media_inputs = await self._inputs(request)
         args = request.generation
         # Greedy decoding gives n identical replies; generating them once is the same answer.
         copies = args.num_return_sequences if args.greedy else 1
         cancel = threading.Event()
         async with self._semaphore:
-            sequences = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer=None))
+            sequences = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, None, media_inputs))
         prompt_length = prompt_ids.shape[1]
         responses = [self._response(row[prompt_length:].tolist(), prompt_length, args) for row in sequences]
         return [response for response in responses for _ in range(copies)]
@@ -107,13 +130,13 @@ class HuggingFaceEngine(BaseEngine):
     async def stream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, on_finish=None, **generation) -> AsyncIterator[str]:
         """Streams the first reply only (num_return_sequences is ignored here)."""
         request = self._request(messages, system, tools, images, videos, audios, generation)
-        prompt_ids = self._encode(request)
+        prompt_ids, media_inputs = await self._inputs(request)
         args = request.generation.replace(num_return_sequences=1)
         cancel = threading.Event()
         async with self._semaphore:
             loop = asyncio.get_running_loop()
             streamer = _LoopStreamer(loop)
-            worker = self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer))
+            worker = self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer, media_inputs))
             worker_task = asyncio.ensure_future(worker)
             decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
             new_ids: list[int] = []
@@ -144,7 +167,9 @@ class HuggingFaceEngine(BaseEngine):
             await asyncio.wait([future])
             raise
 
-    def _generate(self, prompt_ids: torch.Tensor, args: GenerationArgs, cancel: threading.Event, streamer) -> torch.Tensor:
+    def _generate(
+        self, prompt_ids: torch.Tensor, args: GenerationArgs, cancel: threading.Event, streamer, media_inputs: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
         try:
             if args.seed is not None:
                 torch.manual_seed(args.seed)
@@ -156,6 +181,7 @@ class HuggingFaceEngine(BaseEngine):
                     stopping_criteria=StoppingCriteriaList([_CancelCriteria(cancel)]),
                     streamer=streamer,
                     tokenizer=self.tokenizer if args.stop else None,
+                    **media_inputs,
                 )
         finally:
             if streamer is not None:

@@ -26,6 +26,12 @@ class ModelArgs:
     ``max_concurrent`` bounds how many requests generate at once (env MAX_CONCURRENT).
     ``chat_template`` overrides the tokenizer's template (a Jinja string or a file path).
     ``engine_args`` passes any further keyword straight to the backend's own engine.
+
+    Media settings of multimodal models (engines/media.py applies them the same on every backend):
+    ``image_max_pixels``: images are downscaled to at most this many pixels (aspect kept).
+    ``video_fps``, ``video_max_frames``: frames sampled per second of video, and at most this many
+    per video (spread over its whole length). ``video_max_pixels``: pixel budget of each frame.
+    ``audio_max_seconds``: longer audio is refused (a model may hear less: Whisper-style ones 30 s).
     """
 
     model_name_or_path: str | None = None
@@ -35,6 +41,11 @@ class ModelArgs:
     max_concurrent: int = field(default_factory=_default_max_concurrent)
     chat_template: str | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
+    image_max_pixels: int = 768 * 768
+    video_fps: float = 2.0
+    video_max_frames: int = 32
+    video_max_pixels: int = 256 * 256
+    audio_max_seconds: float = 600.0
 
     def __post_init__(self) -> None:
         if self.infer_backend not in BACKEND_NAMES:
@@ -47,6 +58,9 @@ class ModelArgs:
             raise ConfigError(f"max_concurrent must be at least 1, got {self.max_concurrent}.")
         if not isinstance(self.engine_args, dict):
             raise ConfigError("engine_args must be a dict (a JSON object) of backend engine arguments.")
+        for name in ("image_max_pixels", "video_fps", "video_max_frames", "video_max_pixels", "audio_max_seconds"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be above 0, got {getattr(self, name)}.")
 
     @classmethod
     def names(cls) -> list[str]:

@@ -38,8 +38,8 @@ async def test_cancel_ends_generation_within_a_few_tokens(chat_model):
     generated = []
     original = engine._generate
 
-    def counting_generate(prompt_ids, args, cancel, streamer):
-        output = original(prompt_ids, args, cancel, streamer)
+    def counting_generate(prompt_ids, args, cancel, streamer, media_inputs):
+        output = original(prompt_ids, args, cancel, streamer, media_inputs)
         generated.append(output.shape[1] - prompt_ids.shape[1])
         return output
 

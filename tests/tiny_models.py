@@ -1,14 +1,13 @@
 """Tiny random-weight multimodal models of real architectures, built offline with real processors.
 
 No multimodal weights can be downloaded in CI, so each builder writes a complete model directory
-(config, safetensors, tokenizer, processor configs, chat template) of a real architecture with
-tiny sizes: the engine loads it exactly as it would load the published model. The replies are
-noise; tests assert on what the model receives and on the engine's behaviour.
+(config, safetensors, tokenizer, processor config, chat template) of a real architecture at tiny
+sizes, and the engine loads it the way it loads a published model. The replies are noise: tests
+assert on what the model receives and on the engine's behaviour, never on wording.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -27,9 +26,6 @@ from transformers import (
     WhisperFeatureExtractor,
 )
 from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -46,15 +42,13 @@ SPECIAL_TOKENS = [
 ]
 
 _CORPUS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "What is in this picture? Describe the image and the video, then listen to the sound.",
-    "You are a helpful assistant. Answer the question about the photo in one sentence.",
-    "A red square, a blue circle and a green triangle on a white table.",
-    "Compare these two images. Which one is brighter? What happens in the clip?",
+    "You are a helpful assistant. What is in this picture? Describe the image in one sentence.",
+    "Compare these two images: which one is brighter? What happens in the video clip?",
+    "Listen to the sound and say what it is. A red square, a blue circle and a green triangle.",
 ] * 20
 
-# Written for these fixtures in the shape of the published templates: ChatML with structured
-# content parts, each vision part wrapped in the vision start/end tokens the model was trained on.
+# Written for these fixtures in the shape of Qwen2-VL's published template: ChatML with structured
+# content parts, each vision part wrapped in the vision start/end tokens.
 QWEN2_VL_TEMPLATE = (
     "{% for message in messages %}"
     "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
@@ -68,13 +62,13 @@ QWEN2_VL_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-# A plain-text template, like the older LLaVA fine-tunes ship: it knows nothing of content parts,
-# so the engine has to write the processor's own image token into the text.
+# A plain-text template like older LLaVA fine-tunes ship: it knows nothing of content parts, so
+# the engine has to write the processor's own image token into the text.
 LLAVA_TEMPLATE = (
     "{% for message in messages %}"
     "{% if message['role'] == 'system' %}{{ message['content'] }}\n"
     "{% elif message['role'] == 'user' %}USER: {{ message['content'] }}\n"
-    "{% else %}ASSISTANT: {{ message['content'] }}<|endoftext|>\n{% endif %}"
+    "{% else %}ASSISTANT: {{ message['content'] }}<|im_end|>\n{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )
 
@@ -87,6 +81,11 @@ TEXT_SIZES = dict(
     max_position_embeddings=4096,
 )
 
+# Pixel range of the tiny Qwen2-VL: 4 to 16 tokens per image (patch 14, merge 2).
+QWEN2_VL_PIXELS = {"shortest_edge": 56 * 56, "longest_edge": 112 * 112}
+# CLIP tower of the tiny LLaVA: 56 px / patch 14 = 16 patches, so 16 image tokens.
+LLAVA_IMAGE_SIZE, LLAVA_PATCH = 56, 14
+
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
     """A byte-level BPE of a few hundred tokens, trained on the fly, with every model's special tokens."""
@@ -97,61 +96,107 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
         vocab_size=400, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tokenizer.train_from_iterator(_CORPUS, trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>")
 
 
-def _ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
-    return {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+def _text_config(tokenizer: PreTrainedTokenizerFast, **extra) -> dict:
+    return dict(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=tokenizer.eos_token_id, **TEXT_SIZES, **extra)
 
 
-def _save(model: torch.nn.Module, processor, out: Path, tokenizer: PreTrainedTokenizerFast) -> Path:
+def _save_model(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, out: Path) -> Path:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
-    processor.save_pretrained(out)
     return out
 
 
 def build_qwen2_vl(out: Path) -> Path:
-    """Qwen2-VL (images and video): a one-block vision tower, patch 14, merge 2."""
+    """Qwen2-VL, images and video: one vision block, embed 32, patch 14, merge 2."""
     torch.manual_seed(0)
     tokenizer = tiny_tokenizer()
-    ids = _ids(tokenizer)
+    token_id = tokenizer.convert_tokens_to_ids
     config = Qwen2VLConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]},
-            eos_token_id=tokenizer.eos_token_id,
-            **TEXT_SIZES,
+        text_config=_text_config(
+            tokenizer, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}
         ),
         vision_config=dict(
             depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2
         ),
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        image_token_id=token_id("<|image_pad|>"),
+        video_token_id=token_id("<|video_pad|>"),
+        vision_start_token_id=token_id("<|vision_start|>"),
+        vision_end_token_id=token_id("<|vision_end|>"),
     )
-    model = Qwen2VLForConditionalGeneration(config).eval()
-    # A small pixel range keeps the token counts (and the test) small: 4 to 16 tokens per image.
-    pixels = {"min_pixels": 56 * 56, "max_pixels": 112 * 112}
-    image_processor = Qwen2VLImageProcessorPil(**pixels)
-    video_processor = _qwen2_vl_video_processor(pixels)
-    processor_class = type(
-        "Qwen2VLProcessor", (), {}
-    ) if video_processor is None else None
-    del processor_class
-    from transformers import Qwen2VLProcessor
+    _save_model(Qwen2VLForConditionalGeneration(config), tokenizer, out)
+    tokenizer.save_pretrained(out)
+    # The processor config is written as the published model ships it, rather than by
+    # Qwen2VLProcessor.save_pretrained: its video processor cannot be built without torchvision,
+    # and the directory must be the same in both environments.
+    vision = {"size": QWEN2_VL_PIXELS, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
+    processor_config = {
+        "processor_class": "Qwen2VLProcessor",
+        "image_processor": {"image_processor_type": "Qwen2VLImageProcessor", **vision},
+        "video_processor": {"video_processor_type": "Qwen2VLVideoProcessor", **vision},
+    }
+    (out / "processor_config.json").write_text(json.dumps(processor_config, indent=2))
+    (out / "chat_template.jinja").write_text(QWEN2_VL_TEMPLATE)
+    return out
 
-    if video_processor is None:
-        # Without torchvision no video processor can be built here; write its config by hand so the
-        # directory has the same files as with torchvision (and as the published model).
-        processor = _ImageOnlySave(image_processor, tokenizer, QWEN2_VL_TEMPLATE)
-        _save(model, processor, out, tokenizer)
-        (out / "video_preprocessor_config.json").write_text(json.dumps(_qwen2_vl_video_config(pixels), indent=2))
-        (out / "processor_config.json").write_text(json.dumps({"processor_class": Qwen2VLProcessor.__name__}))
-        return out
-    processor = Qwen2VLProcessor(image_processor, tokenizer, video_processor, chat_template=QWEN2_VL_TEMPLATE)
-    return _save(model, processor, out, tokenizer)
+
+def build_llava(out: Path) -> Path:
+    """LLaVA, images: a two-layer CLIP vision tower (56 px, patch 14) and a Llama text model."""
+    torch.manual_seed(0)
+    tokenizer = tiny_tokenizer()
+    config = LlavaConfig(
+        vision_config=dict(
+            model_type="clip_vision_model",
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=LLAVA_IMAGE_SIZE,
+            patch_size=LLAVA_PATCH,
+            projection_dim=32,
+        ),
+        text_config=dict(model_type="llama", **_text_config(tokenizer)),
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        image_seq_length=(LLAVA_IMAGE_SIZE // LLAVA_PATCH) ** 2,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-2,
+    )
+    _save_model(LlavaForConditionalGeneration(config), tokenizer, out)
+    image_processor = CLIPImageProcessorPil(
+        size={"shortest_edge": LLAVA_IMAGE_SIZE}, crop_size={"height": LLAVA_IMAGE_SIZE, "width": LLAVA_IMAGE_SIZE}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=LLAVA_PATCH,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=LLAVA_TEMPLATE,
+    )
+    processor.save_pretrained(out)
+    return out
+
+
+def build_qwen2_audio(out: Path) -> Path:
+    """Qwen2-Audio, audio: a one-layer Whisper-style encoder over 128 mel bins, and a Qwen2 text model."""
+    torch.manual_seed(0)
+    tokenizer = tiny_tokenizer()
+    config = Qwen2AudioConfig(
+        audio_config=dict(
+            d_model=32,
+            encoder_layers=1,
+            encoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            num_mel_bins=128,
+            max_source_positions=1500,
+        ),
+        text_config=_text_config(tokenizer),
+        audio_token_index=tokenizer.convert_tokens_to_ids("<|AUDIO|>"),
+    )
+    _save_model(Qwen2AudioForConditionalGeneration(config), tokenizer, out)
+    # No chat_template given: the processor's own default (ChatML with "Audio N:" parts) is used.
+    Qwen2AudioProcessor(WhisperFeatureExtractor(feature_size=128), tokenizer).save_pretrained(out)
+    return out
