@@ -1,0 +1,23 @@
+"""The OpenAI-compatible API (/v1) over the app's shared model slot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from engines import ModelSlot
+
+from .errors import install_error_handlers
+from .routes import create_router
+
+
+def add_api(app: FastAPI, slot: ModelSlot, api_key: str | None = None, local_media_dir: Path | None = None) -> FastAPI:
+    """Serve /v1 on ``app``. Call it before mounting anything at "/": a mount there takes every
+    path registered after it."""
+    install_error_handlers(app)
+    app.include_router(create_router(slot, api_key, local_media_dir))
+    return app
+
+
+__all__ = ["add_api"]

@@ -1,0 +1,239 @@
+"""POST /v1/chat/completions: an OpenAI request into ChatModel calls, and their replies back.
+
+Streams are Server-Sent Events in OpenAI's chunk format. With n > 1 the n replies stream side
+by side (each is its own engine stream; the engine's max_concurrent decides whether they run
+at once). If the client goes away, the stream's task is cancelled, and ChatModel passes the
+cancellation on to the engine, which stops generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engines import ChatModel, Response
+
+from .errors import APIError, from_exception
+from .media import to_engine_input
+from .schemas import (
+    AssistantMessage,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Choice,
+    ChunkChoice,
+    Delta,
+    FunctionCall,
+    FunctionCallDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    completion_id,
+    now,
+)
+from .tool_calls import THINK_OPEN, ParsedToolCall, ReplySplitter, split_reply
+
+OPTIONAL_PENALTIES = ("presence_penalty", "frequency_penalty")
+
+
+@dataclass
+class EngineCall:
+    """The arguments of one ChatModel.chat / astream_chat call."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    media: dict[str, list[Any]]
+    generation: dict[str, Any]
+    parse_tools: bool
+
+    def kwargs(self, **overrides: Any) -> dict[str, Any]:
+        media = {kind: files for kind, files in self.media.items() if files}
+        return {"tools": self.tools, **media, **self.generation, **overrides}
+
+
+def engine_call(request: ChatCompletionRequest, model: ChatModel, local_media_dir: Path | None) -> EngineCall:
+    """Check what the engine cannot do before any work starts, and translate the rest."""
+    refuse_unsupported(request, model)
+    engine_input = to_engine_input(request.messages, local_media_dir)
+    generation: dict[str, Any] = {"num_return_sequences": request.n}
+    for name in ("temperature", "top_p", "top_k", "repetition_penalty", "seed"):
+        if getattr(request, name) is not None:
+            generation[name] = getattr(request, name)
+    max_tokens = request.max_completion_tokens or request.max_tokens
+    if max_tokens is not None:
+        generation["max_new_tokens"] = max_tokens
+    if request.stop is not None:
+        generation["stop"] = [request.stop] if isinstance(request.stop, str) else request.stop
+    for name in OPTIONAL_PENALTIES:
+        if getattr(request, name):
+            generation[name] = getattr(request, name)
+    use_tools = bool(request.tools) and request.tool_choice != "none"
+    tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if use_tools else None
+    return EngineCall(engine_input.messages, tools, engine_input.media, generation, parse_tools=use_tools)
+
+
+def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None:
+    engine = model.engine
+    for name in OPTIONAL_PENALTIES:
+        if getattr(request, name) and name not in engine.extra_sampling_params:
+            raise APIError(
+                400,
+                f"{name} is not supported by the {engine.name} engine; leave it out or set it to 0 "
+                "(the vllm backend supports it).",
+                param=name,
+                code="unsupported_parameter",
+            )
+    refused = {
+        "logprobs": request.logprobs,
+        "top_logprobs": request.top_logprobs is not None,
+        "logit_bias": bool(request.logit_bias),
+        "response_format": request.response_format is not None and request.response_format.get("type") != "text",
+        "parallel_tool_calls": request.parallel_tool_calls is False,
+    }
+    for name, asked in refused.items():
+        if asked:
+            raise APIError(400, f"{name} is not supported by this server; leave it out.", param=name, code="unsupported_parameter")
+    if request.tool_choice == "required" or not isinstance(request.tool_choice, str | None):
+        raise APIError(
+            400,
+            "tool_choice can be 'auto' or 'none' here: forcing a tool call needs constrained decoding, "
+            "which this server does not do.",
+            param="tool_choice",
+            code="unsupported_parameter",
+        )
+    if request.stream_options is not None and not request.stream:
+        raise APIError(400, "stream_options is only allowed when stream is true.", param="stream_options")
+
+
+def opens_in_reasoning(model: ChatModel, call: EngineCall) -> bool:
+    """Some reasoning models' templates open <think> in the prompt; their reply starts inside it."""
+    try:
+        prompt = model.engine.render_prompt(call.messages, tools=call.tools, **call.generation)
+    except NotImplementedError:
+        return False
+    return prompt.rstrip().endswith(THINK_OPEN)
+
+
+def _tool_calls(calls: list[ParsedToolCall]) -> list[ToolCall] | None:
+    return [ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls] or None
+
+
+async def complete(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall) -> ChatCompletion:
+    in_reasoning = opens_in_reasoning(model, call)
+    responses = await model.achat(call.messages, **call.kwargs())
+    choices = []
+    for index, response in enumerate(responses):
+        reply = split_reply(response.response_text, call.parse_tools, in_reasoning)
+        choices.append(Choice(
+            index=index,
+            message=AssistantMessage(content=reply.content, reasoning_content=reply.reasoning, tool_calls=_tool_calls(reply.tool_calls)),
+            finish_reason="tool_calls" if reply.tool_calls else response.finish_reason,
+        ))
+    return ChatCompletion(id=completion_id(), created=now(), model=model_id, choices=choices, usage=_usage(responses))
+
+
+def _usage(responses: list[Response]) -> Usage:
+    prompt = responses[0].prompt_length if responses else 0
+    completion = sum(response.response_length for response in responses)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+
+
+# ---- streaming
+
+
+@dataclass
+class _Event:
+    index: int
+    delta: Delta | None = None
+    finished: Response | None = None
+    has_tool_calls: bool = False
+    error: BaseException | None = None
+
+
+async def _stream_choice(model: ChatModel, call: EngineCall, index: int, in_reasoning: bool, events: asyncio.Queue[_Event]) -> None:
+    """Run one reply's engine stream, putting its deltas (then its end, or its error) on ``events``."""
+    finished: list[Response] = []
+    splitter = ReplySplitter(call.parse_tools, in_reasoning)
+    # Sampled replies with one seed would all be the same; each stream gets its own.
+    seed = {"seed": call.generation["seed"] + index} if call.generation.get("seed") is not None else {}
+    try:
+        stream = model.astream_chat(call.messages, on_finish=finished.append, **call.kwargs(num_return_sequences=1, **seed))
+        async for piece in stream:
+            for kind, text in splitter.push(piece):
+                await events.put(_Event(index, _text_delta(kind, text)))
+        held, calls = splitter.finish()
+        for kind, text in held:
+            await events.put(_Event(index, _text_delta(kind, text)))
+        if calls:
+            deltas = [
+                ToolCallDelta(index=i, id=c.id, type="function", function=FunctionCallDelta(name=c.name, arguments=c.arguments))
+                for i, c in enumerate(calls)
+            ]
+            await events.put(_Event(index, Delta(tool_calls=deltas)))
+        await events.put(_Event(index, finished=finished[0], has_tool_calls=bool(calls)))
+    except Exception as error:
+        await events.put(_Event(index, error=error))
+
+
+def _text_delta(kind: str, text: str) -> Delta:
+    return Delta(reasoning_content=text) if kind == "reasoning" else Delta(content=text)
+
+
+async def start_stream(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall) -> AsyncIterator[str]:
+    """The SSE body. The first event is awaited before the response starts (see routes), so a
+    request the engine refuses still gets a proper error status."""
+    in_reasoning = opens_in_reasoning(model, call)
+    events: asyncio.Queue[_Event] = asyncio.Queue()
+    tasks = [asyncio.create_task(_stream_choice(model, call, index, in_reasoning, events)) for index in range(request.n)]
+    first = await events.get()
+    if first.error is not None:
+        await _cancel(tasks)
+        raise first.error
+    return _sse(request, model_id, tasks, events, first)
+
+
+async def _sse(request: ChatCompletionRequest, model_id: str, tasks: list[asyncio.Task], events: asyncio.Queue[_Event], first: _Event) -> AsyncIterator[str]:
+    chunk_id, created = completion_id(), now()
+
+    def chunk(index: int, delta: Delta, finish_reason: str | None = None) -> str:
+        body = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[ChunkChoice(index=index, delta=delta, finish_reason=finish_reason)])
+        return _data(body.model_dump(exclude_none=True))
+
+    finished: list[Response] = []
+    try:
+        for index in range(request.n):
+            yield chunk(index, Delta(role="assistant", content=""))
+        event = first
+        while True:
+            if event.error is not None:
+                yield _data(from_exception(event.error).body())
+                break
+            if event.delta is not None:
+                yield chunk(event.index, event.delta)
+            else:
+                finished.append(event.finished)
+                yield chunk(event.index, Delta(), "tool_calls" if event.has_tool_calls else event.finished.finish_reason)
+                if len(finished) == request.n:
+                    if request.stream_options and request.stream_options.include_usage:
+                        usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=_usage(finished))
+                        yield _data(usage.model_dump(exclude_none=True))
+                    break
+            event = await events.get()
+        yield "data: [DONE]\n\n"
+    finally:
+        await _cancel(tasks)
+
+
+async def _cancel(tasks: list[asyncio.Task]) -> None:
+    """Stop the engine streams still running (the client left, or one of them failed)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _data(body: dict[str, Any]) -> str:
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"

@@ -1,0 +1,92 @@
+"""Errors in OpenAI's shape ({"error": {"message", "type", "param", "code"}}) with the right status."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from engines import ChatError, ModelUnloadedError
+
+logger = logging.getLogger(__name__)
+
+API_PREFIX = "/v1"
+
+
+class APIError(Exception):
+    """A request the API refuses; ``message`` says what was wrong and what to do."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def from_exception(error: Exception) -> APIError:
+    """The APIError to answer with for anything a request raised."""
+    if isinstance(error, APIError):
+        return error
+    if isinstance(error, ModelUnloadedError):
+        return APIError(503, str(error), type="server_error", code="model_not_loaded")
+    if isinstance(error, ChatError):
+        return APIError(400, str(error))
+    logger.exception("Unexpected error while serving an API request", exc_info=error)
+    return APIError(500, f"The server failed on this request ({type(error).__name__}); this is a bug, see the server log.", type="server_error")
+
+
+def _validation_message(error: RequestValidationError) -> tuple[str, str | None]:
+    problems, first_param = [], None
+    for item in error.errors():
+        location = [str(part) for part in item.get("loc", ()) if part != "body"]
+        param = ".".join(location) or None
+        first_param = first_param or param
+        if item.get("type") == "json_invalid":
+            problems.append(f"the body is not valid JSON ({item.get('ctx', {}).get('error', 'parse error')})")
+        elif item.get("type") == "extra_forbidden":
+            problems.append(f"unrecognized parameter {param!r}")
+        elif item.get("type") == "missing":
+            problems.append(f"missing required parameter {param!r}")
+        else:
+            problems.append(f"{param or 'body'}: {item.get('msg')}")
+    return "Invalid request: " + "; ".join(problems) + ".", first_param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """OpenAI-shaped errors under /v1; other paths (the page) keep FastAPI's own answers."""
+
+    def on_api_path(request: Request) -> bool:
+        return request.url.path.startswith(API_PREFIX)
+
+    async def api_error(request: Request, error: Exception) -> JSONResponse:
+        refused = from_exception(error)
+        return JSONResponse(refused.body(), status_code=refused.status)
+
+    async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+        if not on_api_path(request):
+            return await request_validation_exception_handler(request, error)
+        message, param = _validation_message(error)
+        return JSONResponse(APIError(400, message, param=param).body(), status_code=400)
+
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        if not on_api_path(request):
+            return await http_exception_handler(request, error)
+        code = "not_found" if error.status_code == 404 else None
+        message = f"{request.method} {request.url.path}: {error.detail}."
+        return JSONResponse(APIError(error.status_code, message, code=code).body(), status_code=error.status_code)
+
+    app.add_exception_handler(APIError, api_error)
+    app.add_exception_handler(ChatError, api_error)
+    app.add_exception_handler(Exception, api_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(HTTPException, http_error)

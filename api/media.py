@@ -1,0 +1,130 @@
+"""OpenAI messages (text and content parts) into the engine's messages and media lists.
+
+Media come as data: URLs (base64). Local files are read only when the server was started
+with a folder that allows them, and only inside that folder. Remote URLs are never fetched:
+fetching would let any caller make this server request any address (SSRF).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engines.media import PLACEHOLDERS
+
+from .errors import APIError
+from .schemas import AudioURLPart, ImagePart, InputAudioPart, Message, TextPart, VideoURLPart
+
+SEND_AS_DATA_URL = "Send the file inline as a data: URL, like data:image/png;base64,<base64 of the file>."
+
+
+@dataclass
+class EngineInput:
+    """What ChatModel.chat takes: text-only messages, and the media their placeholders stand for."""
+
+    messages: list[dict[str, Any]]
+    media: dict[str, list[Any]] = field(default_factory=lambda: {"images": [], "videos": [], "audios": []})
+
+
+def to_engine_input(messages: list[Message], local_media_dir: Path | None) -> EngineInput:
+    result = EngineInput(messages=[])
+    for index, message in enumerate(messages):
+        content = _content_text(message.content, result, f"messages[{index}].content", local_media_dir)
+        converted: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role, "content": content}
+        if message.tool_calls:
+            converted["tool_calls"] = [_template_tool_call(call, f"messages[{index}].tool_calls[{i}]") for i, call in enumerate(message.tool_calls)]
+        if message.tool_call_id is not None:
+            converted["tool_call_id"] = message.tool_call_id
+        if message.name is not None:
+            converted["name"] = message.name
+        result.messages.append(converted)
+    return result
+
+
+def _content_text(content: str | list | None, result: EngineInput, param: str, local_media_dir: Path | None) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    text = ""
+    previous_was_text = False
+    for index, part in enumerate(content):
+        where = f"{param}[{index}]"
+        if isinstance(part, TextPart):
+            text += ("\n" if previous_was_text else "") + part.text
+        elif isinstance(part, ImagePart):
+            result.media["images"].append(load_url(part.image_url.url, where, local_media_dir))
+            text += PLACEHOLDERS["image"]
+        elif isinstance(part, VideoURLPart):
+            result.media["videos"].append(load_url(part.video_url.url, where, local_media_dir))
+            text += PLACEHOLDERS["video"]
+        elif isinstance(part, AudioURLPart):
+            result.media["audios"].append(load_url(part.audio_url.url, where, local_media_dir))
+            text += PLACEHOLDERS["audio"]
+        elif isinstance(part, InputAudioPart):
+            result.media["audios"].append(_base64(part.input_audio.data, where))
+            text += PLACEHOLDERS["audio"]
+        previous_was_text = isinstance(part, TextPart)
+    return text
+
+
+def _template_tool_call(call, param: str) -> dict[str, Any]:
+    """Chat templates expect a past call's arguments as a mapping, not as the JSON text OpenAI sends."""
+    try:
+        arguments = json.loads(call.function.arguments or "{}")
+    except json.JSONDecodeError as error:
+        raise APIError(400, f"{param}.function.arguments is not valid JSON ({error.msg}).", param=param) from None
+    return {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
+
+
+def load_url(url: str, param: str, local_media_dir: Path | None) -> bytes | str:
+    """The bytes of a data: URL, or the path of an allowed local file."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme == "data":
+        return _data_url(url, param)
+    if scheme in ("http", "https"):
+        raise APIError(400, f"{param}: remote URLs are not fetched by this server. {SEND_AS_DATA_URL}", param=param, code="remote_url_refused")
+    if scheme in ("file", ""):
+        return _local_file(url, param, local_media_dir)
+    raise APIError(400, f"{param}: unsupported URL scheme {scheme!r}. {SEND_AS_DATA_URL}", param=param)
+
+
+def _data_url(url: str, param: str) -> bytes:
+    header, comma, data = url[len("data:"):].partition(",")
+    if not comma:
+        raise APIError(400, f"{param}: malformed data: URL (no comma before the data). {SEND_AS_DATA_URL}", param=param)
+    if header.endswith(";base64"):
+        return _base64(data, param)
+    return urllib.parse.unquote_to_bytes(data)
+
+
+def _base64(data: str, param: str) -> bytes:
+    try:
+        decoded = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise APIError(400, f"{param}: the data is not valid base64.", param=param) from None
+    if not decoded:
+        raise APIError(400, f"{param}: the file is empty.", param=param)
+    return decoded
+
+
+def _local_file(url: str, param: str, local_media_dir: Path | None) -> str:
+    if local_media_dir is None:
+        raise APIError(
+            400,
+            f"{param}: local files are not read unless the server is started with --allowed-local-media-path DIR. {SEND_AS_DATA_URL}",
+            param=param,
+            code="local_file_refused",
+        )
+    path = urllib.parse.unquote(urllib.parse.urlsplit(url).path) if url.lower().startswith("file:") else url
+    resolved = Path(os.path.realpath(path))
+    allowed = Path(os.path.realpath(local_media_dir))
+    if not resolved.is_relative_to(allowed):
+        raise APIError(400, f"{param}: {path} is outside the folder this server may read ({allowed}).", param=param, code="local_file_refused")
+    if not resolved.is_file():
+        raise APIError(400, f"{param}: there is no file {path}.", param=param)
+    return str(resolved)

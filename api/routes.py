@@ -1,0 +1,83 @@
+"""The /v1 routes, serving whatever model the shared ModelSlot holds (the page may swap it)."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from engines import ChatModel, ModelSlot
+
+from . import completions
+from .errors import API_PREFIX, APIError
+from .schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, Score, ScoreRequest, ScoreResponse, now
+
+
+def model_id(model: ChatModel) -> str:
+    return model.model_args.display_name
+
+
+def create_router(slot: ModelSlot, api_key: str | None = None, local_media_dir: Path | None = None) -> APIRouter:
+    """``api_key``: when set, every /v1 request must send it as a Bearer token.
+    ``local_media_dir``: the folder whose files content parts may name (none: no local files)."""
+
+    def check_api_key(request: Request) -> None:
+        if api_key is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), api_key.encode()):
+            raise APIError(
+                401,
+                "Incorrect or missing API key. Send the key this server was started with "
+                "(--api-key or ANYCHAT_API_KEY) as 'Authorization: Bearer <key>'.",
+                code="invalid_api_key",
+            )
+
+    router = APIRouter(prefix=API_PREFIX, dependencies=[Depends(check_api_key)])
+
+    def serving(requested: str) -> ChatModel:
+        model = slot.model
+        if requested != model_id(model):
+            raise APIError(
+                404,
+                f"The model {requested!r} is not served here; this server serves {model_id(model)!r} (see GET /v1/models).",
+                param="model",
+                code="model_not_found",
+            )
+        return model
+
+    @router.get("/models")
+    def list_models() -> ModelList:
+        return ModelList(data=[ModelCard(id=model_id(slot.model), created=now())] if slot.loaded else [])
+
+    @router.post("/chat/completions", response_model=None)
+    async def chat_completions(request: ChatCompletionRequest) -> ChatCompletion | StreamingResponse:
+        model = serving(request.model)
+        call = completions.engine_call(request, model, local_media_dir)
+        if not request.stream:
+            return await completions.complete(request, model, model_id(model), call)
+        body = await completions.start_stream(request, model, model_id(model), call)
+        return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @router.post("/score")
+    async def score(request: ScoreRequest) -> ScoreResponse:
+        model = serving(request.model)
+        texts = [request.input] if isinstance(request.input, str) else request.input
+        if not texts:
+            raise APIError(400, "input must hold at least one text to score.", param="input")
+        scores = await model.aget_scores(texts)
+        return ScoreResponse(model=model_id(model), data=[Score(index=i, score=s) for i, s in enumerate(scores)])
+
+    @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+    def unknown_endpoint(path: str, request: Request) -> None:
+        # Without this, a mistyped /v1 path would reach the page mounted at "/" and get its 404.
+        raise APIError(
+            404,
+            f"There is no {request.method} {API_PREFIX}/{path} here. Endpoints: GET /v1/models, "
+            "POST /v1/chat/completions, POST /v1/score.",
+            code="not_found",
+        )
+
+    return router

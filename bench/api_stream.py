@@ -1,0 +1,109 @@
+"""Streaming through the OpenAI-compatible API against ChatModel directly, side by side in one run.
+
+    python bench/api_stream.py [--rounds 5] [--tokens 128] [--model PATH]
+
+The API runs as `python app.py api` in its own process (as users run it) and is read with the
+official `openai` client; ChatModel runs in this process. Rounds alternate which side goes
+first, each with the same greedy request. Reported: time to first token, decode tokens/s after
+the first token, and the API / direct ratios (target: 0.95 or more for tokens/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import openai  # noqa: E402
+
+from engines import ChatModel, Response  # noqa: E402
+
+MESSAGES = [{"role": "user", "content": "Write the numbers from 1 to 1000, separated by commas."}]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_api(model: str | None, port: int) -> subprocess.Popen:
+    command = [sys.executable, "app.py", "api", "--port", str(port)] + (["--model", model] if model else [])
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in process.stdout:
+        if "OpenAI-compatible API on" in line:
+            return process
+    raise SystemExit(f"the API server exited with {process.wait()}")
+
+
+def timed_direct(chat_model: ChatModel, tokens: int) -> tuple[float, float]:
+    finished: list[Response] = []
+    started = time.perf_counter()
+    first = None
+    for piece in chat_model.stream_chat(MESSAGES, on_finish=finished.append, temperature=0, max_new_tokens=tokens):
+        if first is None and piece:
+            first = time.perf_counter()
+    ended = time.perf_counter()
+    return first - started, (finished[0].response_length - 1) / (ended - first)
+
+
+def timed_api(client: openai.OpenAI, model_id: str, tokens: int) -> tuple[float, float]:
+    started = time.perf_counter()
+    first, usage = None, None
+    stream = client.chat.completions.create(
+        model=model_id, messages=MESSAGES, temperature=0, max_tokens=tokens, stream=True, stream_options={"include_usage": True}
+    )
+    for chunk in stream:
+        if first is None and chunk.choices and chunk.choices[0].delta.content:
+            first = time.perf_counter()
+        usage = chunk.usage or usage
+    ended = time.perf_counter()
+    return first - started, (usage.completion_tokens - 1) / (ended - first)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--model", default=None, help="model path (default: the embedded SmolLM2)")
+    args = parser.parse_args()
+
+    port = free_port()
+    server = start_api(args.model, port)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=600)
+        model_id = client.models.list().data[0].id
+        with ChatModel({"model_name_or_path": args.model} if args.model else None) as chat_model:
+            timed_direct(chat_model, 8)  # warm-up, both sides
+            timed_api(client, model_id, 8)
+            direct, api = [], []
+            for round_index in range(args.rounds):
+                runs = [(direct, lambda: timed_direct(chat_model, args.tokens)), (api, lambda: timed_api(client, model_id, args.tokens))]
+                for results, run in runs if round_index % 2 == 0 else runs[::-1]:
+                    results.append(run())
+    finally:
+        server.terminate()
+        server.wait(30)
+
+    ttft_direct, ttft_api = (statistics.median(r[0] for r in results) for results in (direct, api))
+    rate_direct, rate_api = (statistics.median(r[1] for r in results) for results in (direct, api))
+    print(f"{args.rounds} rounds, {args.tokens} tokens each, greedy, medians")
+    print(f"{'':22}{'ChatModel':>12}{'API':>12}{'API/direct':>12}")
+    print(f"{'time to first token':22}{ttft_direct * 1000:>10.0f}ms{ttft_api * 1000:>10.0f}ms{ttft_direct / ttft_api:>12.2f}  (direct/API: higher is better)")
+    print(f"{'decode tokens/s':22}{rate_direct:>12.1f}{rate_api:>12.1f}{rate_api / rate_direct:>12.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,456 @@
+"""The OpenAI-compatible API, driven by the official `openai` client against a real server on
+localhost serving the real default model (greedy decoding, so replies are reproducible)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from api import add_api
+from engines import ModelSlot
+
+API_KEY = "test-key"
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+GREEDY = {"temperature": 0, "max_tokens": 24}
+COUNTING = [{"role": "user", "content": "Write the numbers from 1 to 1000, separated by commas."}]
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+@contextmanager
+def running_server(app: FastAPI) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free localhost port in a thread; yields the base URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def slot():
+    slot = ModelSlot()
+    slot.load()
+    yield slot
+    slot.unload()
+
+
+@pytest.fixture(scope="module")
+def media_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("allowed-media")
+
+
+@pytest.fixture(scope="module")
+def base_url(slot, media_dir):
+    with running_server(add_api(FastAPI(), slot, api_key=API_KEY, local_media_dir=media_dir)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def model_id(client):
+    return client.models.list().data[0].id
+
+
+def stream_text(chunks) -> tuple[dict[int, str], dict[int, str], object]:
+    """Content per choice, finish reason per choice, and the usage of a streamed completion."""
+    text, finish, usage = {}, {}, None
+    for chunk in chunks:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            text[choice.index] = text.get(choice.index, "") + (choice.delta.content or "")
+            if choice.finish_reason:
+                finish[choice.index] = choice.finish_reason
+    return text, finish, usage
+
+
+# ---- completions
+
+
+def test_models_lists_the_loaded_model(client, slot):
+    [card] = client.models.list().data
+    assert card.id == slot.model.model_args.display_name
+
+
+def test_completion_is_the_models_reply_with_its_token_counts(client, model_id, slot):
+    completion = client.chat.completions.create(model=model_id, messages=QUESTION, **GREEDY)
+    [reply] = slot.model.chat(QUESTION, temperature=0, max_new_tokens=24)
+    [choice] = completion.choices
+    assert choice.message.content == reply.response_text and "Paris" in reply.response_text
+    assert choice.message.tool_calls is None and choice.finish_reason == "stop"
+    tokenizer = slot.model.engine.tokenizer
+    prompt_ids = tokenizer(slot.model.engine.render_prompt(QUESTION), add_special_tokens=False).input_ids
+    assert completion.usage.prompt_tokens == len(prompt_ids) == reply.prompt_length
+    # The reply's tokens and the end-of-turn token that ended it.
+    assert completion.usage.completion_tokens == len(tokenizer(reply.response_text, add_special_tokens=False).input_ids) + 1
+    assert completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens
+
+
+def test_stream_matches_the_whole_completion(client, model_id):
+    whole = client.chat.completions.create(model=model_id, messages=QUESTION, **GREEDY)
+    chunks = list(client.chat.completions.create(
+        model=model_id, messages=QUESTION, stream=True, stream_options={"include_usage": True}, **GREEDY
+    ))
+    text, finish, usage = stream_text(chunks)
+    assert text == {0: whole.choices[0].message.content}
+    assert finish == {0: "stop"}
+    assert usage.model_dump() == whole.usage.model_dump()
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 3, "the reply came in one piece"
+
+
+def test_usage_only_when_asked_in_a_stream(client, model_id):
+    chunks = list(client.chat.completions.create(model=model_id, messages=QUESTION, stream=True, **GREEDY))
+    assert all(chunk.usage is None for chunk in chunks)
+
+
+def test_max_tokens_cuts_with_finish_reason_length(client, model_id):
+    completion = client.chat.completions.create(model=model_id, messages=QUESTION, temperature=0, max_tokens=3)
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.usage.completion_tokens == 3
+    chunks = client.chat.completions.create(
+        model=model_id, messages=QUESTION, temperature=0, max_completion_tokens=3, stream=True, stream_options={"include_usage": True}
+    )
+    text, finish, usage = stream_text(chunks)
+    assert finish == {0: "length"} and usage.completion_tokens == 3
+    assert text[0] == completion.choices[0].message.content
+
+
+def test_stop_string_ends_the_reply_before_it(client, model_id):
+    free = client.chat.completions.create(model=model_id, messages=QUESTION, **GREEDY).choices[0].message.content
+    stop = "Paris"
+    expected = free[: free.index(stop)]
+    completion = client.chat.completions.create(model=model_id, messages=QUESTION, stop=[stop], **GREEDY)
+    assert completion.choices[0].message.content == expected
+    assert completion.choices[0].finish_reason == "stop"
+    text, finish, _ = stream_text(client.chat.completions.create(model=model_id, messages=QUESTION, stop=stop, stream=True, **GREEDY))
+    assert text == {0: expected} and finish == {0: "stop"}
+
+
+def test_n_2_gives_two_sampled_replies(client, model_id):
+    story = [{"role": "user", "content": "Tell me a long story about a dragon."}]
+    sampled = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 12, "seed": 7}
+    completion = client.chat.completions.create(model=model_id, messages=story, n=2, **sampled)
+    assert [choice.index for choice in completion.choices] == [0, 1]
+    assert [choice.finish_reason for choice in completion.choices] == ["length", "length"]
+    first, second = (choice.message.content for choice in completion.choices)
+    assert first and second and first != second
+    assert completion.usage.completion_tokens == 2 * 12
+    again = client.chat.completions.create(model=model_id, messages=story, n=2, **sampled)
+    assert [c.message.content for c in again.choices] == [first, second], "the seed was not honoured"
+    text, finish, usage = stream_text(client.chat.completions.create(
+        model=model_id, messages=story, n=2, stream=True, stream_options={"include_usage": True}, **sampled
+    ))
+    assert finish == {0: "length", 1: "length"}
+    assert text[0] and text[1] and text[0] != text[1]
+    assert usage.completion_tokens == 2 * 12
+
+
+# ---- tools
+
+
+def test_tool_call_round_trip(client, model_id, slot):
+    """Earlier turns in which the assistant called the tool make this small model call it again
+    (greedy), so the reply is a tool call we know; then its result goes back to the model."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}
+    question = {"role": "user", "content": "What is the weather in Paris?"}
+    earlier = [question, {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "18 C and sunny"},
+               {"role": "assistant", "content": "It is 18 C and sunny in Paris."}] * 2
+    completion = client.chat.completions.create(model=model_id, messages=[*earlier, question], tools=[WEATHER_TOOL], temperature=0, max_tokens=40)
+    [choice] = completion.choices
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    [tool_call] = choice.message.tool_calls
+    assert tool_call.function.name == "get_weather" and json.loads(tool_call.function.arguments) == {"city": "Paris"}
+    assert tool_call.id.startswith("call_")
+
+    chunks = list(client.chat.completions.create(model=model_id, messages=[*earlier, question], tools=[WEATHER_TOOL], temperature=0, max_tokens=40, stream=True))
+    streamed_calls = [call for chunk in chunks for choice in chunk.choices for call in choice.delta.tool_calls or []]
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in streamed_calls] == [("get_weather", {"city": "Paris"})]
+    assert not "".join(choice.delta.content or "" for chunk in chunks for choice in chunk.choices)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+    answer = client.chat.completions.create(
+        model=model_id,
+        messages=[*earlier, question, choice.message.model_dump(exclude_none=True),
+                  {"role": "tool", "tool_call_id": tool_call.id, "content": "25 C and cloudy"}],
+        tools=[WEATHER_TOOL], temperature=0, max_tokens=40,
+    ).choices[0]
+    assert answer.finish_reason == "stop" and answer.message.tool_calls is None
+    assert "25 C" in answer.message.content, "the tool's result did not reach the model"
+
+
+def test_tool_choice_none_gives_text(client, model_id):
+    completion = client.chat.completions.create(model=model_id, messages=QUESTION, tools=[WEATHER_TOOL], tool_choice="none", **GREEDY)
+    plain = client.chat.completions.create(model=model_id, messages=QUESTION, **GREEDY)
+    assert completion.choices[0].message.content == plain.choices[0].message.content
+
+
+# ---- cancelling
+
+
+def test_disconnect_cancels_the_generation(base_url, client, model_id, slot):
+    engine = slot.model.engine
+    forward_calls = []
+    hook = engine.model.register_forward_hook(lambda *args: forward_calls.append(time.monotonic()))
+    try:
+        stream = client.chat.completions.create(model=model_id, messages=COUNTING, temperature=0, max_tokens=3000, stream=True)
+        received = ""
+        for chunk in stream:
+            received += chunk.choices[0].delta.content or ""
+            if len(received) > 10:
+                break
+        assert received.startswith("1, 2, 3"), "a reply of thousands of tokens was expected"
+        stream.close()
+        left = time.monotonic()
+        deadline = left + 60
+        while engine._semaphore.locked():
+            assert time.monotonic() < deadline, "the generation went on after the client left"
+            time.sleep(0.1)
+        calls_when_freed = len(forward_calls)
+        assert calls_when_freed < 1000, f"{calls_when_freed} tokens generated of 3000: not cancelled"
+        time.sleep(1)
+        assert len(forward_calls) == calls_when_freed, "the model is still generating"
+    finally:
+        hook.remove()
+    started = time.monotonic()
+    client.chat.completions.create(model=model_id, messages=QUESTION, temperature=0, max_tokens=1)
+    assert time.monotonic() - started < 30
+
+
+# ---- refusals
+
+
+def test_wrong_or_missing_api_key_is_401(base_url, model_id):
+    for key in ("wrong-key", ""):
+        wrong = openai.OpenAI(base_url=f"{base_url}/v1", api_key=key or "unused", max_retries=0)
+        if not key:
+            wrong = wrong.with_options(default_headers={"Authorization": ""})
+        with pytest.raises(openai.AuthenticationError) as refused:
+            wrong.chat.completions.create(model=model_id, messages=QUESTION)
+        assert refused.value.status_code == 401
+        assert "API key" in refused.value.body["message"]
+        with pytest.raises(openai.AuthenticationError):
+            wrong.models.list()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        ({"messages": QUESTION}, 400, "missing required parameter 'model'"),
+        ({"model": "MODEL", "messages": []}, 400, "messages"),
+        ({"model": "MODEL", "messages": QUESTION, "temperature": 5}, 400, "temperature"),
+        ({"model": "MODEL", "messages": QUESTION, "max_tokens": 0}, 400, "max_tokens"),
+        ({"model": "MODEL", "messages": QUESTION, "frobnicate": 1}, 400, "unrecognized parameter 'frobnicate'"),
+        ({"model": "MODEL", "messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages.0.role"),
+        ({"model": "MODEL", "messages": [{"role": "assistant", "content": "hi"}]}, 400, "last message must come from the user"),
+        ({"model": "no-such-model", "messages": QUESTION}, 404, "is not served here"),
+        ({"model": "MODEL", "messages": QUESTION, "presence_penalty": 0.5}, 400, "presence_penalty is not supported by the huggingface engine"),
+        ({"model": "MODEL", "messages": QUESTION, "frequency_penalty": 1}, 400, "frequency_penalty is not supported"),
+        ({"model": "MODEL", "messages": QUESTION, "logprobs": True}, 400, "logprobs is not supported"),
+        ({"model": "MODEL", "messages": QUESTION, "tools": [WEATHER_TOOL], "tool_choice": "required"}, 400, "tool_choice"),
+        ({"model": "MODEL", "messages": QUESTION, "stream_options": {"include_usage": True}}, 400, "only allowed when stream is true"),
+        ({"model": "MODEL", "messages": QUESTION, "stream": True, "stop": [""]}, 400, "stop must be non-empty"),
+    ],
+)
+def test_bad_requests_get_openai_errors(base_url, model_id, body, status, message):
+    if isinstance(body, dict):
+        body = json.dumps({k: model_id if v == "MODEL" else v for k, v in body.items()}).encode()
+    response = httpx.post(f"{base_url}/v1/chat/completions", content=body, headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}, timeout=60)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert message in error["message"]
+    assert set(error) == {"message", "type", "param", "code"}
+
+
+def test_penalty_0_is_no_penalty(client, model_id):
+    completion = client.chat.completions.create(model=model_id, messages=QUESTION, presence_penalty=0, frequency_penalty=0, **GREEDY)
+    assert completion.choices[0].message.content == client.chat.completions.create(model=model_id, messages=QUESTION, **GREEDY).choices[0].message.content
+
+
+def image_part(url: str) -> dict:
+    return {"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": url}}]}
+
+
+PNG = base64.b64encode(bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201e2a1ed5a0000000049454e44ae426082"
+)).decode()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "remote URLs are not fetched"),
+        ("https://example.com/cat.png", "remote URLs are not fetched"),
+        ("file:///etc/passwd", "outside the folder this server may read"),
+        ("data:image/png;base64,@@@", "not valid base64"),
+        ("ftp://example.com/cat.png", "unsupported URL scheme"),
+        (f"data:image/png;base64,{PNG}", "This model does not accept images"),
+    ],
+)
+def test_media_parts_refused_with_a_reason(client, model_id, url, message):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=model_id, messages=[image_part(url)], max_tokens=2)
+    assert message in refused.value.body["message"]
+    if "does not accept" not in message:  # that one is the engine's refusal, not about a part
+        assert refused.value.body["param"] == "messages[0].content[1]"
+
+
+def test_local_files_need_the_allowed_folder(base_url, slot, model_id, media_dir):
+    picture = media_dir / "pixel.png"
+    picture.write_bytes(base64.b64decode(PNG))
+    with pytest.raises(openai.BadRequestError) as refused:
+        openai.OpenAI(base_url=f"{base_url}/v1", api_key=API_KEY, max_retries=0).chat.completions.create(
+            model=model_id, messages=[image_part(picture.as_uri())], max_tokens=2
+        )
+    # The file was allowed and read; the text-only model is what refuses it.
+    assert "This model does not accept images" in refused.value.body["message"]
+    with running_server(add_api(FastAPI(), slot)) as no_files_url:
+        with pytest.raises(openai.BadRequestError) as refused:
+            openai.OpenAI(base_url=f"{no_files_url}/v1", api_key="none", max_retries=0).chat.completions.create(
+                model=model_id, messages=[image_part(picture.as_uri())], max_tokens=2
+            )
+    assert "--allowed-local-media-path" in refused.value.body["message"]
+
+
+# ---- scores
+
+
+def test_scores_from_a_generative_model_are_refused(base_url, model_id):
+    response = httpx.post(f"{base_url}/v1/score", json={"model": model_id, "input": ["a", "b"]}, headers={"Authorization": f"Bearer {API_KEY}"})
+    assert response.status_code == 400
+    assert "does not produce scores" in response.json()["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def reward_model_dir(tmp_path_factory, slot):
+    """A reward model of the default model's architecture (random head) with its tokenizer."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    source = slot.model.engine.model_path
+    config = AutoConfig.from_pretrained(source, num_labels=1)
+    config.architectures = ["LlamaForSequenceClassification"]
+    target = tmp_path_factory.mktemp("reward-model")
+    AutoModelForSequenceClassification.from_pretrained(source, config=config).save_pretrained(target)
+    slot.model.engine.tokenizer.save_pretrained(target)
+    return target
+
+
+def test_scores_of_a_reward_model(reward_model_dir):
+    reward_slot = ModelSlot()
+    reward_slot.load({"model_name_or_path": str(reward_model_dir)})
+    try:
+        texts = ["The sky is blue.", "Blue is the sky, and the grass is green."]
+        expected = reward_slot.model.get_scores(texts)
+        with running_server(add_api(FastAPI(), reward_slot)) as url:
+            model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
+            response = httpx.post(f"{url}/v1/score", json={"model": model, "input": texts}, timeout=60)
+            single = httpx.post(f"{url}/v1/score", json={"model": model, "input": texts[1]}, timeout=60)
+            chat = httpx.post(f"{url}/v1/chat/completions", json={"model": model, "messages": QUESTION}, timeout=60)
+    finally:
+        reward_slot.unload()
+    assert response.status_code == 200, response.text
+    assert [item["index"] for item in response.json()["data"]] == [0, 1]
+    assert [item["score"] for item in response.json()["data"]] == pytest.approx(expected)
+    assert expected[0] != pytest.approx(expected[1])
+    assert single.json()["data"][0]["score"] == pytest.approx(expected[1])
+    assert chat.status_code == 400 and "reward model" in chat.json()["error"]["message"]
+
+
+# ---- the page and the API in one process
+
+
+def test_page_and_api_at_once_on_one_model(tmp_path):
+    """`python app.py` serves the page and /v1 from one ModelSlot: both answer at the same time,
+    and what the page does to the model (unload, load) is what the API serves."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from tests.browser import CHROMIUM, CHROMIUM_ARGS, AppProcess
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    app = AppProcess(tmp_path)
+    try:
+        client = openai.OpenAI(base_url=f"{app.url}v1", api_key="unused", max_retries=0, timeout=300)
+        model = client.models.list().data[0].id
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            sync_api.expect.set_options(timeout=120_000)
+            page = browser.new_page()
+            page.goto(app.url)
+            box = page.locator("#chat-input textarea")
+            sync_api.expect(box).to_have_attribute("placeholder", re.compile("reads text only"))
+
+            api_result = {}
+            api_started = threading.Event()
+
+            def use_the_api():
+                chunks = client.chat.completions.create(model=model, messages=COUNTING, temperature=0, max_tokens=30, stream=True)
+                api_result["stream"] = stream_text(_signal_first(chunks, api_started))
+
+            api_thread = threading.Thread(target=use_the_api)
+            api_thread.start()
+            assert api_started.wait(120), "the API stream did not start"
+            box.fill("What is the capital of France?")
+            box.press("Enter")
+            sync_api.expect(page.locator("#chatbot [data-testid=bot]")).to_have_count(1)
+            api_thread.join(300)
+            sync_api.expect(box).to_be_enabled()
+            text, finish, _ = api_result["stream"]
+            assert text[0].startswith("1, 2, 3") and finish == {0: "length"}
+            page_reply = page.locator("#chatbot [data-testid=bot]").last.inner_text()
+            assert page_reply.strip() and "error" not in page_reply.lower()
+
+            page.get_by_role("tab", name="Settings").click()
+            page.locator("#unload-btn").click()
+            sync_api.expect(page.locator("#model-status")).to_contain_text("No model loaded.")
+            assert client.models.list().data == []
+            with pytest.raises(openai.InternalServerError) as refused:
+                client.chat.completions.create(model=model, messages=QUESTION, max_tokens=2)
+            assert refused.value.status_code == 503 and "No model is loaded" in refused.value.body["message"]
+
+            page.locator("#load-btn").click()
+            sync_api.expect(page.locator("#model-status")).to_contain_text("Loaded SmolLM2-135M-Instruct (embedded) on huggingface")
+            assert [card.id for card in client.models.list().data] == [model]
+            assert client.chat.completions.create(model=model, messages=QUESTION, max_tokens=2).choices[0].message.content
+            browser.close()
+    finally:
+        app.stop()
+
+
+def _signal_first(chunks, started: threading.Event):
+    for chunk in chunks:
+        started.set()
+        yield chunk
