@@ -41,6 +41,9 @@ class BaseEngine(ABC):
     # Sampling settings beyond GenerationArgs that this engine honours (say "presence_penalty");
     # callers refuse the others with a clear error rather than drop them silently.
     extra_sampling_params: frozenset[str] = frozenset()
+    # True where closing this engine would harm another one started beside it (SGLang's
+    # shutdown kills every child process of ours), so a model switch closes it first.
+    close_before_next_load: bool = False
 
     @abstractmethod
     async def chat(

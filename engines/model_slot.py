@@ -16,7 +16,8 @@ from .model_files import Progress
 class ModelSlot:
     """Holds at most one ChatModel. Loading a new one keeps the old one serving until the new
     one is ready, so a failed load leaves the previous model usable; then the old one is closed
-    and its memory freed. (Peak memory while switching is therefore old + new.)"""
+    and its memory freed. (Peak memory while switching is therefore old + new.) An engine that
+    cannot live beside another (``BaseEngine.close_before_next_load``) is closed first."""
 
     def __init__(self) -> None:
         self._model: ChatModel | None = None
@@ -39,6 +40,9 @@ class ModelSlot:
         model_settings, _ = split_args(dict(args or {}))
         engine_class(ModelArgs(**model_settings).infer_backend)  # fail fast, before any loading
         with self._lock:
+            if self._model is not None and self._model.engine is not None and self._model.engine.close_before_next_load:
+                self._model, old_model = None, self._model
+                old_model.close()
             started = time.perf_counter()
             new_model = ChatModel(args, progress)
             old_model, self._model = self._model, new_model

@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 class SGLangEngine(BaseEngine):
     name = "sglang"
     extra_sampling_params = frozenset({"presence_penalty", "frequency_penalty", "min_p"})
+    # Engine.shutdown() kills every child process of ours, a new engine's included.
+    close_before_next_load = True
     # The ServerArgs field that makes stream chunks carry only the new text (forks name it differently).
     incremental_output_arg = "incremental_streaming_output"
 

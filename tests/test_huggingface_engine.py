@@ -182,3 +182,19 @@ def test_close_frees_memory(default_model_dir):
     assert freed > 300e6, f"close() gave back only {freed / 1e6:.0f} MB"
     with pytest.raises(Exception, match="unloaded"):
         model.chat(QUESTION)
+
+
+def test_model_slot_switch_keeps_old_model_on_failure_and_frees_it_on_success(default_model_dir):
+    from engines import ModelSlot
+
+    slot = ModelSlot()
+    first = slot.load({"model_name_or_path": default_model_dir})
+    with pytest.raises(ConfigError, match="does not exist"):
+        slot.load({"model_name_or_path": "/no/such/model"})
+    assert slot.model is first
+    assert first.chat(QUESTION, temperature=0, max_new_tokens=2)[0].response_length == 2
+    second = slot.load({"model_name_or_path": default_model_dir, "infer_dtype": "float32"})
+    assert slot.model is second and first.engine is None
+    assert "on huggingface" in slot.describe()
+    slot.unload()
+    assert not slot.loaded and second.engine is None
