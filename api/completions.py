@@ -109,10 +109,11 @@ def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None
         raise APIError(400, "stream_options is only allowed when stream is true.", param="stream_options")
 
 
-def opens_in_reasoning(model: ChatModel, call: EngineCall) -> bool:
+async def opens_in_reasoning(model: ChatModel, call: EngineCall) -> bool:
     """Some reasoning models' templates open <think> in the prompt; their reply starts inside it."""
     try:
-        prompt = model.engine.render_prompt(call.messages, tools=call.tools, **call.generation)
+        # In a thread: rendering a long conversation's template must not hold up other streams.
+        prompt = await asyncio.to_thread(model.engine.render_prompt, call.messages, tools=call.tools, **call.generation)
     except NotImplementedError:
         return False
     return prompt.rstrip().endswith(THINK_OPEN)
@@ -123,7 +124,7 @@ def _tool_calls(calls: list[ParsedToolCall]) -> list[ToolCall] | None:
 
 
 async def complete(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall) -> ChatCompletion:
-    in_reasoning = opens_in_reasoning(model, call)
+    in_reasoning = await opens_in_reasoning(model, call)
     responses = await model.achat(call.messages, **call.kwargs())
     choices = []
     for index, response in enumerate(responses):
@@ -186,13 +187,16 @@ def _text_delta(kind: str, text: str) -> Delta:
 async def start_stream(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall) -> AsyncIterator[str]:
     """The SSE body. The first event is awaited before the response starts (see routes), so a
     request the engine refuses still gets a proper error status."""
-    in_reasoning = opens_in_reasoning(model, call)
+    in_reasoning = await opens_in_reasoning(model, call)
     events: asyncio.Queue[_Event] = asyncio.Queue()
     tasks = [asyncio.create_task(_stream_choice(model, call, index, in_reasoning, events)) for index in range(request.n)]
-    first = await events.get()
-    if first.error is not None:
+    try:
+        first = await events.get()
+        if first.error is not None:
+            raise first.error
+    except BaseException:
         await _cancel(tasks)
-        raise first.error
+        raise
     return _sse(request, model_id, tasks, events, first)
 
 

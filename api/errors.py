@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
 from engines import ChatError, ModelUnloadedError
@@ -49,7 +49,7 @@ def _validation_message(error: RequestValidationError) -> tuple[str, str | None]
     problems, first_param = [], None
     for item in error.errors():
         location = [str(part) for part in item.get("loc", ()) if part != "body"]
-        param = ".".join(location) or None
+        param = ".".join(location) if location and item.get("type") != "json_invalid" else None
         first_param = first_param or param
         if item.get("type") == "json_invalid":
             problems.append(f"the body is not valid JSON ({item.get('ctx', {}).get('error', 'parse error')})")
@@ -72,6 +72,11 @@ def install_error_handlers(app: FastAPI) -> None:
         refused = from_exception(error)
         return JSONResponse(refused.body(), status_code=refused.status)
 
+    async def unexpected_error(request: Request, error: Exception) -> Response:
+        if not on_api_path(request):  # a failure under the mounted page, which shows its own errors
+            return PlainTextResponse("Internal Server Error", status_code=500)
+        return await api_error(request, error)
+
     async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
         if not on_api_path(request):
             return await request_validation_exception_handler(request, error)
@@ -87,6 +92,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(APIError, api_error)
     app.add_exception_handler(ChatError, api_error)
-    app.add_exception_handler(Exception, api_error)
+    app.add_exception_handler(Exception, unexpected_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(HTTPException, http_error)

@@ -295,6 +295,12 @@ def test_bad_requests_get_openai_errors(base_url, model_id, body, status, messag
     assert set(error) == {"message", "type", "param", "code"}
 
 
+def test_unknown_endpoint_gets_an_openai_404(base_url):
+    response = httpx.get(f"{base_url}/v1/completion", headers={"Authorization": f"Bearer {API_KEY}"})
+    assert response.status_code == 404
+    assert "POST /v1/chat/completions" in response.json()["error"]["message"]
+
+
 def test_penalty_0_is_no_penalty(client, model_id):
     completion = client.chat.completions.create(model=model_id, messages=QUESTION, presence_penalty=0, frequency_penalty=0, **GREEDY)
     assert completion.choices[0].message.content == client.chat.completions.create(model=model_id, messages=QUESTION, **GREEDY).choices[0].message.content
@@ -454,3 +460,75 @@ def _signal_first(chunks, started: threading.Event):
     for chunk in chunks:
         started.set()
         yield chunk
+
+
+# ---- media parts reaching multimodal models (tiny random-weight models of real architectures)
+
+
+@contextmanager
+def serving_model(path: Path) -> Iterator[tuple[ModelSlot, openai.OpenAI, str]]:
+    media_slot = ModelSlot()
+    media_slot.load({"model_name_or_path": str(path)})
+    try:
+        with running_server(add_api(FastAPI(), media_slot)) as url:
+            media_client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+            yield media_slot, media_client, media_client.models.list().data[0].id
+    finally:
+        media_slot.unload()
+
+
+def recording_generate(monkeypatch, media_slot: ModelSlot) -> list[dict]:
+    """What the model's generate receives, call by call."""
+    calls, engine = [], media_slot.model.engine
+    original = engine.model.generate
+
+    def generate(**inputs):
+        calls.append(inputs)
+        return original(**inputs)
+
+    monkeypatch.setattr(engine.model, "generate", generate)
+    return calls
+
+
+def test_an_image_part_reaches_a_multimodal_model(tmp_path, monkeypatch):
+    from media_samples import png_bytes, solid_image
+    from tiny_models import build_qwen2_vl
+
+    with serving_model(build_qwen2_vl(tmp_path / "qwen2_vl")) as (media_slot, media_client, model):
+        calls = recording_generate(monkeypatch, media_slot)
+        data_url = "data:image/png;base64," + base64.b64encode(png_bytes(solid_image((255, 0, 0), (80, 60)))).decode()
+        completion = media_client.chat.completions.create(
+            model=model, temperature=0, max_tokens=3,
+            messages=[{"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": data_url}}]}],
+        )
+        processor = media_slot.model.engine._media.processor
+        [inputs] = calls
+        # 80x60 becomes 84x56: 6x4 patches of 14, merged 2x2 into 6 image tokens, after the text.
+        prompt = media_slot.model.engine.tokenizer.decode(inputs["input_ids"][0])
+        assert "What is this?<|vision_start|><|image_pad|>" in prompt
+        assert int((inputs["input_ids"] == processor.image_token_id).sum()) == 6
+        assert inputs["image_grid_thw"].tolist() == [[1, 4, 6]]
+        assert completion.usage.prompt_tokens == inputs["input_ids"].shape[1]
+        assert completion.usage.completion_tokens == 3 and completion.choices[0].finish_reason == "length"
+
+
+def test_an_input_audio_part_reaches_an_audio_model(tmp_path, monkeypatch):
+    from media_samples import tone, write_audio
+    from tiny_models import build_qwen2_audio
+
+    wav = write_audio(tmp_path / "tone.wav", tone(1.0, 16000), 16000).read_bytes()
+    with serving_model(build_qwen2_audio(tmp_path / "qwen2_audio")) as (media_slot, media_client, model):
+        calls = recording_generate(monkeypatch, media_slot)
+        chunks = list(media_client.chat.completions.create(
+            model=model, temperature=0, max_tokens=3, stream=True, stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": [
+                {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"}},
+                {"type": "text", "text": "What is this sound?"},
+            ]}],
+        ))
+        [inputs] = calls
+        # Whisper features: 100 frames a second, two stride-2 steps: 1 s -> 25 audio tokens.
+        assert inputs["feature_attention_mask"].sum(-1).tolist() == [100]
+        assert int((inputs["input_ids"] == media_slot.model.engine._media.processor.audio_token_id).sum()) == 25
+        _, finish, usage = stream_text(chunks)
+        assert finish == {0: "length"} and usage.prompt_tokens == inputs["input_ids"].shape[1]
