@@ -27,9 +27,10 @@ def free_port() -> int:
 
 
 class AppProcess:
-    """``python app.py --port N`` with the default model, until stopped."""
+    """``python app.py --port N [extra_args]`` (the default model unless they name one), until
+    stopped. Its output goes to a file: a pipe nobody reads would fill up and block the server."""
 
-    def __init__(self, temp_dir: Path, timeout: float = 300) -> None:
+    def __init__(self, temp_dir: Path, extra_args: tuple[str, ...] = (), timeout: float = 300) -> None:
         self.port = free_port()
         self.log_path = temp_dir / "app.log"
         env = {
@@ -39,7 +40,7 @@ class AppProcess:
         }
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            [sys.executable, "app.py", "--port", str(self.port)], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
+            [sys.executable, "app.py", "--port", str(self.port), *extra_args], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
         )
         self.url = self._wait_for_url(timeout)
 

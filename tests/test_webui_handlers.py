@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from engines import ModelSlot
+from engines.backends import BACKENDS
 from webui.conversation import ChatSession, Turn, model_request, render, turn_of_message
 from webui.handlers import GENERATION_CONTROLS, ChatHandlers
 from webui.reply_parts import split_reply
@@ -236,7 +237,7 @@ async def test_load_unload_and_a_missing_backend(handlers, slot):
     assert defaults[GENERATION_CONTROLS.index("max_new_tokens")] == slot.model.engine.generating_args.max_new_tokens
 
     status = handlers.load("sglang", "", "auto", progress=lambda *a, **k: None)[0]
-    assert "The sglang backend needs sglang" in status and "pip install sglang" in status
+    assert "The sglang backend needs sglang" in status and BACKENDS["sglang"].install in status
     assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status
     await run(handlers.regenerate(session, SYSTEM, NO_TOOLS, *controls(4)))
     assert [t.role for t in session.turns] == ["user", "assistant", "user", "assistant"]

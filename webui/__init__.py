@@ -1,5 +1,5 @@
 """The web page: Gradio Blocks over the app's shared ModelSlot."""
 
-from .layout import PAGE_KWARGS, build_demo, launch
+from .layout import PAGE_KWARGS, build_demo
 
-__all__ = ["PAGE_KWARGS", "build_demo", "launch"]
+__all__ = ["PAGE_KWARGS", "build_demo"]

@@ -126,15 +126,9 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
         undo_btn.click(handlers.undo, [session], chat_outputs, api_name="undo")
         clear_btn.click(handlers.clear, [session], chat_outputs, api_name="clear")
         export_btn.click(handlers.export, [session, system], export_file, api_visibility="private")
-        import_btn.upload(handlers.import_, [session, import_btn], [chatbot, system], api_visibility="private")
+        import_btn.upload(handlers.import_, [session, import_btn], [chatbot, system], api_name="import_conversation")
         load_btn.click(handlers.load, [backend, model_path, dtype], model_outputs, api_name="load", concurrency_limit=1)
         unload_btn.click(handlers.unload, None, model_outputs, api_name="unload", concurrency_limit=1)
         demo.load(handlers.model_status, None, model_outputs, api_visibility="private")
     return demo
-
-
-def launch(slot: ModelSlot, host: str, port: int, auth: tuple[str, str] | None = None) -> None:
-    build_demo(slot).queue().launch(
-        server_name=host, server_port=port, auth=auth, footer_links=[], show_error=True, **PAGE_KWARGS
-    )
 
