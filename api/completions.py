@@ -37,7 +37,8 @@ from .schemas import (
 )
 from .tool_calls import THINK_OPEN, ParsedToolCall, ReplySplitter, split_reply
 
-OPTIONAL_PENALTIES = ("presence_penalty", "frequency_penalty")
+# Sampling settings only some engines have (engine.extra_sampling_params); 0 means off everywhere.
+OPTIONAL_SAMPLING = ("presence_penalty", "frequency_penalty", "min_p")
 
 
 @dataclass
@@ -68,7 +69,7 @@ def engine_call(request: ChatCompletionRequest, model: ChatModel, local_media_di
         generation["max_new_tokens"] = max_tokens
     if request.stop is not None:
         generation["stop"] = [request.stop] if isinstance(request.stop, str) else request.stop
-    for name in OPTIONAL_PENALTIES:
+    for name in OPTIONAL_SAMPLING:
         if getattr(request, name):
             generation[name] = getattr(request, name)
     use_tools = bool(request.tools) and request.tool_choice != "none"
@@ -78,12 +79,12 @@ def engine_call(request: ChatCompletionRequest, model: ChatModel, local_media_di
 
 def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None:
     engine = model.engine
-    for name in OPTIONAL_PENALTIES:
+    for name in OPTIONAL_SAMPLING:
         if getattr(request, name) and name not in engine.extra_sampling_params:
             raise APIError(
                 400,
-                f"{name} is not supported by the {engine.name} engine; leave it out or set it to 0 "
-                "(the vllm backend supports it).",
+                f"{name} is not supported by the {engine.name} engine; leave it out or set it to 0, "
+                "or load the model on a backend that supports it.",
                 param=name,
                 code="unsupported_parameter",
             )

@@ -141,6 +141,7 @@ class ChatCompletionRequest(_Strict):
     # Extensions that vLLM's API accepts as well.
     top_k: int | None = Field(None, ge=0)
     repetition_penalty: float | None = Field(None, gt=0)
+    min_p: float | None = Field(None, ge=0, le=1)
 
 
 class ScoreRequest(_Strict):
