@@ -217,6 +217,64 @@ def test_tool_choice_none_gives_text(client, model_id):
     assert completion.choices[0].message.content == plain.choices[0].message.content
 
 
+def test_reasoning_comes_back_separately(client, model_id):
+    """Earlier turns that thought inside <think> make the model do it again (greedy)."""
+    question = {"role": "user", "content": "Hi there!"}
+    earlier = [question, {"role": "assistant", "content": "<think>The user greets me.</think>Hello! How can I help?"}] * 2
+    request = {"model": model_id, "messages": [*earlier, question], "temperature": 0, "max_tokens": 30}
+    message = client.chat.completions.create(**request).choices[0].message
+    assert message.reasoning_content == "The user greets me."
+    assert message.content == "Hello! How can I help?"
+    chunks = list(client.chat.completions.create(**request, stream=True))
+    deltas = [choice.delta for chunk in chunks for choice in chunk.choices]
+    assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == message.reasoning_content
+    assert "".join(d.content or "" for d in deltas) == message.content
+
+
+# The formats of the common chat templates, as a model would write them.
+REPLIES = [
+    ("Hello world", None, "Hello world", []),
+    ("<think>hmm\nok</think>\n\nThe answer is 4", "hmm\nok", "The answer is 4", []),
+    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', None, None, [("get_weather", {"city": "Paris"})]),
+    ('Let me check.\n<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>',
+     None, "Let me check.\n", [("a", {"x": 1}), ("b", {})]),
+    ('<think>Weather needed.</think><tool_call>{"name": "a", "arguments": {}}</tool_call>', "Weather needed.", None, [("a", {})]),
+    ('{"name": "get_weather", "parameters": {"city": "Paris"}}', None, None, [("get_weather", {"city": "Paris"})]),
+    ('<|python_tag|>{"name": "a", "parameters": {"x": 1}}', None, None, [("a", {"x": 1})]),
+    ('{"name": "a", "parameters": {"x": 1}}; {"name": "b", "parameters": {}}', None, None, [("a", {"x": 1}), ("b", {})]),
+    ('[TOOL_CALLS][{"name": "a", "arguments": {"x": 1}}]', None, None, [("a", {"x": 1})]),
+    ('[{"name": "a", "arguments": {"x": 1}}]', None, None, [("a", {"x": 1})]),
+    ("[a link](http://x) is good", None, "[a link](http://x) is good", []),
+    ('<tool_call>{"name": broken', None, '<tool_call>{"name": broken', []),
+    ("I use <tool and more", None, "I use <tool and more", []),
+]
+
+
+@pytest.mark.parametrize(("text", "reasoning", "content", "calls"), REPLIES)
+def test_replies_split_the_same_whole_and_streamed(text, reasoning, content, calls):
+    from api.tool_calls import ReplySplitter, split_reply
+
+    whole = split_reply(text, parse_tools=True)
+    assert (whole.reasoning, whole.content) == (reasoning, content)
+    assert [(call.name, json.loads(call.arguments)) for call in whole.tool_calls] == calls
+    splitter, pieces = ReplySplitter(parse_tools=True), []
+    for character in text:  # the worst case of a stream: one character at a time
+        pieces += splitter.push(character)
+    held, streamed_calls = splitter.finish()
+    pieces += held
+    assert "".join(t for kind, t in pieces if kind == "reasoning") == (reasoning or "")
+    assert "".join(t for kind, t in pieces if kind == "content") == (content or "")
+    assert [(call.name, call.arguments) for call in streamed_calls] == [(call.name, call.arguments) for call in whole.tool_calls]
+
+
+def test_without_tools_json_is_plain_content_and_an_opened_think_is_reasoning():
+    from api.tool_calls import split_reply
+
+    assert split_reply('{"name": "a", "arguments": {}}', parse_tools=False).content == '{"name": "a", "arguments": {}}'
+    reply = split_reply("still thinking</think>Done.", parse_tools=False, in_reasoning=True)
+    assert (reply.reasoning, reply.content) == ("still thinking", "Done.")
+
+
 # ---- cancelling
 
 
