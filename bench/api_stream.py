@@ -5,7 +5,9 @@
 The API runs as `python app.py api` in its own process (as users run it) and is read with the
 official `openai` client; ChatModel runs in this process. Rounds alternate which side goes
 first, each with the same greedy request. Reported: time to first token, decode tokens/s after
-the first token, and the API / direct ratios (target: 0.95 or more for tokens/s).
+the first token, and the API / direct ratios (target: 0.95 or more for tokens/s), and the CPU
+time each side spends per token (all processes and threads: model, server, client), which tells
+apart the API's own cost from other load on the machine.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import openai  # noqa: E402
+import psutil  # noqa: E402
 
 from engines import ChatModel, Response  # noqa: E402
 
@@ -48,7 +51,11 @@ def start_api(model: str | None, port: int) -> subprocess.Popen:
     raise SystemExit(f"the API server exited with {process.wait()}")
 
 
-def timed_direct(chat_model: ChatModel, tokens: int) -> tuple[float, float]:
+def cpu_seconds(*processes: psutil.Process) -> float:
+    return sum(sum(process.cpu_times()[:2]) for process in processes)
+
+
+def timed_direct(chat_model: ChatModel, tokens: int) -> tuple[float, float, int]:
     finished: list[Response] = []
     started = time.perf_counter()
     first = None
@@ -56,10 +63,10 @@ def timed_direct(chat_model: ChatModel, tokens: int) -> tuple[float, float]:
         if first is None and piece:
             first = time.perf_counter()
     ended = time.perf_counter()
-    return first - started, (finished[0].response_length - 1) / (ended - first)
+    return first - started, (finished[0].response_length - 1) / (ended - first), finished[0].response_length
 
 
-def timed_api(client: openai.OpenAI, model_id: str, tokens: int) -> tuple[float, float]:
+def timed_api(client: openai.OpenAI, model_id: str, tokens: int) -> tuple[float, float, int]:
     started = time.perf_counter()
     first, usage = None, None
     stream = client.chat.completions.create(
@@ -70,7 +77,7 @@ def timed_api(client: openai.OpenAI, model_id: str, tokens: int) -> tuple[float,
             first = time.perf_counter()
         usage = chunk.usage or usage
     ended = time.perf_counter()
-    return first - started, (usage.completion_tokens - 1) / (ended - first)
+    return first - started, (usage.completion_tokens - 1) / (ended - first), usage.completion_tokens
 
 
 def main() -> None:
@@ -88,11 +95,19 @@ def main() -> None:
         with ChatModel({"model_name_or_path": args.model} if args.model else None) as chat_model:
             timed_direct(chat_model, 8)  # warm-up, both sides
             timed_api(client, model_id, 8)
+            this, serving = psutil.Process(), psutil.Process(server.pid)
             direct, api = [], []
+            cpu = {"direct": [0.0, 0], "api": [0.0, 0]}
             for round_index in range(args.rounds):
-                runs = [(direct, lambda: timed_direct(chat_model, args.tokens)), (api, lambda: timed_api(client, model_id, args.tokens))]
-                for results, run in runs if round_index % 2 == 0 else runs[::-1]:
+                runs = [
+                    ("direct", direct, lambda: timed_direct(chat_model, args.tokens)),
+                    ("api", api, lambda: timed_api(client, model_id, args.tokens)),
+                ]
+                for side, results, run in runs if round_index % 2 == 0 else runs[::-1]:
+                    before = cpu_seconds(this, serving)
                     results.append(run())
+                    cpu[side][0] += cpu_seconds(this, serving) - before
+                    cpu[side][1] += results[-1][2]
     finally:
         server.terminate()
         server.wait(30)
@@ -103,6 +118,9 @@ def main() -> None:
     print(f"{'':22}{'ChatModel':>12}{'API':>12}{'API/direct':>12}")
     print(f"{'time to first token':22}{ttft_direct * 1000:>10.0f}ms{ttft_api * 1000:>10.0f}ms{ttft_direct / ttft_api:>12.2f}  (direct/API: higher is better)")
     print(f"{'decode tokens/s':22}{rate_direct:>12.1f}{rate_api:>12.1f}{rate_api / rate_direct:>12.2f}")
+    per_token = {side: seconds / tokens * 1000 for side, (seconds, tokens) in cpu.items()}
+    print(f"{'CPU ms per token':22}{per_token['direct']:>12.1f}{per_token['api']:>12.1f}{per_token['direct'] / per_token['api']:>12.2f}  (direct/API)")
+    print(f"load average while running: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":
