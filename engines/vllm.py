@@ -99,7 +99,7 @@ class VllmEngine(BaseEngine):
             "trust_remote_code": args.trust_remote_code,
             "max_model_len": args.max_model_len,
             "gpu_memory_utilization": args.gpu_memory_utilization,
-            "tensor_parallel_size": args.tensor_parallel_size or (1 if on_cpu else max(1, current_platform.device_count())),
+            "tensor_parallel_size": args.tensor_parallel_size or _visible_accelerators(),
             "enforce_eager": on_cpu if args.enforce_eager is None else args.enforce_eager,
             # ModelArgs.max_concurrent bounds how many requests generate at once, on every backend.
             "max_num_seqs": args.max_concurrent,
@@ -279,6 +279,12 @@ def _shutdown(engine: AsyncLLM) -> None:
     # joining it here leaves no zombie behind.
     for process in processes:
         process.join(timeout=10)
+
+
+def _visible_accelerators() -> int:
+    # Only the GPU platforms (CUDA, ROCm, XPU) can count their devices; elsewhere one.
+    count = getattr(current_platform, "device_count", None)
+    return max(1, count()) if count and not current_platform.is_cpu() else 1
 
 
 def _engine_died() -> ModelUnloadedError:

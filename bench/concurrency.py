@@ -1,0 +1,139 @@
+"""Several users at once: aggregate tokens/s and time to first token for 1, 4 and 8 concurrent
+chats through ChatModel on the HF engine and on the vLLM engine, with vLLM's bare AsyncLLM
+(same engine settings, same token prompts) as the reference, all in one run.
+
+    OMP_WAIT_POLICY=PASSIVE python bench/concurrency.py [--tokens 64] [--rounds 2] [--concurrency 1 4 8]
+
+Every chat is greedy, each user with a different prompt. Rounds are interleaved (each round runs
+every way at every concurrency) so machine noise hits all ways alike; figures are medians.
+Prints the vLLM engine's ratio to bare vLLM (target 0.95 or more) and vLLM over HF.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "anychat-bench-vllm-cache"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from engines import ChatModel  # noqa: E402
+
+TOPICS = ["a lighthouse keeper", "a lost robot", "a dragon who cannot fly", "a city under the sea",
+          "a baker's apprentice", "a comet", "a haunted library", "two rival chess players"]
+# The same settings for our vLLM engine and the bare one.
+VLLM_SETTINGS = {"kv_cache_space_gb": 1, "max_model_len": 2048, "infer_dtype": "bfloat16"}
+
+
+def messages(user: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Write a long story about {TOPICS[user % len(TOPICS)]}."}]
+
+
+async def ours(model: ChatModel, users: int, tokens: int) -> tuple[float, float, int]:
+    """(wall seconds, mean TTFT seconds, tokens generated) for ``users`` concurrent streams."""
+    async def one(user: int) -> tuple[float, int]:
+        finished = []
+        first = None
+        async for _ in model.astream_chat(messages(user), temperature=0, max_new_tokens=tokens, on_finish=finished.append):
+            first = first or time.perf_counter()
+        return first - started, finished[0].response_length
+
+    started = time.perf_counter()
+    results = await asyncio.gather(*(one(u) for u in range(users)))
+    return time.perf_counter() - started, statistics.mean(t for t, _ in results), sum(n for _, n in results)
+
+
+async def bare(engine, prompts: list[list[int]], users: int, tokens: int) -> tuple[float, float, int]:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    params = SamplingParams(temperature=0.0, max_tokens=tokens, output_kind=RequestOutputKind.DELTA)
+
+    async def one(user: int) -> tuple[float, int]:
+        first, count = None, 0
+        async for output in engine.generate({"prompt_token_ids": prompts[user]}, params, uuid.uuid4().hex):
+            count += len(output.outputs[0].token_ids)
+            if output.outputs[0].text:
+                first = first or time.perf_counter()
+        return first - started, count
+
+    started = time.perf_counter()
+    results = await asyncio.gather(*(one(u) for u in range(users)))
+    return time.perf_counter() - started, statistics.mean(t for t, _ in results), sum(n for _, n in results)
+
+
+async def start_bare(model_path: str, max_seqs: int):
+    from vllm import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(
+        model=model_path, dtype=VLLM_SETTINGS["infer_dtype"], max_model_len=VLLM_SETTINGS["max_model_len"],
+        kv_cache_memory_bytes=VLLM_SETTINGS["kv_cache_space_gb"] << 30, enforce_eager=True,
+        max_num_seqs=max_seqs, disable_log_stats=True,
+    ))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    args = parser.parse_args()
+    most = max(args.concurrency)
+
+    loop = asyncio.new_event_loop()
+    hf = ChatModel({"max_concurrent": most})
+    ours_vllm = ChatModel({"infer_backend": "vllm", "max_concurrent": most, **VLLM_SETTINGS})
+    engine = loop.run_until_complete(start_bare(ours_vllm.engine.model_path, most))
+    tokenizer = ours_vllm.engine.tokenizer
+    prompts = [tokenizer(ours_vllm.engine.render_prompt(messages(u)), add_special_tokens=False).input_ids
+               for u in range(most)]
+    ways = {
+        "HF ChatModel": lambda users: ours(hf, users, args.tokens),
+        "vLLM ChatModel": lambda users: ours(ours_vllm, users, args.tokens),
+        "bare AsyncLLM": lambda users: bare(engine, prompts, users, args.tokens),
+    }
+    for run in ways.values():  # warm-up
+        loop.run_until_complete(run(1))
+    results = {(name, users): [] for name in ways for users in args.concurrency}
+    for round_number in range(args.rounds):
+        for users in args.concurrency:
+            for name, run in ways.items():
+                results[name, users].append(loop.run_until_complete(run(users)))
+        print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
+
+    print(f"greedy, {args.tokens} new tokens per chat, median of {args.rounds} interleaved rounds")
+    print(f"{'users':>5}  {'way':<16}{'tok/s':>9}{'TTFT ms':>10}{'tokens':>8}")
+    summary = []
+    for users in args.concurrency:
+        rates = {}
+        for name in ways:
+            runs = results[name, users]
+            rates[name] = statistics.median(count / wall for wall, _, count in runs)
+            ttft = statistics.median(first for _, first, _ in runs) * 1000
+            print(f"{users:>5}  {name:<16}{rates[name]:>9.2f}{ttft:>10.1f}{runs[0][2]:>8}")
+        summary.append(f"{users} users: vLLM engine / bare vLLM = {rates['vLLM ChatModel'] / rates['bare AsyncLLM']:.3f}, "
+                       f"vLLM engine / HF engine = {rates['vLLM ChatModel'] / rates['HF ChatModel']:.2f}")
+    print("\n".join(summary))
+
+    engine.shutdown()
+    # Collected now, while vLLM's modules are alive: its __del__ fails at interpreter exit.
+    del engine
+    gc.collect()
+    ours_vllm.close()
+    hf.close()
+    loop.close()
+
+
+if __name__ == "__main__":
+    main()
