@@ -190,7 +190,7 @@ def test_stop_keeps_the_partial_reply_and_the_box_usable(page):
     expect(page.locator("#chatbot").get_by_text("Stopped")).to_have_count(2)
 
 
-def test_regenerate_and_a_short_max_new_tokens(page):
+def test_regenerate_edit_undo_and_a_short_max_new_tokens(page):
     open_tab(page, "Settings")
     set_number(page, "temperature", 0)
     set_number(page, "max-new-tokens", 3)
@@ -201,9 +201,20 @@ def test_regenerate_and_a_short_max_new_tokens(page):
     click_and_wait(page, "regenerate-btn")
     expect(bot_messages(page)).to_have_count(1)
     assert bot_messages(page).last.inner_text().strip() == short, "greedy regenerate gave another reply"
+
+    before = locks(page)
+    user_messages(page).first.hover()
+    page.get_by_role("button", name="Edit").first.click()
+    page.locator("#chatbot textarea.edit-textarea").fill("Tell me about Greek history.")
+    page.get_by_role("button", name="Submit").first.click()
+    wait_until_answered(page, before)
+    expect(user_messages(page)).to_have_count(1)
+    expect(user_messages(page).first).to_contain_text("Tell me about Greek history.")
+    expect(bot_messages(page)).to_have_count(1)
+
     page.locator("#undo-btn").click()
     expect(user_messages(page)).to_have_count(0)
-    expect(page.locator("#chat-input textarea")).to_have_value("Tell me about the history of the Roman Empire in detail.")
+    expect(page.locator("#chat-input textarea")).to_have_value("Tell me about Greek history.")
 
 
 def test_two_tabs_chatting_at_once_stay_separate(open_page):

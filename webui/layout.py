@@ -125,6 +125,7 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
         stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
         undo_btn.click(handlers.undo, [session], chat_outputs, api_name="undo")
         clear_btn.click(handlers.clear, [session], chat_outputs, api_name="clear")
+        chatbot.clear(handlers.clear, [session], chat_outputs, api_visibility="private")
         export_btn.click(handlers.export, [session, system], export_file, api_visibility="private")
         import_btn.upload(handlers.import_, [session, import_btn], [chatbot, system], api_name="import_conversation")
         load_btn.click(handlers.load, [backend, model_path, dtype], model_outputs, api_name="load", concurrency_limit=1)
