@@ -37,11 +37,9 @@ QUESTION = "Write the numbers from 1 to 1000, separated by commas."
 
 
 def history_of(length: int) -> list[dict[str, str]]:
-    return [
-        {"role": "user", "content": f"Question {i // 2}: what is {i} plus {i}?"} if i % 2 == 0
-        else {"role": "assistant", "content": f"{i - 1} plus {i - 1} is {2 * (i - 1)}."}
-        for i in range(length)
-    ]
+    """Short messages: the long history is there to grow the Chatbot the page re-processes on every
+    update, not to make the model's prompt (the same on both sides) long."""
+    return [{"role": ("user", "assistant")[i % 2], "content": f"Note {i}."} for i in range(length)]
 
 
 def timed_direct(chat_model: ChatModel, history: list[dict], tokens: int) -> tuple[float, float, int]:
