@@ -6,7 +6,7 @@ import asyncio
 import ctypes
 import gc
 import threading
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from .backends import engine_class

@@ -24,12 +24,12 @@ from transformers import (
 from transformers.generation.streamers import BaseStreamer
 
 from .base import BaseEngine, Response
-from .errors import ConfigError, ModelLoadError, UnsupportedError
+from .errors import ModelLoadError, UnsupportedError
 from .generation_args import GenerationArgs
 from .model_args import ModelArgs
 from .model_files import Progress, resolve_model_path
 from .multimodal import MediaProcessor, is_multimodal
-from .request import ChatRequest, build_request, render_chat, template_source
+from .request import ChatRequest, build_request, check_scores_request, render_chat, template_source
 from .text_stream import IncrementalDecoder, find_stop
 
 _DTYPES = {"auto": "auto", "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -230,15 +230,7 @@ class HuggingFaceEngine(BaseEngine):
     # ---- scores
 
     async def get_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
-        if self.can_generate:
-            raise UnsupportedError(
-                "This model does not produce scores: it is a generative model. "
-                "Load a reward model (a sequence-classification model with one label) to score texts."
-            )
-        if kwargs:
-            raise ConfigError(f"Unknown scoring argument(s): {', '.join(sorted(kwargs))}.")
-        if not batch_input or not all(isinstance(text, str) for text in batch_input):
-            raise ConfigError("get_scores needs a non-empty list of texts.")
+        check_scores_request(self.can_generate, batch_input, kwargs)
         async with self._semaphore:
             return await asyncio.get_running_loop().run_in_executor(self._executor, self._score, batch_input)
 

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ChatTemplateError, ConfigError, MediaError
+from .errors import ChatTemplateError, ConfigError, MediaError, UnsupportedError
 from .generation_args import GenerationArgs
 from .media import PLACEHOLDERS
 
@@ -49,6 +49,19 @@ def build_request(
     if media:
         checked = inject_placeholders(checked, media)
     return ChatRequest(messages=checked, tools=parse_tools(tools), generation=generation_args, media=media)
+
+
+def check_scores_request(can_generate: bool, batch_input: list[str], kwargs: dict[str, Any]) -> None:
+    """The same refusals from every engine's get_scores, before any work starts."""
+    if can_generate:
+        raise UnsupportedError(
+            "This model does not produce scores: it is a generative model. "
+            "Load a reward model (a sequence-classification model with one label) to score texts."
+        )
+    if kwargs:
+        raise ConfigError(f"Unknown scoring argument(s): {', '.join(sorted(kwargs))}.")
+    if not batch_input or not all(isinstance(text, str) for text in batch_input):
+        raise ConfigError("get_scores needs a non-empty list of texts.")
 
 
 def _check_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

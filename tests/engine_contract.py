@@ -7,7 +7,6 @@ real one cannot run here). Backend-specific powers get their own tests beside it
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest

@@ -419,20 +419,6 @@ def test_scores_from_a_generative_model_are_refused(base_url, model_id):
     assert "does not produce scores" in response.json()["error"]["message"]
 
 
-@pytest.fixture(scope="module")
-def reward_model_dir(tmp_path_factory, slot):
-    """A reward model of the default model's architecture (random head) with its tokenizer."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification
-
-    source = slot.model.engine.model_path
-    config = AutoConfig.from_pretrained(source, num_labels=1)
-    config.architectures = ["LlamaForSequenceClassification"]
-    target = tmp_path_factory.mktemp("reward-model")
-    AutoModelForSequenceClassification.from_pretrained(source, config=config).save_pretrained(target)
-    slot.model.engine.tokenizer.save_pretrained(target)
-    return target
-
-
 def test_scores_of_a_reward_model(reward_model_dir):
     reward_slot = ModelSlot()
     reward_slot.load({"model_name_or_path": str(reward_model_dir)})

@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import time
 
 import psutil
 import pytest
-import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from engines import (
     BackendUnavailableError,
@@ -145,19 +143,6 @@ def test_model_without_chat_template_gets_a_clear_error(tmp_path, default_model_
     template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
     with ChatModel({"model_name_or_path": str(tmp_path), "chat_template": template}) as model:
         assert model.engine.render_prompt(QUESTION) == "user: Name three colors.\nassistant:"
-
-
-@pytest.fixture(scope="module")
-def reward_model_dir(tmp_path_factory, default_model_dir):
-    path = tmp_path_factory.mktemp("reward")
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
-    tokenizer.save_pretrained(path)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, num_labels=1,
-                         pad_token_id=tokenizer.pad_token_id, architectures=["LlamaForSequenceClassification"])
-    LlamaForSequenceClassification(config).save_pretrained(path)
-    return str(path)
 
 
 def test_reward_scores_padded_batch_equals_one_by_one(reward_model_dir):

@@ -21,7 +21,7 @@ os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "an
 
 import torch  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForSequenceClassification  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
 
 from engines import ChatModel, ConfigError, UnsupportedError  # noqa: E402
 from engines.model_files import resolve_model_path  # noqa: E402
@@ -213,20 +213,6 @@ def test_serving_settings_are_refused_on_the_huggingface_backend():
 def test_bad_engine_argument_is_named(default_model_dir):
     with pytest.raises(ConfigError, match="no_such_option"):
         ChatModel({**VLLM_SETTINGS, "model_name_or_path": default_model_dir, "engine_args": {"no_such_option": 1}})
-
-
-@pytest.fixture(scope="module")
-def reward_model_dir(tmp_path_factory, default_model_dir):
-    """A tiny random reward model; head size 64, as vLLM's CPU attention kernels need."""
-    path = tmp_path_factory.mktemp("reward")
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
-    tokenizer.save_pretrained(path)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, num_labels=1,
-                         pad_token_id=tokenizer.pad_token_id, architectures=["LlamaForSequenceClassification"])
-    LlamaForSequenceClassification(config).save_pretrained(path)
-    return str(path)
 
 
 def test_reward_scores_through_the_pooling_api_match_the_huggingface_engine(reward_model_dir):
