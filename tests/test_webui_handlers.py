@@ -10,10 +10,10 @@ import psutil
 import pytest
 from PIL import Image
 
-from engines import ModelSlot
+from engines import ConfigError, ModelSlot
 from engines.backends import BACKENDS
 from webui.conversation import ChatSession, Turn, model_request, render, turn_of_message
-from webui.handlers import GENERATION_CONTROLS, ChatHandlers
+from webui.handlers import GENERATION_CONTROLS, ChatHandlers, backend_options, message_box_for
 from webui.reply_parts import split_reply
 from webui.streaming import throttled
 
@@ -232,9 +232,18 @@ async def test_load_unload_and_a_missing_backend(handlers, slot):
     await run(handlers.send(session, message("Still there?"), SYSTEM, NO_TOOLS, *controls(4)))
     assert "No model is loaded" in session.turns[-1].error
 
-    status, *defaults, box = handlers.load("huggingface", "", "bfloat16", progress=lambda *a, **k: None)
+    status, *defaults, box = handlers.load("huggingface", "", "bfloat16", max_concurrent=2, progress=lambda *a, **k: None)
     assert status.startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface in ")
     assert defaults[GENERATION_CONTROLS.index("max_new_tokens")] == slot.model.engine.generating_args.max_new_tokens
+    assert slot.model.engine.model_args.max_concurrent == 2
+    assert box["sources"] == [] and "reads text only" in box["placeholder"]
+    engine = slot.model.engine
+
+    status = handlers.load("huggingface", "", "bfloat16", max_model_len=512, progress=lambda *a, **k: None)[0]
+    assert "max_model_len is a setting of the serving engines (vllm)" in status
+    status = handlers.load("vllm", "", "auto", engine_args='{"max_num_seqs": 8', progress=lambda *a, **k: None)[0]
+    assert "Engine arguments are not valid JSON" in status
+    assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status and slot.model.engine is engine
 
     status = handlers.load("sglang", "", "auto", progress=lambda *a, **k: None)[0]
     assert "The sglang backend needs sglang" in status and BACKENDS["sglang"].install in status
@@ -242,3 +251,23 @@ async def test_load_unload_and_a_missing_backend(handlers, slot):
     await run(handlers.regenerate(session, SYSTEM, NO_TOOLS, *controls(4)))
     assert [t.role for t in session.turns] == ["user", "assistant", "user", "assistant"]
     assert session.turns[-1].content and session.turns[0].content == "Hi"
+
+
+def test_backend_options_pass_only_what_was_filled_in():
+    # Gradio's number fields show and send 0 when empty: 0 means the backend's default.
+    assert backend_options() == backend_options(0, 0, 0, 0, 0, "auto", " ", "") == {}
+    assert backend_options(2, 4096.0, 1.5, 0.8, 2, "eager", " /a, /b ", '{"max_num_seqs": 8}') == {
+        "max_concurrent": 2, "max_model_len": 4096, "kv_cache_space_gb": 1.5, "gpu_memory_utilization": 0.8,
+        "tensor_parallel_size": 2, "enforce_eager": True, "lora_adapters": "/a, /b", "engine_args": {"max_num_seqs": 8},
+    }
+    assert backend_options(engine_mode="compiled") == {"enforce_eager": False}
+    with pytest.raises(ConfigError, match="must be a JSON object"):
+        backend_options(engine_args="[8]")
+
+
+def test_the_message_box_offers_exactly_the_kinds_the_model_reads():
+    text_only = message_box_for([])
+    assert text_only["sources"] == [] and "load a multimodal model" in text_only["placeholder"]
+    vision = message_box_for(["image", "video"])
+    assert vision["sources"] == ["upload"] and vision["file_types"] == ["image", "video"]
+    assert vision["placeholder"].startswith("Message (text, images, videos)")

@@ -6,6 +6,7 @@ pairs; tests drive them directly, without a browser.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ from typing import Any
 import gradio as gr
 import psutil
 
-from engines import ChatError, ModelSlot
+from engines import ChatError, ConfigError, ModelSlot
 
 from .conversation import ChatSession, Turn, export_json, import_json, model_request, render, render_turn, turn_of_message
 from .streaming import throttled
@@ -31,6 +32,53 @@ def generation_settings(*values: Any) -> dict[str, Any]:
     if settings["seed"] in ("", None):
         settings["seed"] = None
     return settings
+
+
+ENGINE_MODES = {"auto": None, "eager": True, "compiled": False}
+
+
+def backend_options(
+    max_concurrent: float | None = None,
+    max_model_len: float | None = None,
+    kv_cache_space_gb: float | None = None,
+    gpu_memory_utilization: float | None = None,
+    tensor_parallel_size: float | None = None,
+    engine_mode: str = "auto",
+    lora_adapters: str = "",
+    engine_args: str = "",
+) -> dict[str, Any]:
+    """The Settings tab's backend options as ModelArgs settings. Only the fields a person filled
+    in are passed, so every other setting keeps the backend's own default (and the huggingface
+    backend, which refuses serving settings, is not sent empty ones). A number field shows 0
+    when empty, and 0 is no valid value of any of them, so 0 also means "the default"."""
+    options: dict[str, Any] = {
+        "max_concurrent": _whole(max_concurrent),
+        "max_model_len": _whole(max_model_len),
+        "kv_cache_space_gb": kv_cache_space_gb or None,
+        "gpu_memory_utilization": gpu_memory_utilization or None,
+        "tensor_parallel_size": _whole(tensor_parallel_size),
+        "enforce_eager": ENGINE_MODES[engine_mode or "auto"],
+        "lora_adapters": (lora_adapters or "").strip() or None,
+        "engine_args": parse_engine_args(engine_args),
+    }
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def _whole(value: float | None) -> int | None:
+    return int(value) if value else None
+
+
+def parse_engine_args(text: str) -> dict[str, Any] | None:
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"Engine arguments are not valid JSON ({error}). Write a JSON object, like {{\"max_num_seqs\": 8}}.") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"Engine arguments must be a JSON object of argument names and values, like {{\"max_num_seqs\": 8}}; got {text[:60]}.")
+    return value
 
 
 def box(interactive: bool, text: str = "", files: list[str] | None = None) -> dict[str, Any]:
@@ -149,9 +197,28 @@ class ChatHandlers:
 
     # ---- model
 
-    def load(self, backend: str, model_path: str, dtype: str, progress: gr.Progress = gr.Progress()) -> tuple:
+    def load(
+        self,
+        backend: str,
+        model_path: str,
+        dtype: str,
+        max_concurrent: float | None = None,
+        max_model_len: float | None = None,
+        kv_cache_space_gb: float | None = None,
+        gpu_memory_utilization: float | None = None,
+        tensor_parallel_size: float | None = None,
+        engine_mode: str = "auto",
+        lora_adapters: str = "",
+        engine_args: str = "",
+        progress: gr.Progress = gr.Progress(),
+    ) -> tuple:
+        """Load a model with the Settings tab's choices; on failure the previous model stays."""
         settings = {"infer_backend": backend, "model_name_or_path": (model_path or "").strip() or None, "infer_dtype": dtype}
         try:
+            settings |= backend_options(
+                max_concurrent, max_model_len, kv_cache_space_gb, gpu_memory_utilization, tensor_parallel_size,
+                engine_mode, lora_adapters, engine_args,
+            )
             self.slot.load(settings, progress=lambda fraction, message: progress(fraction, desc=message))
         except ChatError as error:
             kept = self.slot.describe() if self.slot.loaded else "No model is loaded."
@@ -188,13 +255,17 @@ class ChatHandlers:
 
 
 def message_box_for(kinds: list[str]) -> dict[str, Any]:
-    """Offer uploads of the kinds the model reads. A text-only model still takes files, so a
-    person who attaches one is told clearly why it cannot be read instead of finding no button."""
+    """Offer uploads of exactly the kinds the model reads, and no upload button for a text-only
+    model. Files that still reach a model that cannot read them (attached before a model switch,
+    or sent by an API client) are refused by the engine with a clear message."""
     if kinds:
-        return gr.update(file_types=kinds, placeholder=f"Message (text, {', '.join(k + 's' for k in kinds)}) · Enter to send, Shift+Enter for a new line")
+        return gr.update(
+            sources=["upload"], file_types=kinds,
+            placeholder=f"Message (text, {', '.join(k + 's' for k in kinds)}) · Enter to send, Shift+Enter for a new line",
+        )
     return gr.update(
-        file_types=list(MEDIA_KINDS),
-        placeholder="Message · Enter to send, Shift+Enter for a new line · this model reads text only",
+        sources=[],
+        placeholder="This model reads text only; load a multimodal model in Settings for media",
     )
 
 

@@ -8,7 +8,7 @@ from engines import BACKEND_NAMES, GenerationArgs, ModelSlot
 from engines.model_args import DTYPES
 
 from .conversation import ChatSession
-from .handlers import ChatHandlers
+from .handlers import ENGINE_MODES, ChatHandlers
 
 # System fonts only: the page must not fetch anything from outside this machine.
 THEME = gr.themes.Soft(
@@ -53,7 +53,7 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
                             editable="user",
                             buttons=["copy", "copy_all"],
                             feedback_options=None,
-                            placeholder="**Start a conversation.** Attach images, video or audio with the clip button.",
+                            placeholder="**Start a conversation.** Multimodal models also read the images, video or audio you attach.",
                         )
                         message_box = gr.MultimodalTextbox(
                             elem_id="chat-input",
@@ -98,6 +98,20 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
                             placeholder="Local directory, .gguf file or Hub name (empty: embedded SmolLM2-135M-Instruct)",
                         )
                         dtype = gr.Dropdown(list(DTYPES), value="auto", label="dtype", elem_id="dtype")
+                with gr.Accordion("Backend options", open=False, elem_id="backend-options"):
+                    gr.Markdown("Empty or 0: the backend's default. The huggingface backend takes only max concurrent requests; the others are vLLM's.")
+                    with gr.Row():
+                        max_concurrent = gr.Number(None, precision=0, label="Max concurrent requests", elem_id="max-concurrent")
+                        max_model_len = gr.Number(None, precision=0, label="Max model length (tokens)", elem_id="max-model-len")
+                        kv_cache_gb = gr.Number(None, label="KV cache on CPU (GiB)", elem_id="kv-cache-gb")
+                    with gr.Row():
+                        gpu_memory = gr.Number(None, label="GPU memory fraction", elem_id="gpu-memory-utilization")
+                        tensor_parallel = gr.Number(None, precision=0, label="Tensor parallel size (0: all GPUs)", elem_id="tensor-parallel-size")
+                        engine_mode = gr.Dropdown(list(ENGINE_MODES), value="auto", label="Graphs (auto: eager on CPU)", elem_id="engine-mode")
+                    lora_adapters = gr.Textbox(label="LoRA adapter directories (comma-separated)", elem_id="lora-adapters")
+                    engine_args = gr.Textbox(
+                        label="Other engine arguments (JSON object)", elem_id="engine-args", placeholder='{"max_num_seqs": 8}',
+                    )
                 with gr.Row():
                     load_btn = gr.Button("Load", elem_id="load-btn", variant="primary")
                     unload_btn = gr.Button("Unload", elem_id="unload-btn")
@@ -128,7 +142,8 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
         chatbot.clear(handlers.clear, [session], chat_outputs, api_visibility="private")
         export_btn.click(handlers.export, [session, system], export_file, api_visibility="private")
         import_btn.upload(handlers.import_, [session, import_btn], [chatbot, system], api_name="import_conversation")
-        load_btn.click(handlers.load, [backend, model_path, dtype], model_outputs, api_name="load", concurrency_limit=1)
+        backend_inputs = [max_concurrent, max_model_len, kv_cache_gb, gpu_memory, tensor_parallel, engine_mode, lora_adapters, engine_args]
+        load_btn.click(handlers.load, [backend, model_path, dtype, *backend_inputs], model_outputs, api_name="load", concurrency_limit=1)
         unload_btn.click(handlers.unload, None, model_outputs, api_name="unload", concurrency_limit=1)
         demo.load(handlers.model_status, None, model_outputs, api_visibility="private")
     return demo
