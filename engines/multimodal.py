@@ -104,33 +104,48 @@ class MediaProcessor:
             return {**message, "content": "".join(part["text"] for part in parts)}
         return {**message, "content": parts}
 
-    def model_inputs(self, prompt: str, media: dict[str, list], device: Any, dtype: Any) -> tuple[Any, dict[str, Any]]:
-        """The prompt's token ids and the processor's media tensors (pixel values, grids, audio
-        features) for generate, each file in the order of its placeholder."""
-        self._check_tokens(prompt, media)
-        arguments: dict[str, Any] = {}
+    def load_media(self, media: dict[str, list]) -> dict[str, list]:
+        """Each file regularised by engines/media.py, in the order of its placeholder: RGB images,
+        sampled videos (engines.media.Video), and mono audio at ``sampling_rate``."""
         settings = self.model_args
+        loaded: dict[str, list] = {}
         if images := media.get("image"):
-            arguments["images"] = [
+            loaded["image"] = [
                 load_image(source, describe("image", i, source), settings.image_max_pixels) for i, source in enumerate(images)
             ]
         if videos := media.get("video"):
-            loaded = [
+            loaded["video"] = [
                 load_video(source, describe("video", i, source), settings.video_fps, settings.video_max_frames, settings.video_max_pixels)
                 for i, source in enumerate(videos)
             ]
+        if audios := media.get("audio"):
+            rate, max_seconds, why = self._audio_limits()
+            loaded["audio"] = [
+                load_audio(source, describe("audio", i, source), rate, max_seconds, why) for i, source in enumerate(audios)
+            ]
+        return loaded
+
+    @property
+    def sampling_rate(self) -> int:
+        return int(self.processor.feature_extractor.sampling_rate)
+
+    def model_inputs(self, prompt: str, media: dict[str, list], device: Any, dtype: Any) -> tuple[Any, dict[str, Any]]:
+        """The prompt's token ids and the processor's media tensors (pixel values, grids, audio
+        features) for generate, each file in the order of its placeholder."""
+        self.check_tokens(prompt, media)
+        loaded = self.load_media(media)
+        arguments: dict[str, Any] = {}
+        if images := loaded.get("image"):
+            arguments["images"] = images
+        if videos := loaded.get("video"):
             arguments.update(
-                videos=[video.frames for video in loaded],
-                video_metadata=[video.metadata for video in loaded],
+                videos=[video.frames for video in videos],
+                video_metadata=[video.metadata for video in videos],
                 # The frames are sampled already, by our settings; the processor must keep them all.
                 do_sample_frames=False,
             )
-        if audios := media.get("audio"):
-            rate, max_seconds, why = self._audio_limits()
-            arguments["audio"] = [
-                load_audio(source, describe("audio", i, source), rate, max_seconds, why) for i, source in enumerate(audios)
-            ]
-            arguments["sampling_rate"] = rate
+        if audios := loaded.get("audio"):
+            arguments.update(audio=audios, sampling_rate=self.sampling_rate)
         try:
             # The chat template already wrote any special tokens the model wants at the start.
             inputs = self.processor(text=[prompt], add_special_tokens=False, return_tensors="pt", **arguments)
@@ -144,7 +159,7 @@ class MediaProcessor:
         }
         return inputs["input_ids"].to(device), extra
 
-    def _check_tokens(self, prompt: str, media: dict[str, list]) -> None:
+    def check_tokens(self, prompt: str, media: dict[str, list]) -> None:
         """Every file has its token in the rendered prompt and every token its file: a template that
         drops a media part, or a media token typed into a message, would otherwise misalign them."""
         for kind, token in self.tokens.items():
@@ -162,7 +177,7 @@ class MediaProcessor:
 
     def _audio_limits(self) -> tuple[int, float, str]:
         extractor = self.processor.feature_extractor
-        rate = int(extractor.sampling_rate)
+        rate = self.sampling_rate
         # Whisper-style extractors pad or cut every clip to one window: longer audio would be
         # truncated without a word, so it is refused instead.
         window = getattr(extractor, "n_samples", None)

@@ -2,8 +2,10 @@
 
 Prompts are rendered and tokenized here with the model's own chat template, exactly as the HF
 engine does, and handed to vLLM as token ids; vLLM samples, detokenizes and applies stop
-strings. vLLM starts its engine in a separate process (spawned), so a script that loads this
-backend needs the ``if __name__ == "__main__":`` guard.
+strings. Media of multimodal models are regularised as on every backend and go to vLLM as
+``multi_modal_data`` beside the ids; vLLM's processor for the model expands each media token
+into as many as that file needs. vLLM starts its engine in a separate process (spawned), so a
+script that loads this backend needs the ``if __name__ == "__main__":`` guard.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from .errors import BackendUnavailableError, ConfigError, MediaError, ModelLoadE
 from .generation_args import GenerationArgs
 from .model_args import ModelArgs
 from .model_files import Progress, resolve_model_path
-from .request import ChatRequest, build_request, render_chat, template_source
+from .multimodal import MediaProcessor, is_multimodal
+from .request import ChatRequest, build_request, check_scores_request, render_chat, template_source
 
 try:
     from vllm import AsyncEngineArgs, PoolingParams, SamplingParams
@@ -71,7 +74,13 @@ class VllmEngine(BaseEngine):
             ) from error
         self.can_generate = not any(a.endswith("ForSequenceClassification") for a in config.architectures or ())
         self.generating_args = GenerationArgs.from_model_dir(path).replace(**(generation or {}))
-        self._template = template_source(self.tokenizer, model_args.chat_template) if self.can_generate else None
+        # Our processor shapes the prompt (each placeholder as the template wants it), says which
+        # media the model takes and regularises them; vLLM runs its own processing of the media.
+        self._media = MediaProcessor.load(path, model_args) if self.can_generate and is_multimodal(config) else None
+        self.media_kinds = self._media.kinds if self._media else frozenset()
+        # Older multimodal checkpoints keep their chat template with the processor only.
+        template_holder = self._media.processor if self._media else self.tokenizer
+        self._template = template_source(template_holder, model_args.chat_template) if self.can_generate else None
         self._adapters = {
             os.path.basename(os.path.normpath(adapter)): LoRARequest(
                 os.path.basename(os.path.normpath(adapter)), index, os.path.expanduser(adapter)
@@ -86,7 +95,6 @@ class VllmEngine(BaseEngine):
         except Exception as error:  # vLLM raises plain ValueError/RuntimeError for everything at start
             raise ModelLoadError(f"vLLM could not start {model_args.display_name}: {error}") from error
         self.max_model_len = self.model.model_config.max_model_len
-        self._multimodal = self.model.model_config.is_multimodal_model
         self.load_seconds = time.perf_counter() - started
 
     def _engine_args(self, path: str) -> AsyncEngineArgs:
@@ -125,11 +133,8 @@ class VllmEngine(BaseEngine):
             raise UnsupportedError(
                 "This model is a reward model: it scores texts (get_scores) but does not write replies."
             )
-        if self._multimodal and (images or videos or audios):
-            raise MediaError(
-                "The vllm engine here does not pass images, videos or audio to the model yet. "
-                "Load this model on the huggingface backend to chat about media."
-            )
+        if self._media:
+            self._media.check_available(images, videos, audios)
         extra = {name: generation.pop(name) for name in list(generation) if name in EXTRA_SAMPLING}
         adapter = self._adapter(generation.pop("lora_adapter", None))
         request = build_request(self.generating_args, self.media_kinds, messages, system, tools, images, videos, audios, **generation)
@@ -147,20 +152,49 @@ class VllmEngine(BaseEngine):
         return self._adapters[name]
 
     def _prompt(self, request: ChatRequest) -> str:
-        return render_chat(self.tokenizer, self._template, request.messages, request.tools, request.generation.enable_thinking)
+        messages = self._media.template_messages(request.messages, self._template) if self._media else request.messages
+        return render_chat(self.tokenizer, self._template, messages, request.tools, request.generation.enable_thinking)
 
     def render_prompt(self, messages, system=None, tools=None, **generation) -> str:
         request, _, _ = self._request(messages, system, tools, None, None, None, generation)
         return self._prompt(request)
 
-    def _prompt_ids(self, request: ChatRequest) -> list[int]:
-        ids = self.tokenizer(self._prompt(request), add_special_tokens=False).input_ids
-        if len(ids) >= self.max_model_len:
+    async def _prompt_input(self, request: ChatRequest) -> Any:
+        """The request's prompt as vLLM's engine takes it: token ids, tokenized the way the template
+        meant (no second BOS), and with media the files and their expanded media tokens."""
+        prompt = self._prompt(request)
+        ids = self.tokenizer(prompt, add_special_tokens=False).input_ids
+        self._check_length(len(ids))
+        if not request.media:
+            return await self._engine_input({"prompt_token_ids": ids})
+        self._media.check_tokens(prompt, request.media)
+        # Decoding images, video and audio is slow: it runs off the event loop.
+        media = await asyncio.to_thread(self._multi_modal_data, request.media)
+        try:
+            engine_input = await self._engine_input({"prompt_token_ids": ids, "multi_modal_data": media})
+        except ValueError as error:
+            raise MediaError(f"vLLM's processor for this model could not use these media: {error}") from error
+        self._check_length(len(engine_input["prompt_token_ids"]))
+        return engine_input
+
+    def _multi_modal_data(self, media: dict[str, list]) -> dict[str, list]:
+        """The files regularised as on every backend, in the forms vLLM's multi_modal_data takes."""
+        loaded = self._media.load_media(media)
+        data: dict[str, list] = {}
+        if images := loaded.get("image"):
+            data["image"] = images
+        if videos := loaded.get("video"):
+            data["video"] = [(video.frames, video.metadata) for video in videos]
+        if audios := loaded.get("audio"):
+            data["audio"] = [(audio, self._media.sampling_rate) for audio in audios]
+        return data
+
+    def _check_length(self, length: int) -> None:
+        if length >= self.max_model_len:
             raise ConfigError(
-                f"The conversation is {len(ids)} tokens long, more than this model's limit of {self.max_model_len} "
+                f"The conversation is {length} tokens long, more than this model's limit of {self.max_model_len} "
                 "(max_model_len). Start a new chat, shorten the messages, or load the model with a larger max_model_len."
             )
-        return ids
 
     def _sampling(self, args: GenerationArgs, extra: dict[str, Any], prompt_length: int, n: int, kind: RequestOutputKind) -> SamplingParams:
         sampling = {"temperature": 0.0} if args.greedy else {
@@ -177,8 +211,8 @@ class VllmEngine(BaseEngine):
             **extra,
         )
 
-    def _engine_input(self, prompt_ids: list[int]) -> Any:
-        [engine_input] = self.model.renderer.render_cmpl([{"prompt_token_ids": prompt_ids}])
+    async def _engine_input(self, prompt: dict[str, Any]) -> Any:
+        [engine_input] = await self.model.renderer.render_cmpl_async([prompt])
         return engine_input
 
     # ---- generation
@@ -186,37 +220,39 @@ class VllmEngine(BaseEngine):
     async def chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> list[Response]:
         request, extra, adapter = self._request(messages, system, tools, images, videos, audios, generation)
         args = request.generation
-        prompt_ids = self._prompt_ids(request)
+        prompt = await self._prompt_input(request)
+        prompt_length = len(prompt["prompt_token_ids"])
         # Greedy decoding gives n identical replies; generating them once is the same answer.
         copies = args.num_return_sequences if args.greedy else 1
-        params = self._sampling(args, extra, len(prompt_ids), args.num_return_sequences // copies, RequestOutputKind.FINAL_ONLY)
+        params = self._sampling(args, extra, prompt_length, args.num_return_sequences // copies, RequestOutputKind.FINAL_ONLY)
         final = None
-        async for output in self._generate(prompt_ids, params, adapter):
+        async for output in self._generate(prompt, params, adapter):
             final = output
-        responses = [_response(c.text, len(c.token_ids), len(prompt_ids), c.finish_reason) for c in final.outputs]
+        responses = [_response(c.text, len(c.token_ids), prompt_length, c.finish_reason) for c in final.outputs]
         return [response for response in responses for _ in range(copies)]
 
     async def stream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, on_finish=None, **generation) -> AsyncIterator[str]:
         """Streams the first reply only: num_return_sequences is ignored here (chat returns all n)."""
         request, extra, adapter = self._request(messages, system, tools, images, videos, audios, generation)
-        prompt_ids = self._prompt_ids(request)
-        params = self._sampling(request.generation, extra, len(prompt_ids), 1, RequestOutputKind.DELTA)
+        prompt = await self._prompt_input(request)
+        prompt_length = len(prompt["prompt_token_ids"])
+        params = self._sampling(request.generation, extra, prompt_length, 1, RequestOutputKind.DELTA)
         pieces: list[str] = []
         length = 0
-        async for output in self._generate(prompt_ids, params, adapter):
+        async for output in self._generate(prompt, params, adapter):
             [completion] = output.outputs
             length += len(completion.token_ids)
             if completion.text:
                 pieces.append(completion.text)
                 yield completion.text
             if output.finished and on_finish is not None:
-                on_finish(_response("".join(pieces), length, len(prompt_ids), completion.finish_reason))
+                on_finish(_response("".join(pieces), length, prompt_length, completion.finish_reason))
 
-    async def _generate(self, prompt_ids: list[int], params: SamplingParams, adapter: LoRARequest | None):
+    async def _generate(self, prompt: Any, params: SamplingParams, adapter: LoRARequest | None):
         """vLLM's outputs for one request; leaving early (a closed stream, a cancelled task)
         aborts the request inside vLLM before this returns."""
         request_id = uuid.uuid4().hex
-        outputs = self.model.generate(self._engine_input(prompt_ids), params, request_id, lora_request=adapter)
+        outputs = self.model.generate(prompt, params, request_id, lora_request=adapter)
         finished = False
         try:
             async for output in outputs:
@@ -234,15 +270,7 @@ class VllmEngine(BaseEngine):
     # ---- scores
 
     async def get_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
-        if self.can_generate:
-            raise UnsupportedError(
-                "This model does not produce scores: it is a generative model. "
-                "Load a reward model (a sequence-classification model with one label) to score texts."
-            )
-        if kwargs:
-            raise ConfigError(f"Unknown scoring argument(s): {', '.join(sorted(kwargs))}.")
-        if not batch_input or not all(isinstance(text, str) for text in batch_input):
-            raise ConfigError("get_scores needs a non-empty list of texts.")
+        check_scores_request(self.can_generate, batch_input, kwargs)
         return list(await asyncio.gather(*(self._score(text) for text in batch_input)))
 
     async def _score(self, text: str) -> float:
@@ -251,7 +279,8 @@ class VllmEngine(BaseEngine):
         params = PoolingParams(task="classify", use_activation=False)
         final = None
         try:
-            async for output in self.model.encode(self._engine_input(ids), params, uuid.uuid4().hex):
+            prompt = await self._engine_input({"prompt_token_ids": ids})
+            async for output in self.model.encode(prompt, params, uuid.uuid4().hex):
                 final = output
         except EngineDeadError as error:
             raise _engine_died() from error

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     LlavaConfig,
@@ -72,14 +73,9 @@ LLAVA_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )
 
-TEXT_SIZES = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    max_position_embeddings=4096,
-)
+# Text model: 2 layers, 2 query heads sharing 1 KV head. Head size 16 by default; vLLM's CPU
+# attention kernels take only some head sizes (32, 64, ...), so its tests build with a larger one.
+TEXT_LAYERS, TEXT_HEADS, HEAD_SIZE = 2, 2, 16
 
 # Pixel range of the tiny Qwen2-VL: 4 to 16 tokens per image (patch 14, merge 2).
 QWEN2_VL_PIXELS = {"shortest_edge": 56 * 56, "longest_edge": 112 * 112}
@@ -99,8 +95,29 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>")
 
 
-def _text_config(tokenizer: PreTrainedTokenizerFast, **extra) -> dict:
-    return dict(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=tokenizer.eos_token_id, **TEXT_SIZES, **extra)
+def _text_config(tokenizer: PreTrainedTokenizerFast, head_size: int, **extra) -> dict:
+    hidden = TEXT_HEADS * head_size
+    return dict(
+        vocab_size=len(tokenizer),
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=TEXT_LAYERS,
+        num_attention_heads=TEXT_HEADS,
+        num_key_value_heads=1,
+        head_dim=head_size,
+        max_position_embeddings=4096,
+        **extra,
+    )
+
+
+def _mrope_section(head_size: int) -> list[int]:
+    """Qwen2-VL's split of the rotary half of each head into time, height and width ([2, 3, 3] at 16)."""
+    half = head_size // 2
+    time = half // 4
+    height = (half - time) // 2
+    return [time, height, half - time - height]
 
 
 def _save_model(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, out: Path) -> Path:
@@ -110,17 +127,20 @@ def _save_model(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, out:
     return out
 
 
-def build_qwen2_vl(out: Path) -> Path:
+def build_qwen2_vl(out: Path, head_size: int = HEAD_SIZE) -> Path:
     """Qwen2-VL, images and video: one vision block, embed 32, patch 14, merge 2."""
     torch.manual_seed(0)
     tokenizer = tiny_tokenizer()
     token_id = tokenizer.convert_tokens_to_ids
     config = Qwen2VLConfig(
         text_config=_text_config(
-            tokenizer, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}
+            tokenizer,
+            head_size,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": _mrope_section(head_size)},
         ),
+        # hidden_size is the width the vision merger hands to the text model.
         vision_config=dict(
-            depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2
+            depth=1, embed_dim=32, hidden_size=TEXT_HEADS * head_size, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2
         ),
         image_token_id=token_id("<|image_pad|>"),
         video_token_id=token_id("<|video_pad|>"),
@@ -143,7 +163,7 @@ def build_qwen2_vl(out: Path) -> Path:
     return out
 
 
-def build_llava(out: Path) -> Path:
+def build_llava(out: Path, head_size: int = HEAD_SIZE) -> Path:
     """LLaVA, images: a two-layer CLIP vision tower (56 px, patch 14) and a Llama text model."""
     torch.manual_seed(0)
     tokenizer = tiny_tokenizer()
@@ -158,13 +178,14 @@ def build_llava(out: Path) -> Path:
             patch_size=LLAVA_PATCH,
             projection_dim=32,
         ),
-        text_config=dict(model_type="llama", **_text_config(tokenizer)),
+        text_config=dict(model_type="llama", **_text_config(tokenizer, head_size)),
         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
         image_seq_length=(LLAVA_IMAGE_SIZE // LLAVA_PATCH) ** 2,
         vision_feature_select_strategy="default",
         vision_feature_layer=-2,
     )
     _save_model(LlavaForConditionalGeneration(config), tokenizer, out)
+    _published_weight_names(out / "model.safetensors", "vision_tower.", "vision_tower.vision_model.")
     image_processor = CLIPImageProcessorPil(
         size={"shortest_edge": LLAVA_IMAGE_SIZE}, crop_size={"height": LLAVA_IMAGE_SIZE, "width": LLAVA_IMAGE_SIZE}
     )
@@ -180,7 +201,7 @@ def build_llava(out: Path) -> Path:
     return out
 
 
-def build_qwen2_audio(out: Path) -> Path:
+def build_qwen2_audio(out: Path, head_size: int = HEAD_SIZE) -> Path:
     """Qwen2-Audio, audio: a one-layer Whisper-style encoder over 128 mel bins, and a Qwen2 text model."""
     torch.manual_seed(0)
     tokenizer = tiny_tokenizer()
@@ -193,10 +214,18 @@ def build_qwen2_audio(out: Path) -> Path:
             num_mel_bins=128,
             max_source_positions=1500,
         ),
-        text_config=_text_config(tokenizer),
+        text_config=_text_config(tokenizer, head_size),
         audio_token_index=tokenizer.convert_tokens_to_ids("<|AUDIO|>"),
     )
     _save_model(Qwen2AudioForConditionalGeneration(config), tokenizer, out)
+    _published_weight_names(out / "model.safetensors", "language_model.model.model.", "language_model.model.")
     # No chat_template given: the processor's own default (ChatML with "Audio N:" parts) is used.
     Qwen2AudioProcessor(WhisperFeatureExtractor(feature_size=128), tokenizer).save_pretrained(out)
     return out
+
+
+def _published_weight_names(weights: Path, saved: str, published: str) -> None:
+    """transformers 5 saves some models' weights under other names than their published
+    checkpoints use; it loads both, vLLM only the published ones."""
+    state = load_file(weights)
+    save_file({name.replace(saved, published, 1): tensor for name, tensor in state.items()}, weights, metadata={"format": "pt"})
