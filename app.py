@@ -29,6 +29,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--model", default=None, help="local HF directory, .gguf file or Hub name (default: embedded SmolLM2)")
     model.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
     model.add_argument("--engine-args", default=None, help="JSON object of extra backend engine arguments")
+    model.add_argument("--served-model-name", default=None, help="the model's id in the API (default: its file or directory name)")
     model.add_argument("--temperature", type=float, default=None, help="default temperature (0: greedy; default: the model's own)")
     model.add_argument("--max-new-tokens", type=int, default=None, help="default reply length limit in tokens")
     server = parser.add_argument_group("server (web, api)")
@@ -44,7 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def model_settings(args: argparse.Namespace) -> dict:
-    settings = {"infer_backend": args.backend, "model_name_or_path": args.model, "infer_dtype": args.dtype}
+    settings = {"infer_backend": args.backend, "model_name_or_path": args.model, "infer_dtype": args.dtype,
+                "served_model_name": args.served_model_name}
     if args.temperature is not None:
         settings["temperature"] = args.temperature
     if args.max_new_tokens is not None:

@@ -11,9 +11,11 @@ def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:
     """The page at / and the API at /v1, both on the one loaded model, until interrupted."""
     import gradio as gr
 
+    from engines import ModelSlot
     from webui import PAGE_KWARGS, build_demo
 
-    slot = load_slot(settings)
+    slot = ModelSlot()
+    load_slot(slot, settings)
     try:
         app = api_app(slot, args)  # /v1 first: the page mounted at / takes every path added after it
         gr.mount_gradio_app(app, build_demo(slot).queue(), path="/", auth=parse_auth(args.auth), footer_links=[], show_error=True, **PAGE_KWARGS)
@@ -24,22 +26,21 @@ def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:
 
 def serve_api(settings: dict[str, Any], args: argparse.Namespace) -> None:
     """The OpenAI-compatible API alone (no page), for headless use."""
-    slot = load_slot(settings)
+    from engines import ModelSlot
+
+    slot = ModelSlot()
+    load_slot(slot, settings)
     try:
         run(api_app(slot, args), args, page=False)
     finally:
         slot.unload()
 
 
-def load_slot(settings: dict[str, Any]):
-    """Load the model, with its progress in the terminal."""
-    from engines import ModelSlot
-
-    slot = ModelSlot()
+def load_slot(slot, settings: dict[str, Any]) -> None:
+    """Load the model into ``slot``, with its progress in the terminal."""
     print(f"Loading {settings.get('model_name_or_path') or 'the embedded default model'}…", flush=True)
     slot.load(settings, progress=lambda fraction, message: print(f"  {fraction:4.0%} {message}", flush=True))
     print(slot.describe(), flush=True)
-    return slot
 
 
 def api_app(slot, args: argparse.Namespace):

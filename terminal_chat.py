@@ -1,13 +1,16 @@
-"""The terminal chat: streams replies, keeps the history, `clear` and `exit` commands."""
+"""The terminal chat: streams replies, keeps the history, `clear` and `exit` commands.
+
+Ctrl-C while a reply is being written stops it and returns to the prompt; Ctrl-C at the prompt quits.
+"""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
-from engines import ChatError, ChatModel
+from engines import ChatError, ChatModel, ReplyChunk
 
-HELP = "Type a message. Commands: clear (forget the conversation), exit (quit)."
+HELP = "Type a message. Commands: clear (forget the conversation), exit (quit). Ctrl-C stops a reply; at the prompt it quits."
 
 
 def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin=sys.stdin, stdout=sys.stdout) -> None:
@@ -17,11 +20,15 @@ def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin
 
     say("Loading the model…")
     with ChatModel(settings, progress=lambda fraction, message: say(message)) as model:
-        say(f"Ready: {model.model_args.display_name} on {model.model_args.infer_backend}. {HELP}")
-        history: list[dict[str, str]] = []
+        say(f"Ready: {model.display_name} on {model.backend}. {HELP}")
+        history: list[dict[str, Any]] = []
         while True:
             say("\nUser: ", end="")
-            line = stdin.readline()
+            try:
+                line = stdin.readline()
+            except KeyboardInterrupt:
+                say()
+                break
             if not line:
                 break
             query = line.strip()
@@ -35,16 +42,31 @@ def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin
                 continue
             history.append({"role": "user", "content": query})
             say("Assistant: ", end="")
-            reply = ""
             try:
-                for piece in model.stream_chat(history, system=system):
-                    reply += piece
-                    say(piece, end="")
+                history.append(_write_reply(model, history, system, say))
             except ChatError as error:
                 history.pop()
                 say(f"\nerror: {error}")
-                continue
-            except KeyboardInterrupt:
-                say(" [stopped]")
-            say()
-            history.append({"role": "assistant", "content": reply})
+
+
+def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | None, say) -> dict[str, Any]:
+    """Stream one reply (reasoning after "[thinking]", tool calls on their own lines) and return
+    it as the assistant message to keep; Ctrl-C keeps what was written so far."""
+    content, thinking = "", False
+    message: dict[str, Any] = {"role": "assistant"}
+    try:
+        for item in model.stream_reply(history, system=system):
+            if not isinstance(item, ReplyChunk):
+                for call in item.parts.tool_calls:
+                    message.setdefault("tool_calls", []).append(call.for_template())
+                    say(f"\n[tool call] {call.name}({call.arguments})", end="")
+            elif item.kind == "reasoning":
+                say(item.text if thinking else f"[thinking] {item.text}", end="")
+                thinking = True
+            elif item.kind == "content":
+                say(f"\n{item.text}" if thinking else item.text, end="")
+                content, thinking = content + item.text, False
+    except KeyboardInterrupt:
+        say(" [stopped]", end="")
+    say()
+    return {**message, "content": content}

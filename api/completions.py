@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from engines import ChatModel, Response
+from engines.generation_args import GenerationArgs
+from engines.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
 
 from .errors import APIError, from_exception
 from .media import to_engine_input
@@ -35,10 +37,6 @@ from .schemas import (
     completion_id,
     now,
 )
-from .tool_calls import THINK_OPEN, ParsedToolCall, ReplySplitter, split_reply
-
-# Sampling settings only some engines have (engine.extra_sampling_params); 0 means off everywhere.
-OPTIONAL_SAMPLING = ("presence_penalty", "frequency_penalty", "min_p")
 
 
 @dataclass
@@ -49,11 +47,11 @@ class EngineCall:
     tools: list[dict[str, Any]] | None
     media: dict[str, list[Any]]
     generation: dict[str, Any]
-    parse_tools: bool
+    chat_template_kwargs: dict[str, Any] | None
 
     def kwargs(self, **overrides: Any) -> dict[str, Any]:
         media = {kind: files for kind, files in self.media.items() if files}
-        return {"tools": self.tools, **media, **self.generation, **overrides}
+        return {"tools": self.tools, "chat_template_kwargs": self.chat_template_kwargs, **media, **self.generation, **overrides}
 
 
 def engine_call(request: ChatCompletionRequest, model: ChatModel, local_media_dir: Path | None) -> EngineCall:
@@ -69,25 +67,15 @@ def engine_call(request: ChatCompletionRequest, model: ChatModel, local_media_di
         generation["max_new_tokens"] = max_tokens
     if request.stop is not None:
         generation["stop"] = [request.stop] if isinstance(request.stop, str) else request.stop
-    for name in OPTIONAL_SAMPLING:
+    for name in GenerationArgs.OPTIONAL & set(ChatCompletionRequest.model_fields):
         if getattr(request, name):
             generation[name] = getattr(request, name)
     use_tools = bool(request.tools) and request.tool_choice != "none"
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if use_tools else None
-    return EngineCall(engine_input.messages, tools, engine_input.media, generation, parse_tools=use_tools)
+    return EngineCall(engine_input.messages, tools, engine_input.media, generation, request.chat_template_kwargs)
 
 
 def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None:
-    engine = model.engine
-    for name in OPTIONAL_SAMPLING:
-        if getattr(request, name) and name not in engine.extra_sampling_params:
-            raise APIError(
-                400,
-                f"{name} is not supported by the {engine.name} engine; leave it out or set it to 0, "
-                "or load the model on a backend that supports it.",
-                param=name,
-                code="unsupported_parameter",
-            )
     refused = {
         "logprobs": request.logprobs,
         "top_logprobs": request.top_logprobs is not None,
@@ -110,26 +98,15 @@ def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None
         raise APIError(400, "stream_options is only allowed when stream is true.", param="stream_options")
 
 
-async def opens_in_reasoning(model: ChatModel, call: EngineCall) -> bool:
-    """Some reasoning models' templates open <think> in the prompt; their reply starts inside it."""
-    try:
-        # In a thread: rendering a long conversation's template must not hold up other streams.
-        prompt = await asyncio.to_thread(model.engine.render_prompt, call.messages, tools=call.tools, **call.generation)
-    except NotImplementedError:
-        return False
-    return prompt.rstrip().endswith(THINK_OPEN)
-
-
-def _tool_calls(calls: list[ParsedToolCall]) -> list[ToolCall] | None:
+def _tool_calls(calls: tuple[ParsedToolCall, ...]) -> list[ToolCall] | None:
     return [ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls] or None
 
 
 async def complete(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall) -> ChatCompletion:
-    in_reasoning = await opens_in_reasoning(model, call)
     responses = await model.achat(call.messages, **call.kwargs())
     choices = []
     for index, response in enumerate(responses):
-        reply = split_reply(response.response_text, call.parse_tools, in_reasoning)
+        reply = response.parts
         choices.append(Choice(
             index=index,
             message=AssistantMessage(content=reply.content, reasoning_content=reply.reasoning, tool_calls=_tool_calls(reply.tool_calls)),
@@ -156,41 +133,35 @@ class _Event:
     error: BaseException | None = None
 
 
-async def _stream_choice(model: ChatModel, call: EngineCall, index: int, in_reasoning: bool, events: asyncio.Queue[_Event]) -> None:
+async def _stream_choice(model: ChatModel, call: EngineCall, index: int, events: asyncio.Queue[_Event]) -> None:
     """Run one reply's engine stream, putting its deltas (then its end, or its error) on ``events``."""
-    finished: list[Response] = []
-    splitter = ReplySplitter(call.parse_tools, in_reasoning)
     # Sampled replies with one seed would all be the same; each stream gets its own.
     seed = {"seed": call.generation["seed"] + index} if call.generation.get("seed") is not None else {}
     try:
-        stream = model.astream_chat(call.messages, on_finish=finished.append, **call.kwargs(num_return_sequences=1, **seed))
-        async for piece in stream:
-            for kind, text in splitter.push(piece):
-                await events.put(_Event(index, _text_delta(kind, text)))
-        held, calls = splitter.finish()
-        for kind, text in held:
-            await events.put(_Event(index, _text_delta(kind, text)))
-        if calls:
-            deltas = [
-                ToolCallDelta(index=i, id=c.id, type="function", function=FunctionCallDelta(name=c.name, arguments=c.arguments))
-                for i, c in enumerate(calls)
-            ]
-            await events.put(_Event(index, Delta(tool_calls=deltas)))
-        await events.put(_Event(index, finished=finished[0], has_tool_calls=bool(calls)))
+        async for item in model.astream_reply(call.messages, **call.kwargs(num_return_sequences=1, **seed)):
+            if isinstance(item, ReplyChunk):
+                if item.kind == "reasoning":
+                    await events.put(_Event(index, Delta(reasoning_content=item.text)))
+                elif item.kind == "content":
+                    await events.put(_Event(index, Delta(content=item.text)))
+                continue
+            calls = item.parts.tool_calls
+            if calls:
+                deltas = [
+                    ToolCallDelta(index=i, id=c.id, type="function", function=FunctionCallDelta(name=c.name, arguments=c.arguments))
+                    for i, c in enumerate(calls)
+                ]
+                await events.put(_Event(index, Delta(tool_calls=deltas)))
+            await events.put(_Event(index, finished=item, has_tool_calls=bool(calls)))
     except Exception as error:
         await events.put(_Event(index, error=error))
-
-
-def _text_delta(kind: str, text: str) -> Delta:
-    return Delta(reasoning_content=text) if kind == "reasoning" else Delta(content=text)
 
 
 async def start_stream(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall) -> AsyncIterator[str]:
     """The SSE body. The first event is awaited before the response starts (see routes), so a
     request the engine refuses still gets a proper error status."""
-    in_reasoning = await opens_in_reasoning(model, call)
     events: asyncio.Queue[_Event] = asyncio.Queue()
-    tasks = [asyncio.create_task(_stream_choice(model, call, index, in_reasoning, events)) for index in range(request.n)]
+    tasks = [asyncio.create_task(_stream_choice(model, call, index, events)) for index in range(request.n)]
     try:
         first = await events.get()
         if first.error is not None:

@@ -11,23 +11,27 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
-from engines import ChatError, ModelUnloadedError
+from engines import ChatError, ModelLoadingError, ModelUnloadedError, UnsupportedError
 
 logger = logging.getLogger(__name__)
 
 API_PREFIX = "/v1"
+# How long a client is asked to wait while a model loads.
+RETRY_AFTER_SECONDS = 5
 
 
 class APIError(Exception):
     """A request the API refuses; ``message`` says what was wrong and what to do."""
 
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> None:
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type
         self.param = param
         self.code = code
+        self.headers = headers
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -37,8 +41,12 @@ def from_exception(error: Exception) -> APIError:
     """The APIError to answer with for anything a request raised."""
     if isinstance(error, APIError):
         return error
+    if isinstance(error, ModelLoadingError):
+        return APIError(503, str(error), type="server_error", code="model_loading", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
     if isinstance(error, ModelUnloadedError):
         return APIError(503, str(error), type="server_error", code="model_not_loaded")
+    if isinstance(error, UnsupportedError) and error.setting:
+        return APIError(400, str(error), param=error.setting, code="unsupported_parameter")
     if isinstance(error, ChatError):
         return APIError(400, str(error))
     logger.exception("Unexpected error while serving an API request", exc_info=error)
@@ -70,7 +78,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def api_error(request: Request, error: Exception) -> JSONResponse:
         refused = from_exception(error)
-        return JSONResponse(refused.body(), status_code=refused.status)
+        return JSONResponse(refused.body(), status_code=refused.status, headers=refused.headers)
 
     async def unexpected_error(request: Request, error: Exception) -> Response:
         if not on_api_path(request):  # a failure under the mounted page, which shows its own errors

@@ -15,10 +15,6 @@ from .errors import API_PREFIX, APIError
 from .schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, Score, ScoreRequest, ScoreResponse, now
 
 
-def model_id(model: ChatModel) -> str:
-    return model.model_args.display_name
-
-
 def create_router(slot: ModelSlot, api_key: str | None = None, local_media_dir: Path | None = None) -> APIRouter:
     """``api_key``: when set, every /v1 request must send it as a Bearer token.
     ``local_media_dir``: the folder whose files content parts may name (none: no local files)."""
@@ -39,10 +35,10 @@ def create_router(slot: ModelSlot, api_key: str | None = None, local_media_dir: 
 
     def serving(requested: str) -> ChatModel:
         model = slot.model
-        if requested != model_id(model):
+        if requested != model.model_id:
             raise APIError(
                 404,
-                f"The model {requested!r} is not served here; this server serves {model_id(model)!r} (see GET /v1/models).",
+                f"The model {requested!r} is not served here; this server serves {model.model_id!r} (see GET /v1/models).",
                 param="model",
                 code="model_not_found",
             )
@@ -50,15 +46,15 @@ def create_router(slot: ModelSlot, api_key: str | None = None, local_media_dir: 
 
     @router.get("/models")
     def list_models() -> ModelList:
-        return ModelList(data=[ModelCard(id=model_id(slot.model), created=now())] if slot.loaded else [])
+        return ModelList(data=[ModelCard(id=slot.model.model_id, created=now())] if slot.loaded else [])
 
     @router.post("/chat/completions", response_model=None)
     async def chat_completions(request: ChatCompletionRequest) -> ChatCompletion | StreamingResponse:
         model = serving(request.model)
         call = completions.engine_call(request, model, local_media_dir)
         if not request.stream:
-            return await completions.complete(request, model, model_id(model), call)
-        body = await completions.start_stream(request, model, model_id(model), call)
+            return await completions.complete(request, model, model.model_id, call)
+        body = await completions.start_stream(request, model, model.model_id, call)
         return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @router.post("/score")
@@ -68,7 +64,7 @@ def create_router(slot: ModelSlot, api_key: str | None = None, local_media_dir: 
         if not texts:
             raise APIError(400, "input must hold at least one text to score.", param="input")
         scores = await model.aget_scores(texts)
-        return ScoreResponse(model=model_id(model), data=[Score(index=i, score=s) for i, s in enumerate(scores)])
+        return ScoreResponse(model=model.model_id, data=[Score(index=i, score=s) for i, s in enumerate(scores)])
 
     @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
     def unknown_endpoint(path: str, request: Request) -> None:

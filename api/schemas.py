@@ -139,6 +139,7 @@ class ChatCompletionRequest(_Strict):
     store: bool | None = None
     service_tier: str | None = None
     # Extensions that vLLM's API accepts as well.
+    chat_template_kwargs: dict[str, Any] | None = Field(None, description='variables for the chat template, like {"enable_thinking": false}')
     top_k: int | None = Field(None, ge=0)
     repetition_penalty: float | None = Field(None, gt=0)
     min_p: float | None = Field(None, ge=0, le=1)

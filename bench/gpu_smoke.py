@@ -43,7 +43,7 @@ def real_model():
     policy = asyncio.get_event_loop_policy()
     children_before = {child.pid for child in psutil.Process().children(recursive=True)}
     model = ChatModel(settings, progress=lambda fraction, message: print(f"[{fraction:4.0%}] {message}", flush=True))
-    TIMINGS["load seconds"] = model.engine.load_seconds
+    TIMINGS["load seconds"] = model.load_seconds
     assert asyncio.get_event_loop_policy() is policy, "loading the runtime changed the process's event loop policy"
     started = {child.pid for child in psutil.Process().children(recursive=True)} - children_before
     yield model

@@ -59,7 +59,7 @@ def timed_page(client: Client, conversation_file: str, chat_model: ChatModel, to
     client.predict(handle_file(conversation_file), api_name="/import_conversation")
     started = time.perf_counter()
     first, updates, reply = None, 0, ""
-    job = client.submit({"text": QUESTION, "files": []}, "", "", 0, 1.0, 50, tokens, 1.0, None, True, True, api_name="/chat")
+    job = client.submit({"text": QUESTION, "files": []}, temperature=0, max_new_tokens=tokens, api_name="/chat")
     for chatbot, _ in job:
         updates += 1
         last = chatbot[-1] if chatbot else None

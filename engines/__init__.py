@@ -1,6 +1,7 @@
 """The backend-agnostic chat layer: ``ChatModel`` over one engine per backend."""
 
 from .base import BaseEngine, Response
+from .reply_parser import ReplyChunk, ReplyParts, ToolCall
 from .chat_model import ChatModel
 from .errors import (
     BackendUnavailableError,
@@ -9,6 +10,7 @@ from .errors import (
     ConfigError,
     MediaError,
     ModelLoadError,
+    ModelLoadingError,
     ModelUnloadedError,
     UnsupportedError,
 )
@@ -28,8 +30,12 @@ __all__ = [
     "MediaError",
     "ModelArgs",
     "ModelLoadError",
+    "ModelLoadingError",
     "ModelSlot",
     "ModelUnloadedError",
+    "ReplyChunk",
+    "ReplyParts",
     "Response",
+    "ToolCall",
     "UnsupportedError",
 ]

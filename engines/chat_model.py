@@ -1,26 +1,39 @@
-"""ChatModel: one facade over whichever engine is loaded, with sync and async methods."""
+"""ChatModel: one facade over whichever engine is loaded, with sync and async methods.
+
+The page, the API and the terminal chat use this class only; what they need to know about the
+loaded model (its id, the media it reads, its generation defaults and the optional settings it
+honours) is a property here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import gc
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from typing import Any, TypeVar
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .backends import engine_class
-from .base import BaseEngine, Response
+from .base import BaseEngine, MediaKind, Response
 from .errors import ConfigError, ModelUnloadedError
 from .generation_args import GenerationArgs
+from .media import AudioInput, ImageInput, VideoInput
 from .model_args import ModelArgs
 from .model_files import Progress
+from .reply_parser import ReplyChunk
 
 T = TypeVar("T")
+P = ParamSpec("P")
+Messages = list[dict[str, Any]]
+Tools = str | list[dict[str, Any]] | None
 
 
-def split_args(args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_args(args: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split one flat settings dict into model settings and generation settings."""
+    args = dict(args or {})
     model_names, generation_names = set(ModelArgs.names()), set(GenerationArgs.names())
     unknown = sorted(set(args) - model_names - generation_names)
     if unknown:
@@ -34,70 +47,138 @@ def split_args(args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     )
 
 
+def _blocking(method: Callable[Concatenate[ChatModel, P], Coroutine[Any, Any, T]]) -> Callable[Concatenate[ChatModel, P], T]:
+    """The sync twin of an async method: runs it on the engine loop and waits."""
+
+    @functools.wraps(method)
+    def run(self: ChatModel, *args: P.args, **kwargs: P.kwargs) -> T:
+        self._engine()  # an unloaded model says so, rather than its closed loop
+        return self._call(method(self, *args, **kwargs))
+
+    run.__doc__ = f"The blocking form of {method.__name__}."
+    return run
+
+
+def _blocking_stream(method: Callable[Concatenate[ChatModel, P], AsyncIterator[T]]) -> Callable[Concatenate[ChatModel, P], Iterator[T]]:
+    """The sync twin of an async stream: iterates it on the engine loop."""
+
+    @functools.wraps(method)
+    def run(self: ChatModel, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        return self._iterate(method(self, *args, **kwargs))
+
+    run.__doc__ = f"The blocking form of {method.__name__}: leaving the loop early (break, Ctrl-C) stops the model."
+    return run
+
+
 class ChatModel:
     """Loads one model on one backend and serves it to sync and async callers.
 
     The engine lives on a background event loop thread owned by this object; the sync methods
     block on it and the async methods await it from whatever loop they run on (Gradio's,
     FastAPI's, a test's), so an engine never sees two loops.
+
+    Chat methods take ``messages`` (``[{"role": ..., "content": str}]``), ``system``, ``tools``
+    (function schemas, a list or JSON text), ``images``/``videos``/``audios``,
+    ``chat_template_kwargs`` (variables for the model's template) and any GenerationArgs setting.
     """
 
-    def __init__(self, args: dict[str, Any] | None = None, progress: Progress | None = None) -> None:
-        model_settings, self._generation_settings = split_args(dict(args or {}))
-        self.model_args = ModelArgs(**model_settings)
+    def __init__(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None) -> None:
+        model_settings, self._generation_settings = split_args(args)
+        self.model_args: ModelArgs = ModelArgs.build(**model_settings)
+        GenerationArgs().replace(**self._generation_settings)  # a bad setting fails before the slow load
         engine_type = engine_class(self.model_args.infer_backend)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="chat-model-loop", daemon=True)
         self._thread.start()
+        started = time.perf_counter()
         try:
             self.engine: BaseEngine | None = self._call(self._create(engine_type, progress))
         except BaseException:
             self._stop_loop()
             raise
+        self.load_seconds = time.perf_counter() - started
 
     async def _create(self, engine_type: type[BaseEngine], progress: Progress | None) -> BaseEngine:
         # Built on the engine's own loop: some runtimes start tasks on the running loop as they start.
         return engine_type(self.model_args, self._generation_settings, progress)
 
+    # ---- what is loaded
+
+    @property
+    def backend(self) -> str:
+        return self.model_args.infer_backend
+
+    @property
+    def model_id(self) -> str:
+        """The model's name in the API."""
+        return self.model_args.model_id
+
+    @property
+    def display_name(self) -> str:
+        return self.model_args.display_name
+
+    @property
+    def media_kinds(self) -> frozenset[MediaKind]:
+        """What the model reads besides text."""
+        return self._engine().media_kinds
+
+    @property
+    def generation_defaults(self) -> GenerationArgs:
+        """The model's own generation settings (its generation_config.json), with those given at load."""
+        return self._engine().generation_defaults
+
+    @property
+    def generation_settings(self) -> frozenset[str]:
+        """The optional generation settings (GenerationArgs.OPTIONAL) this backend honours."""
+        return self._engine().generation_settings
+
+    @property
+    def context_length(self) -> int | None:
+        """Longest prompt plus reply, in tokens (None: no limit known)."""
+        return self._engine().prompts.context_length
+
+    def render_prompt(self, messages: Messages, system: str | None = None, tools: Tools = None,
+                      chat_template_kwargs: dict[str, Any] | None = None, **generation: Any) -> str:
+        """The exact prompt text the model would see for these messages."""
+        return self._engine().render_prompt(messages, system, tools, chat_template_kwargs, **generation)
+
     # ---- async
 
-    async def achat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> list[Response]:
+    async def achat(self, messages: Messages, system: str | None = None, tools: Tools = None,
+                    images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
+                    audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
+                    **generation: Any) -> list[Response]:
+        """All ``num_return_sequences`` replies, once complete."""
         engine = self._engine()
-        return await self._await(engine.chat(messages, system, tools, images, videos, audios, **generation))
+        return await self._await(engine.chat(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation))
 
-    async def astream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, on_finish=None, **generation) -> AsyncIterator[str]:
-        stream = self._engine().stream_chat(messages, system, tools, images, videos, audios, on_finish, **generation)
-        try:
-            while True:
-                try:
-                    piece = await self._await(_next(stream))
-                except StopAsyncIteration:
-                    return
-                yield piece
-        finally:
-            await self._await(_aclose(stream))
+    def astream_chat(self, messages: Messages, system: str | None = None, tools: Tools = None,
+                     images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
+                     audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
+                     on_finish: Callable[[Response], None] | None = None, **generation: Any) -> AsyncIterator[str]:
+        """The reply's raw text piece by piece; ``on_finish`` gets the finished Response."""
+        stream = self._engine().stream_chat(messages, system, tools, images, videos, audios, chat_template_kwargs, on_finish, **generation)
+        return self._relay(stream)
+
+    def astream_reply(self, messages: Messages, system: str | None = None, tools: Tools = None,
+                      images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
+                      audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
+                      **generation: Any) -> AsyncIterator[ReplyChunk | Response]:
+        """The reply as typed chunks (reasoning, content, tool-call text), then the finished
+        Response with its parsed parts (tool calls included)."""
+        stream = self._engine().stream_reply(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
+        return self._relay(stream)
 
     async def aget_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
+        """Reward scores of whole texts, for reward models."""
         return await self._await(self._engine().get_scores(batch_input, **kwargs))
 
     # ---- sync
 
-    def chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> list[Response]:
-        return self._call(self._engine().chat(messages, system, tools, images, videos, audios, **generation))
-
-    def stream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, on_finish=None, **generation) -> Iterator[str]:
-        stream = self._engine().stream_chat(messages, system, tools, images, videos, audios, on_finish, **generation)
-        try:
-            while True:
-                try:
-                    yield self._call(_next(stream))
-                except StopAsyncIteration:
-                    return
-        finally:
-            self._call(stream.aclose())
-
-    def get_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
-        return self._call(self._engine().get_scores(batch_input, **kwargs))
+    chat = _blocking(achat)
+    stream_chat = _blocking_stream(astream_chat)
+    stream_reply = _blocking_stream(astream_reply)
+    get_scores = _blocking(aget_scores)
 
     # ---- lifetime
 
@@ -131,6 +212,37 @@ class ChatModel:
             coroutine.close()
             raise RuntimeError("Sync ChatModel methods cannot be called from its own loop; use the a* methods.")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
+        """A sync iterator over ``stream``, which runs on the engine loop. Leaving early (break,
+        an exception, Ctrl-C while a step is in flight) cancels that step, waits for the model
+        to stop, and closes the stream."""
+        step = None
+        try:
+            while True:
+                step = asyncio.run_coroutine_threadsafe(_next(stream), self._loop)
+                try:
+                    item = step.result()
+                except StopAsyncIteration:
+                    return
+                step = None
+                yield item
+        finally:
+            if step is not None:
+                step.cancel()
+            self._call(_aclose(stream))
+
+    async def _relay(self, stream: AsyncIterator[T]) -> AsyncIterator[T]:
+        """An engine stream, stepped on the engine loop, for a caller on any loop."""
+        try:
+            while True:
+                try:
+                    item = await self._await(_next(stream))
+                except StopAsyncIteration:
+                    return
+                yield item
+        finally:
+            await self._await(_aclose(stream))
 
     async def _await(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run on the engine loop and await the result from the caller's loop.

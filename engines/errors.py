@@ -31,8 +31,17 @@ class MediaError(ChatError, ValueError):
 
 
 class UnsupportedError(ChatError):
-    """The loaded model or backend cannot do what was asked (scores from a generative model...)."""
+    """The loaded model or backend cannot do what was asked (scores from a generative model...).
+    ``setting`` names the setting refused, where one was."""
+
+    def __init__(self, message: str, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class ModelUnloadedError(ChatError):
     """The model was unloaded (or is being replaced) while it was asked for something."""
+
+
+class ModelLoadingError(ModelUnloadedError):
+    """No model can answer yet: one is being loaded. Asking again shortly will work."""

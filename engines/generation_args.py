@@ -1,118 +1,79 @@
-"""Generation settings: one dataclass, defaults from the model's generation_config.json."""
+"""Generation settings: how to sample a reply, with defaults from the model's generation_config.json."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from .errors import ConfigError
+from pydantic import Field, field_validator
+
+from .settings import Settings
+
+# Bounds that keep every runtime's integer types safe (torch and llama.cpp take 64/32-bit values).
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 
-@dataclass(frozen=True)
-class GenerationArgs:
-    """How to sample a reply. Every engine maps these to its own runtime's names.
+class GenerationArgs(Settings):
+    """Every engine maps these to its own runtime's names. The settings in ``OPTIONAL`` are
+    honoured by some engines only (``BaseEngine.generation_settings``); the others refuse them
+    unless they keep their neutral default."""
 
-    ``temperature=0`` or ``do_sample=False`` means greedy decoding. ``stop`` strings end the
-    reply and are not part of it. ``enable_thinking`` is handed to the chat template of
-    reasoning models (None leaves the template's own default).
-    """
+    kind = "generation"
 
-    temperature: float = 0.7
-    top_p: float = 0.9
-    top_k: int = 50
-    max_new_tokens: int = 1024
-    repetition_penalty: float = 1.0
-    num_return_sequences: int = 1
-    stop: tuple[str, ...] = ()
-    seed: int | None = None
-    do_sample: bool = True
+    temperature: float = Field(0.7, ge=0, le=2, description="0 means greedy")
+    top_p: float = Field(0.9, gt=0, le=1, description="1 turns it off")
+    top_k: int = Field(50, ge=0, le=INT32_MAX, description="0 turns it off")
+    min_p: float = Field(0.0, ge=0, le=1, description="0 turns it off")
+    max_new_tokens: int = Field(1024, ge=1, le=INT32_MAX, description="the reply's length limit in tokens")
+    repetition_penalty: float = Field(1.0, gt=0, le=2, description="1 means none")
+    presence_penalty: float = Field(0.0, ge=-2, le=2, description="0 means none")
+    frequency_penalty: float = Field(0.0, ge=-2, le=2, description="0 means none")
+    num_return_sequences: int = Field(1, ge=1, le=16, description="replies to write; streams show the first")
+    stop: tuple[str, ...] = Field((), description="strings that end the reply and are not part of it")
+    seed: int | None = Field(None, ge=0, le=INT64_MAX, description="none for a random one")
+    do_sample: bool = Field(True, description="False means greedy")
     skip_special_tokens: bool = True
-    enable_thinking: bool | None = None
+    enable_thinking: bool | None = Field(None, description="for reasoning models' templates; None keeps the template's default")
+    lora_adapter: str | None = Field(None, description='the loaded LoRA adapter that answers (its directory name; "" for the base model)')
 
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"min_p", "presence_penalty", "frequency_penalty", "lora_adapter"})
     # Keys of generation_config.json that are generation settings we honour.
-    _FROM_MODEL_CONFIG = ("temperature", "top_p", "top_k", "repetition_penalty", "do_sample", "max_new_tokens")
+    FROM_MODEL_CONFIG: ClassVar[tuple[str, ...]] = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "do_sample", "max_new_tokens")
 
-    def __post_init__(self) -> None:
-        problems = []
-        if self.temperature < 0:
-            problems.append(f"temperature must be 0 or more (0 means greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            problems.append(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            problems.append(f"top_k must be 0 (off) or more, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            problems.append(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
-        if self.repetition_penalty <= 0:
-            problems.append(f"repetition_penalty must be above 0, got {self.repetition_penalty}")
-        if self.num_return_sequences < 1:
-            problems.append(f"num_return_sequences must be at least 1, got {self.num_return_sequences}")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            problems.append(f"stop must be non-empty strings, got {list(self.stop)!r}")
-        if problems:
-            raise ConfigError("Invalid generation settings: " + "; ".join(problems) + ".")
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_strings(cls, value: Any) -> Any:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return (value,) if value else ()
+        if isinstance(value, (list, tuple)) and not all(isinstance(s, str) and s for s in value):
+            raise ValueError(f"must be non-empty strings, got {list(value)!r}")
+        return value
+
+    @field_validator("seed", mode="before")
+    @classmethod
+    def _empty_seed(cls, value: Any) -> Any:
+        return None if value == "" else value
 
     @property
     def greedy(self) -> bool:
         return not self.do_sample or self.temperature == 0
 
     @classmethod
-    def names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
-
-    @classmethod
     def from_model_dir(cls, model_dir: str | os.PathLike | None) -> GenerationArgs:
         """Our defaults, overridden by what the model's own generation_config.json sets."""
-        if model_dir is None:
-            return cls()
-        path = os.path.join(model_dir, "generation_config.json")
-        if not os.path.isfile(path):
+        path = os.path.join(model_dir, "generation_config.json") if model_dir else None
+        if path is None or not os.path.isfile(path):
             return cls()
         with open(path, encoding="utf-8") as f:
             saved = json.load(f)
-        return cls().replace(**{k: saved[k] for k in cls._FROM_MODEL_CONFIG if saved.get(k) is not None})
+        return cls.build(**{name: saved[name] for name in cls.FROM_MODEL_CONFIG if saved.get(name) is not None})
 
     def replace(self, **overrides: Any) -> GenerationArgs:
-        """A copy with ``overrides`` applied; unknown names are an error that lists them."""
-        unknown = sorted(set(overrides) - set(self.names()))
-        if unknown:
-            raise ConfigError(
-                f"Unknown generation argument(s): {', '.join(unknown)}. Valid ones: {', '.join(self.names())}."
-            )
-        values = {name: _coerce(name, value) for name, value in overrides.items() if value is not None or name in _NULLABLE}
-        return dataclasses.replace(self, **values)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.names()}
-
-
-_NULLABLE = {"seed", "enable_thinking"}
-_INT_FIELDS = {"top_k", "max_new_tokens", "num_return_sequences"}
-_FLOAT_FIELDS = {"temperature", "top_p", "repetition_penalty"}
-_BOOL_FIELDS = {"do_sample", "skip_special_tokens"}
-
-
-def _coerce(name: str, value: Any) -> Any:
-    """Accept what forms and JSON give (a slider's 50.0 for top_k, a single stop string)."""
-    try:
-        if name in _INT_FIELDS:
-            if float(value) != int(float(value)):
-                raise ValueError
-            return int(float(value))
-        if name in _FLOAT_FIELDS:
-            return float(value)
-        if name in _BOOL_FIELDS:
-            if not isinstance(value, bool):
-                raise ValueError
-            return value
-        if name == "seed":
-            return None if value is None or value == "" else int(value)
-        if name == "stop":
-            if isinstance(value, str):
-                return (value,) if value else ()
-            return tuple(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"Generation argument {name} has an invalid value {value!r}.") from None
-    return value
+        """A copy with ``overrides`` applied. None means "not given", except for the settings
+        whose default is None (seed, enable_thinking, lora_adapter), where it resets them."""
+        nullable = {name for name, field in type(self).model_fields.items() if field.default is None}
+        return super().replace(**{name: value for name, value in overrides.items() if value is not None or name in nullable})

@@ -5,18 +5,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 from transformers import (
-    AutoConfig,
     AutoModelForCausalLM,
     AutoModelForMultimodalLM,
     AutoModelForSequenceClassification,
-    AutoTokenizer,
     GenerationConfig,
     StoppingCriteria,
     StoppingCriteriaList,
@@ -24,12 +21,11 @@ from transformers import (
 from transformers.generation.streamers import BaseStreamer
 
 from .base import BaseEngine, Response
-from .errors import ModelLoadError, UnsupportedError
+from .errors import ModelLoadError
 from .generation_args import GenerationArgs
 from .model_args import ModelArgs
 from .model_files import Progress, resolve_model_path
-from .multimodal import MediaProcessor, is_multimodal
-from .request import ChatRequest, build_request, check_scores_request, render_chat, template_source
+from .prompt import LOAD_HINT, Prompt, PromptBuilder
 from .text_stream import IncrementalDecoder, find_stop
 
 _DTYPES = {"auto": "auto", "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -37,101 +33,55 @@ _DTYPES = {"auto": "auto", "bfloat16": torch.bfloat16, "float16": torch.float16,
 
 class HuggingFaceEngine(BaseEngine):
     name = "huggingface"
+    generation_settings = frozenset({"min_p"})
 
     def __init__(self, model_args: ModelArgs, generation: dict[str, Any] | None = None, progress: Progress | None = None) -> None:
         report = progress or (lambda fraction, message: None)
         self.model_args = model_args
-        path = resolve_model_path(model_args.model_name_or_path, progress)
-        self.model_path = path
+        self.model_path = path = resolve_model_path(model_args.model_name_or_path, progress)
         report(0.85, f"Loading {model_args.display_name}…")
-        started = time.perf_counter()
+        self.prompts = PromptBuilder.from_pretrained(path, model_args, generation)
+        model_class = (
+            AutoModelForMultimodalLM if self.prompts.media
+            else AutoModelForCausalLM if self.can_generate
+            else AutoModelForSequenceClassification
+        )
         try:
-            config = AutoConfig.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
-            self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
-            self.can_generate = not any(a.endswith("ForSequenceClassification") for a in config.architectures or ())
-            multimodal = self.can_generate and is_multimodal(config)
-            model_class = (
-                AutoModelForMultimodalLM if multimodal
-                else AutoModelForCausalLM if self.can_generate
-                else AutoModelForSequenceClassification
-            )
-            self.model = model_class.from_pretrained(
-                path, dtype=_DTYPES[model_args.infer_dtype], trust_remote_code=model_args.trust_remote_code
-            )
+            self.model = model_class.from_pretrained(path, dtype=_DTYPES[model_args.infer_dtype], trust_remote_code=model_args.trust_remote_code)
         except (OSError, ValueError, KeyError) as error:
-            raise ModelLoadError(
-                f"Could not load {model_args.display_name}: {error}. Give a local model directory "
-                "(with config.json), a .gguf file, or a Hub name (which needs the network)."
-            ) from error
+            raise ModelLoadError(f"Could not load {model_args.display_name}: {error}. {LOAD_HINT}") from error
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model.to(self.device).eval()
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
         if not self.can_generate:
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.load_seconds = time.perf_counter() - started
-        self.generating_args = GenerationArgs.from_model_dir(path).replace(**(generation or {}))
-        self._media = MediaProcessor.load(path, model_args) if multimodal else None
-        self.media_kinds = self._media.kinds if self._media else frozenset()
-        # Older multimodal checkpoints keep their chat template with the processor only.
-        template_holder = self._media.processor if self._media else self.tokenizer
-        self._template = template_source(template_holder, model_args.chat_template) if self.can_generate else None
         self._eos_ids = _eos_token_ids(self.model.generation_config, self.tokenizer) if self.can_generate else []
         # One long-lived thread per slot: torch's per-thread OpenMP pools are set up once, not per request.
         self._executor = ThreadPoolExecutor(model_args.max_concurrent, thread_name_prefix="hf-generate")
         self._semaphore = asyncio.Semaphore(model_args.max_concurrent)
 
-    # ---- prompts
-
-    def _request(self, messages, system, tools, images, videos, audios, generation) -> ChatRequest:
-        if not self.can_generate:
-            raise UnsupportedError(
-                "This model is a reward model: it scores texts (get_scores) but does not write replies."
-            )
-        if self._media:
-            self._media.check_available(images, videos, audios)
-        return build_request(self.generating_args, self.media_kinds, messages, system, tools, images, videos, audios, **generation)
-
-    def _prompt(self, request: ChatRequest) -> str:
-        messages = self._media.template_messages(request.messages, self._template) if self._media else request.messages
-        return render_chat(self.tokenizer, self._template, messages, request.tools, request.generation.enable_thinking)
-
-    def render_prompt(self, messages, system=None, tools=None, **generation) -> str:
-        return self._prompt(self._request(messages, system, tools, None, None, None, generation))
-
-    def _encode(self, request: ChatRequest) -> torch.Tensor:
-        ids = self.tokenizer(self._prompt(request), add_special_tokens=False, return_tensors="pt").input_ids
-        return ids.to(self.device)
-
-    async def _inputs(self, request: ChatRequest) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Prompt ids, and for a multimodal model the processor's media tensors for generate."""
-        if self._media is None:
-            return self._encode(request), {}
-        # Decoding images, video and audio is slow: it runs off the event loop.
-        return await asyncio.to_thread(
-            self._media.model_inputs, self._prompt(request), request.media, self.device, self.model.dtype
+    async def _inputs(self, prompt: Prompt, args: GenerationArgs) -> tuple[torch.Tensor, dict[str, torch.Tensor], GenerationArgs]:
+        """Prompt ids and, for media, the processor's tensors for generate; ``args`` fitted to the
+        prompt's length once each media token is expanded."""
+        if not prompt.media:
+            return torch.tensor([prompt.ids], device=self.device), {}, args
+        # Running the processor over images, video and audio is slow: off the event loop.
+        ids, media_inputs = await asyncio.to_thread(
+            self.prompts.media.model_inputs, prompt.text, prompt.media, self.device, self.model.dtype
         )
+        return ids, media_inputs, self.prompts.fit(ids.shape[1], args)
 
     # ---- generation
 
-    async def chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> list[Response]:
-        request = self._request(messages, system, tools, images, videos, audios, generation)
-        prompt_ids, media_inputs = await self._inputs(request)
-        args = request.generation
-        # Greedy decoding gives n identical replies; generating them once is the same answer.
-        copies = args.num_return_sequences if args.greedy else 1
+    async def _complete(self, prompt: Prompt, args: GenerationArgs) -> list[Response]:
+        prompt_ids, media_inputs, args = await self._inputs(prompt, args)
         cancel = threading.Event()
         async with self._semaphore:
             sequences = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, None, media_inputs))
         prompt_length = prompt_ids.shape[1]
-        responses = [self._response(row[prompt_length:].tolist(), prompt_length, args) for row in sequences]
-        return [response for response in responses for _ in range(copies)]
+        return [self._response(row[prompt_length:].tolist(), prompt_length, args) for row in sequences]
 
-    async def stream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, on_finish=None, **generation) -> AsyncIterator[str]:
-        """Streams the first reply only (num_return_sequences is ignored here)."""
-        request = self._request(messages, system, tools, images, videos, audios, generation)
-        prompt_ids, media_inputs = await self._inputs(request)
-        args = request.generation.replace(num_return_sequences=1)
+    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
+        prompt_ids, media_inputs, args = await self._inputs(prompt, args)
         cancel = threading.Event()
         async with self._semaphore:
             loop = asyncio.get_running_loop()
@@ -149,8 +99,7 @@ class HuggingFaceEngine(BaseEngine):
                         break
                 if tail := decoder.flush():
                     yield tail
-                if on_finish is not None:
-                    on_finish(self._response(new_ids, prompt_ids.shape[1], args))
+                yield self._response(new_ids, prompt_ids.shape[1], args)
             finally:
                 cancel.set()
                 # The slot is released only once the model has really stopped.
@@ -205,6 +154,7 @@ class HuggingFaceEngine(BaseEngine):
                 temperature=args.temperature,
                 top_p=args.top_p,
                 top_k=args.top_k,
+                min_p=args.min_p or None,
                 num_return_sequences=args.num_return_sequences,
             )
         return GenerationConfig(**settings)
@@ -229,12 +179,11 @@ class HuggingFaceEngine(BaseEngine):
 
     # ---- scores
 
-    async def get_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
-        check_scores_request(self.can_generate, batch_input, kwargs)
+    async def _score(self, batch_input: list[str]) -> list[float]:
         async with self._semaphore:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, self._score, batch_input)
+            return await asyncio.get_running_loop().run_in_executor(self._executor, self._score_batch, batch_input)
 
-    def _score(self, batch_input: list[str]) -> list[float]:
+    def _score_batch(self, batch_input: list[str]) -> list[float]:
         inputs = self.tokenizer(batch_input, padding=True, return_tensors="pt").to(self.device)
         with torch.inference_mode():
             # The sequence-classification head already pools at each row's last non-pad token.
@@ -246,7 +195,6 @@ class HuggingFaceEngine(BaseEngine):
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
         self.model = None
-        self.tokenizer = None
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -2,124 +2,128 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-BACKEND_NAMES = ("huggingface", "vllm", "sglang", "ktransformers")
+from .generation_args import INT32_MAX
+from .settings import Settings
+
+BACKEND_NAMES = ("huggingface", "vllm", "sglang", "ktransformers", "llamacpp")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
-SERVING_SETTINGS = (
-    "max_model_len", "gpu_memory_utilization", "kv_cache_space_gb", "tensor_parallel_size", "enforce_eager", "lora_adapters",
-)
+EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 
 def _default_max_concurrent() -> int:
     return int(os.environ.get("MAX_CONCURRENT", "1"))
 
 
-@dataclass(frozen=True)
-class ModelArgs:
-    """What to load and how.
+class ModelArgs(Settings):
+    """What to load and how. Settings under "serving" are taken by some backends only (each
+    backend lists its own in engines/backends.py); giving one to a backend that does not take
+    it is an error rather than a setting silently dropped. The media settings are applied by
+    engines/media.py the same way on every backend."""
 
-    ``model_name_or_path`` is a local HF directory, a ``.gguf`` file, or a Hub name
-    (which needs the network); None means the embedded SmolLM2-135M-Instruct.
-    ``max_concurrent`` bounds how many requests generate at once (env MAX_CONCURRENT).
-    ``chat_template`` overrides the tokenizer's template (a Jinja string or a file path).
-    ``engine_args`` passes any further keyword straight to the backend's own engine.
+    kind = "model"
 
-    Settings of the serving engines (vLLM), unused by the huggingface backend:
-    ``max_model_len``: longest prompt plus reply, in tokens (None: the model's own limit).
-    ``gpu_memory_utilization``: fraction of GPU memory for weights and KV cache (vLLM's default
-    0.9); on CPU the KV cache is sized by ``kv_cache_space_gb`` instead.
-    ``kv_cache_space_gb``: KV cache size in GiB (None: 4 on CPU; on a GPU what
-    ``gpu_memory_utilization`` leaves).
-    ``tensor_parallel_size``: GPUs to shard the model across (None: all visible GPUs, 1 on CPU).
-    ``enforce_eager``: skip graph compilation (None: eager on CPU, where compiling takes minutes
-    at every start; compiled on GPU).
-    ``lora_adapters``: PEFT adapter directories (a list, or one comma-separated string). Each
-    request uses the first unless it names another with the ``lora_adapter`` setting (its
-    directory name), or "" for the base model.
-    Media settings of multimodal models (engines/media.py applies them the same on every backend):
-    ``image_max_pixels``: images are downscaled to at most this many pixels (aspect kept).
-    ``video_fps``, ``video_max_frames``: frames sampled per second of video, and at most this many
-    per video (spread over its whole length). ``video_max_pixels``: pixel budget of each frame.
-    ``audio_max_seconds``: longer audio is refused (a model may hear less: Whisper-style ones 30 s).
-    """
+    model_name_or_path: str | None = Field(
+        None, description="a local HF directory, a .gguf file, or a Hub name (needs the network); None: the embedded SmolLM2"
+    )
+    infer_backend: str = Field("huggingface", description="the inference backend")
+    infer_dtype: str = Field("auto", description="auto keeps the checkpoint's own")
+    trust_remote_code: bool = Field(False, description="run code shipped with the model")
+    max_concurrent: int = Field(default_factory=_default_max_concurrent, ge=1, le=1024, description="requests generating at once (env MAX_CONCURRENT)")
+    chat_template: str | None = Field(None, description="a Jinja template, or a file holding one, for models without their own")
+    engine_args: dict[str, Any] = Field(default_factory=dict, description="further keyword arguments for the backend's own engine")
+    served_model_name: str | None = Field(None, description="the model's id in the API (default: its file or directory name)")
+    # ---- serving
+    max_model_len: int | None = Field(None, ge=1, le=INT32_MAX, description="longest prompt plus reply in tokens; None: the model's own limit")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="fraction of GPU memory for weights and KV cache")
+    kv_cache_space_gb: float | None = Field(None, gt=0, le=1 << 20, description="KV cache size in GiB (vLLM on CPU: 4 by default)")
+    tensor_parallel_size: int | None = Field(None, ge=1, le=1024, description="GPUs to shard the model across; None: all visible")
+    enforce_eager: bool | None = Field(None, description="skip graph compilation; None: eager on CPU only")
+    lora_adapters: tuple[str, ...] = Field((), description="PEFT adapter directories (a list, or one comma-separated string)")
+    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads; None: the physical cores")
+    batch_size: int | None = Field(None, ge=1, le=INT32_MAX, description="prompt tokens processed per step")
+    gpu_layers: int | None = Field(None, ge=-1, le=100_000, description="layers offloaded to the GPU; -1 all, 0 none")
+    # ---- media
+    image_max_pixels: int = Field(768 * 768, gt=0, description="images are downscaled to at most this many pixels")
+    video_fps: float = Field(2.0, gt=0, description="frames sampled per second of video")
+    video_max_frames: int = Field(32, gt=0, description="frames per video at most, spread over its length")
+    video_max_pixels: int = Field(256 * 256, gt=0, description="pixel budget of each video frame")
+    audio_max_seconds: float = Field(600.0, gt=0, description="longer audio is refused")
 
-    model_name_or_path: str | None = None
-    infer_backend: str = "huggingface"
-    infer_dtype: str = "auto"
-    trust_remote_code: bool = False
-    max_concurrent: int = field(default_factory=_default_max_concurrent)
-    chat_template: str | None = None
-    engine_args: dict[str, Any] = field(default_factory=dict)
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    kv_cache_space_gb: float | None = None
-    tensor_parallel_size: int | None = None
-    enforce_eager: bool | None = None
-    lora_adapters: tuple[str, ...] = ()
-    image_max_pixels: int = 768 * 768
-    video_fps: float = 2.0
-    video_max_frames: int = 32
-    video_max_pixels: int = 256 * 256
-    audio_max_seconds: float = 600.0
+    @field_validator("infer_backend", "infer_dtype")
+    @classmethod
+    def _one_of_the_choices(cls, value: str, info: ValidationInfo) -> str:
+        choices = BACKEND_NAMES if info.field_name == "infer_backend" else DTYPES
+        if value not in choices:
+            raise ValueError(f"must be one of: {', '.join(choices)}; got {value!r}")
+        return value
 
-    def __post_init__(self) -> None:
-        if self.infer_backend not in BACKEND_NAMES:
-            raise ConfigError(
-                f"Unknown backend {self.infer_backend!r}. Choose one of: {', '.join(BACKEND_NAMES)}."
-            )
-        if self.infer_dtype not in DTYPES:
-            raise ConfigError(f"Unknown dtype {self.infer_dtype!r}. Choose one of: {', '.join(DTYPES)}.")
-        if self.max_concurrent < 1:
-            raise ConfigError(f"max_concurrent must be at least 1, got {self.max_concurrent}.")
-        if not isinstance(self.engine_args, dict):
-            raise ConfigError("engine_args must be a dict (a JSON object) of backend engine arguments.")
-        self._check_serving_settings()
-        for name in ("image_max_pixels", "video_fps", "video_max_frames", "video_max_pixels", "audio_max_seconds"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be above 0, got {getattr(self, name)}.")
+    @field_validator("served_model_name")
+    @classmethod
+    def _plain_name(cls, value: str | None) -> str | None:
+        if value is not None and (not value or any(c.isspace() or c in "[](){}" for c in value)):
+            raise ValueError(f"must be a plain name without spaces or brackets, like my-model; got {value!r}")
+        return value
 
-    def _check_serving_settings(self) -> None:
-        adapters = self.lora_adapters
-        if isinstance(adapters, str):
-            adapters = [a.strip() for a in adapters.split(",") if a.strip()]
-        # Frozen: normalising the accepted spellings is the one assignment allowed here.
-        object.__setattr__(self, "lora_adapters", tuple(adapters or ()))
-        problems = []
-        if self.max_model_len is not None and self.max_model_len < 1:
-            problems.append(f"max_model_len must be at least 1, got {self.max_model_len}")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            problems.append(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        if self.kv_cache_space_gb is not None and self.kv_cache_space_gb <= 0:
-            problems.append(f"kv_cache_space_gb must be above 0, got {self.kv_cache_space_gb}")
-        if self.tensor_parallel_size is not None and self.tensor_parallel_size < 1:
-            problems.append(f"tensor_parallel_size must be at least 1, got {self.tensor_parallel_size}")
-        for adapter in self.lora_adapters:
-            if not os.path.isfile(os.path.join(os.path.expanduser(adapter), "adapter_config.json")):
-                problems.append(f"no LoRA adapter at {adapter} (a PEFT directory with adapter_config.json)")
-        names = [os.path.basename(os.path.normpath(a)) for a in self.lora_adapters]
+    @field_validator("lora_adapters", mode="before")
+    @classmethod
+    def _adapter_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(a.strip() for a in value.split(",") if a.strip())
+        return () if value is None else value
+
+    @field_validator("lora_adapters")
+    @classmethod
+    def _adapters_exist(cls, adapters: tuple[str, ...]) -> tuple[str, ...]:
+        problems = [
+            f"no LoRA adapter at {adapter} (a PEFT directory with adapter_config.json)"
+            for adapter in adapters
+            if not os.path.isfile(os.path.join(os.path.expanduser(adapter), "adapter_config.json"))
+        ]
+        names = [adapter_name(a) for a in adapters]
         if len(set(names)) != len(names):
             problems.append(f"LoRA adapters need distinct directory names, got {', '.join(names)}")
         if problems:
-            raise ConfigError("Invalid model settings: " + "; ".join(problems) + ".")
-        if self.infer_backend == "huggingface":
-            defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in SERVING_SETTINGS}
-            used = [name for name in SERVING_SETTINGS if getattr(self, name) != defaults[name]]
-            if used:
-                raise ConfigError(
-                    f"{', '.join(used)} {'is a setting' if len(used) == 1 else 'are settings'} of the serving "
-                    "engines (vllm); the huggingface backend does not use them. Choose the vllm backend or remove them."
-                )
+            raise ValueError("has " + "; ".join(problems))
+        return adapters
 
-    @classmethod
-    def names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
+    @model_validator(mode="after")
+    def _taken_by_backend(self) -> ModelArgs:
+        from .backends import BACKENDS, backends_taking
+
+        taken = BACKENDS[self.infer_backend].settings
+        unused = [name for name in self.non_defaults() if name in backends_taking() and name not in taken]
+        if unused:
+            details = "; ".join(f"{name} is taken by {', '.join(backends_taking()[name])}" for name in unused)
+            raise ValueError(
+                f"the {self.infer_backend} backend does not use {', '.join(unused)} ({details}): "
+                "choose one of those backends or leave the setting out"
+            )
+        return self
 
     @property
     def display_name(self) -> str:
-        return self.model_name_or_path or "SmolLM2-135M-Instruct (embedded)"
+        return self.model_name_or_path or f"{EMBEDDED_MODEL_NAME} (embedded)"
+
+    @property
+    def model_id(self) -> str:
+        """The name API clients use for this model: served_model_name, else a Hub name as it is,
+        else the file or directory name."""
+        if self.served_model_name:
+            return self.served_model_name
+        if self.model_name_or_path is None:
+            return EMBEDDED_MODEL_NAME
+        path = os.path.expanduser(self.model_name_or_path)
+        if not os.path.exists(path):
+            return self.model_name_or_path
+        name = os.path.basename(os.path.normpath(path))
+        return name.removesuffix(".gguf").replace(" ", "-") or "model"
+
+
+def adapter_name(adapter: str) -> str:
+    """How a request names a LoRA adapter: its directory name."""
+    return os.path.basename(os.path.normpath(adapter))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import Mapping
 from typing import Any
 
 from .backends import engine_class
 from .chat_model import ChatModel, split_args
-from .errors import ModelUnloadedError
+from .errors import ModelLoadingError, ModelUnloadedError
 from .model_args import ModelArgs
 from .model_files import Progress
 
@@ -17,17 +17,21 @@ class ModelSlot:
     """Holds at most one ChatModel. Loading a new one keeps the old one serving until the new
     one is ready, so a failed load leaves the previous model usable; then the old one is closed
     and its memory freed. (Peak memory while switching is therefore old + new.) An engine that
-    cannot live beside another (``BaseEngine.close_before_next_load``) is closed first."""
+    cannot live beside another (``BaseEngine.close_before_next_load``) is closed first, and
+    while no model can answer, requests are told that one is loading."""
 
     def __init__(self) -> None:
         self._model: ChatModel | None = None
         self._lock = threading.Lock()
-        self.load_seconds: float | None = None
+        self.loading: str | None = None
 
     @property
     def model(self) -> ChatModel:
         model = self._model
         if model is None:
+            loading = self.loading
+            if loading is not None:
+                raise ModelLoadingError(f"{loading} is loading, so no model can answer yet. Try again in a moment.")
             raise ModelUnloadedError("No model is loaded. Load one in the Settings tab.")
         return model
 
@@ -35,18 +39,21 @@ class ModelSlot:
     def loaded(self) -> bool:
         return self._model is not None
 
-    def load(self, args: dict[str, Any] | None = None, progress: Progress | None = None) -> ChatModel:
+    def load(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None) -> ChatModel:
         """Load a model from ``args`` (ChatModel's settings) and make it the shared one."""
-        model_settings, _ = split_args(dict(args or {}))
-        engine_class(ModelArgs(**model_settings).infer_backend)  # fail fast, before any loading
+        model_settings, _ = split_args(args)
+        model_args = ModelArgs.build(**model_settings)
+        engine_class(model_args.infer_backend)  # fail fast, before any loading
         with self._lock:
-            if self._model is not None and self._model.engine is not None and self._model.engine.close_before_next_load:
-                self._model, old_model = None, self._model
-                old_model.close()
-            started = time.perf_counter()
-            new_model = ChatModel(args, progress)
-            old_model, self._model = self._model, new_model
-            self.load_seconds = time.perf_counter() - started
+            self.loading = f"{model_args.display_name} (on {model_args.infer_backend})"
+            try:
+                if self._model is not None and self._model.engine is not None and self._model.engine.close_before_next_load:
+                    self._model, old_model = None, self._model
+                    old_model.close()
+                new_model = ChatModel(args, progress)
+                old_model, self._model = self._model, new_model
+            finally:
+                self.loading = None
         if old_model is not None:
             old_model.close()
         return new_model
@@ -54,7 +61,6 @@ class ModelSlot:
     def unload(self) -> None:
         with self._lock:
             old_model, self._model = self._model, None
-            self.load_seconds = None
         if old_model is not None:
             old_model.close()
 
@@ -62,6 +68,5 @@ class ModelSlot:
         """One line for a status bar: what is loaded, on which backend, how long it took."""
         model = self._model
         if model is None:
-            return "No model loaded."
-        took = f" in {self.load_seconds:.1f} s" if self.load_seconds is not None else ""
-        return f"Loaded {model.model_args.display_name} on {model.model_args.infer_backend}{took}."
+            return f"Loading {self.loading}…" if self.loading else "No model loaded."
+        return f"Loaded {model.display_name} on {model.backend} in {model.load_seconds:.1f} s."

@@ -129,11 +129,9 @@ class MediaProcessor:
     def sampling_rate(self) -> int:
         return int(self.processor.feature_extractor.sampling_rate)
 
-    def model_inputs(self, prompt: str, media: dict[str, list], device: Any, dtype: Any) -> tuple[Any, dict[str, Any]]:
-        """The prompt's token ids and the processor's media tensors (pixel values, grids, audio
-        features) for generate, each file in the order of its placeholder."""
-        self.check_tokens(prompt, media)
-        loaded = self.load_media(media)
+    def model_inputs(self, prompt: str, loaded: dict[str, list], device: Any, dtype: Any) -> tuple[Any, dict[str, Any]]:
+        """The prompt's token ids, with each media token expanded, and the processor's media
+        tensors (pixel values, grids, audio features) for generate, from media ``load_media`` gave."""
         arguments: dict[str, Any] = {}
         if images := loaded.get("image"):
             arguments["images"] = images

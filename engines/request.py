@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ChatTemplateError, ConfigError, MediaError, UnsupportedError
+from .errors import ConfigError, MediaError, UnsupportedError
 from .generation_args import GenerationArgs
 from .media import PLACEHOLDERS
 
 ROLES = ("system", "user", "assistant", "tool")
+# apply_chat_template's own parameters: chat_template_kwargs may not change how we call it.
+_TEMPLATE_CALL_ARGUMENTS = {
+    "conversation", "tools", "documents", "chat_template", "add_generation_prompt", "continue_final_message",
+    "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
+    "return_assistant_tokens_mask", "tokenizer_kwargs",
+}
 
 
 @dataclass
@@ -20,6 +25,7 @@ class ChatRequest:
     tools: list[dict[str, Any]] | None
     generation: GenerationArgs
     media: dict[str, list[Any]] = field(default_factory=dict)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def build_request(
@@ -31,6 +37,7 @@ def build_request(
     images: list | None = None,
     videos: list | None = None,
     audios: list | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
     **generation: Any,
 ) -> ChatRequest:
     """Check everything before any work starts, so a bad request fails with a clear message."""
@@ -48,7 +55,26 @@ def build_request(
             )
     if media:
         checked = inject_placeholders(checked, media)
-    return ChatRequest(messages=checked, tools=parse_tools(tools), generation=generation_args, media=media)
+    return ChatRequest(
+        messages=checked,
+        tools=parse_tools(tools),
+        generation=generation_args,
+        media=media,
+        template_kwargs=_template_kwargs(chat_template_kwargs, generation_args.enable_thinking),
+    )
+
+
+def refuse_unsupported_settings(args: GenerationArgs, engine: str, supported: frozenset[str]) -> None:
+    """Settings only some engines honour are refused by the others unless left at their default,
+    so a setting is never silently dropped."""
+    defaults = GenerationArgs()
+    for name in sorted(GenerationArgs.OPTIONAL - supported):
+        if getattr(args, name) != getattr(defaults, name):
+            raise UnsupportedError(
+                f"{name} is not supported by the {engine} engine; leave it out or at its default "
+                f"({getattr(defaults, name)}), or load the model on a backend that supports it.",
+                setting=name,
+            )
 
 
 def check_scores_request(can_generate: bool, batch_input: list[str], kwargs: dict[str, Any]) -> None:
@@ -62,6 +88,21 @@ def check_scores_request(can_generate: bool, batch_input: list[str], kwargs: dic
         raise ConfigError(f"Unknown scoring argument(s): {', '.join(sorted(kwargs))}.")
     if not batch_input or not all(isinstance(text, str) for text in batch_input):
         raise ConfigError("get_scores needs a non-empty list of texts.")
+
+
+def _template_kwargs(given: dict[str, Any] | None, enable_thinking: bool | None) -> dict[str, Any]:
+    kwargs = dict(given or {})
+    if not all(isinstance(name, str) for name in kwargs):
+        raise ConfigError("chat_template_kwargs must be an object of names and values.")
+    reserved = sorted(set(kwargs) & _TEMPLATE_CALL_ARGUMENTS)
+    if reserved:
+        raise ConfigError(
+            f"chat_template_kwargs cannot set {', '.join(reserved)}: those are how the server calls the template. "
+            "Use it for the template's own variables, like {\"enable_thinking\": false}."
+        )
+    if enable_thinking is not None:
+        kwargs["enable_thinking"] = enable_thinking
+    return kwargs
 
 
 def _check_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -122,78 +163,3 @@ def parse_tools(tools: str | list[dict] | None) -> list[dict[str, Any]] | None:
         if not isinstance(function, dict) or not function.get("name"):
             raise ConfigError(f"Each tool needs a function with a name; this one has none: {json.dumps(tool)[:200]}")
     return tools or None
-
-
-def template_source(tokenizer: Any, override: str | None) -> str:
-    """The Jinja chat template to use, or a clear error when the model has none."""
-    if override:
-        if os.path.isfile(override):
-            with open(override, encoding="utf-8") as f:
-                return f.read()
-        return override
-    source = getattr(tokenizer, "chat_template", None)
-    if isinstance(source, dict):
-        source = source.get("default")
-    if not source:
-        raise ChatTemplateError(
-            "This model has no chat template, so there is no right way to turn messages into its prompt. "
-            "Load an instruct/chat model, or give one with the chat_template setting (a Jinja string or file)."
-        )
-    return source
-
-
-TOOLS_SYSTEM_PROMPT = """# Tools
-
-You may call one or more functions to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
-<tools>
-{tools}
-</tools>
-
-For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
-<tool_call>
-{{"name": <function-name>, "arguments": <args-json-object>}}
-</tool_call>"""
-
-
-def render_chat(
-    tokenizer: Any,
-    template: str,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None,
-    enable_thinking: bool | None,
-) -> str:
-    """Render with the model's own template. A template that ignores ``tools`` gets them in the
-    system message in the Hermes format (the format our tool-call parser reads), so tools are
-    never silently dropped."""
-    if "tool_calls" not in template:
-        messages = [_tool_calls_as_text(message) for message in messages]
-    if tools and "tools" not in template:
-        tools_text = TOOLS_SYSTEM_PROMPT.format(tools="\n".join(json.dumps(tool) for tool in tools))
-        if messages[0]["role"] == "system":
-            messages = [{**messages[0], "content": messages[0]["content"] + "\n\n" + tools_text}, *messages[1:]]
-        else:
-            messages = [{"role": "system", "content": tools_text}, *messages]
-        tools = None
-    extra = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
-    try:
-        return tokenizer.apply_chat_template(
-            messages, tools=tools, chat_template=template, add_generation_prompt=True, tokenize=False, **extra
-        )
-    except Exception as error:  # Jinja raises its own types, and templates raise_exception() freely
-        raise ChatTemplateError(f"The model's chat template rejected these messages: {error}") from error
-
-
-def _tool_calls_as_text(message: dict[str, Any]) -> dict[str, Any]:
-    """A past assistant turn's tool calls, for a template that would drop them: written into its
-    text in the Hermes format the fallback tools prompt asks for."""
-    calls = message.get("tool_calls")
-    if not calls:
-        return message
-    blocks = []
-    for call in calls:
-        function = call.get("function", call)
-        blocks.append("<tool_call>\n" + json.dumps({"name": function.get("name"), "arguments": function.get("arguments")}) + "\n</tool_call>")
-    text = "\n".join(filter(None, [message.get("content") or "", *blocks]))
-    return {key: value for key, value in message.items() if key != "tool_calls"} | {"content": text}

@@ -11,30 +11,25 @@ import asyncio
 import contextlib
 import io
 import logging
-import time
 import uuid
 import wave
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from transformers import AutoConfig, AutoTokenizer
-
 from .base import BaseEngine, Response
 from .errors import BackendUnavailableError, ChatError, ConfigError, ModelLoadError, UnsupportedError
 from .generation_args import GenerationArgs
-from .media import describe, load_audio, load_image, load_video
-from .model_args import ModelArgs
+from .model_args import ModelArgs, adapter_name
 from .model_files import Progress, resolve_model_path
-from .multimodal import MediaProcessor, is_multimodal
-from .request import ChatRequest, build_request, render_chat, template_source
-from .text_stream import find_stop
+from .prompt import Prompt, PromptBuilder
+from .text_stream import find_stop, partial_suffix_length
 
 logger = logging.getLogger(__name__)
 
 
 class SGLangEngine(BaseEngine):
     name = "sglang"
-    extra_sampling_params = frozenset({"presence_penalty", "frequency_penalty", "min_p"})
+    generation_settings = frozenset({"presence_penalty", "frequency_penalty", "min_p", "lora_adapter"})
     # Engine.shutdown() kills every child process of ours, a new engine's included.
     close_before_next_load = True
     # The ServerArgs field that makes stream chunks carry only the new text (forks name it differently).
@@ -46,34 +41,20 @@ class SGLangEngine(BaseEngine):
         self.check_machine(report)
         self.model_path = path = resolve_model_path(model_args.model_name_or_path, progress)
         report(0.2, f"Reading the tokenizer of {model_args.display_name}…")
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
-            config = AutoConfig.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
-        except (OSError, ValueError, KeyError) as error:
-            raise ModelLoadError(
-                f"Could not read {model_args.display_name}: {error}. Give a local model directory "
-                "(with config.json), a .gguf file, or a Hub name (which needs the network)."
-            ) from error
-        if any(a.endswith("ForSequenceClassification") for a in config.architectures or ()):
+        # Our prompt path shapes the prompt (each placeholder as the template wants it), says which
+        # media the model takes and regularises them; SGLang runs the model's processor on them.
+        self.prompts = PromptBuilder.from_pretrained(path, model_args, generation)
+        if not self.can_generate:
             raise UnsupportedError(
                 f"{model_args.display_name} is a reward model; the {self.name} engine serves generative "
-                "models only. Load reward models on the huggingface backend."
+                "models only. Load reward models on the huggingface or vllm backend."
             )
-        self.can_generate = True
-        # Our processor only shapes the prompt (each placeholder as the template wants it) and says
-        # which media the model takes; SGLang runs the model's processor on the media itself.
-        self._media = MediaProcessor.load(path, model_args) if is_multimodal(config) else None
-        self.media_kinds = self._media.kinds if self._media else frozenset()
-        self.generating_args = GenerationArgs.from_model_dir(path).replace(**(generation or {}))
-        # Older multimodal checkpoints keep their chat template with the processor only.
-        self._template = template_source(self._media.processor if self._media else self.tokenizer, model_args.chat_template)
         server_args = self.server_args(path)
         self._incremental = bool(server_args.get(self.incremental_output_arg))
         self._honours_seeds = bool(server_args.get("enable_deterministic_inference"))
+        self._adapters = {adapter_name(adapter) for adapter in model_args.lora_adapters}
         report(0.3, f"Starting {self.name} with {model_args.display_name} (weights, KV cache, CUDA graphs: this takes minutes)…")
-        started = time.perf_counter()
         self.model = self._runtime = start_runtime(server_args, model_args.display_name)
-        self.load_seconds = time.perf_counter() - started
         report(1.0, f"{self.name} is serving {model_args.display_name}.")
 
     def check_machine(self, report: Progress) -> None:
@@ -81,70 +62,52 @@ class SGLangEngine(BaseEngine):
         require_gpu(self.name)
 
     def server_args(self, path: str) -> dict[str, Any]:
-        """Keyword arguments of ``sglang.Engine`` (its ServerArgs fields); ``engine_args`` win."""
+        """Keyword arguments of ``sglang.Engine`` (its ServerArgs fields): our serving settings
+        under SGLang's names, then ``engine_args``, which win."""
+        args = self.model_args
+        lora = {"enable_lora": True, "lora_paths": [f"{adapter_name(a)}={a}" for a in args.lora_adapters]} if args.lora_adapters else {}
+        mapped = {
+            "context_length": args.max_model_len,
+            "mem_fraction_static": args.gpu_memory_utilization,
+            "tp_size": args.tensor_parallel_size,
+            "disable_cuda_graph": args.enforce_eager,
+        }
         return {
             "model_path": path,
-            "dtype": self.model_args.infer_dtype,
-            "trust_remote_code": self.model_args.trust_remote_code,
-            "max_running_requests": self.model_args.max_concurrent,
-            **self.model_args.engine_args,
+            "dtype": args.infer_dtype,
+            "trust_remote_code": args.trust_remote_code,
+            "max_running_requests": args.max_concurrent,
+            **{name: value for name, value in mapped.items() if value is not None},
+            **lora,
+            **args.engine_args,
         }
 
-    # ---- prompts
+    def _inputs(self, prompt: Prompt) -> dict[str, Any]:
+        """What async_generate reads the prompt from. Text-only prompts go as token ids; with
+        media, SGLang's own processor needs the text to expand each media token, and the
+        regularised files: PIL images, sampled frames, and audio as WAV bytes (it reads audio
+        only from files and bytes)."""
+        if not prompt.media:
+            return {"input_ids": prompt.ids}
+        inputs: dict[str, Any] = {"prompt": prompt.text}
+        if images := prompt.media.get("image"):
+            inputs["image_data"] = images
+        if videos := prompt.media.get("video"):
+            inputs["video_data"] = [video.frames for video in videos]
+        if audios := prompt.media.get("audio"):
+            rate = self.prompts.media.sampling_rate
+            inputs["audio_data"] = [_wav_bytes(audio, rate) for audio in audios]
+        return inputs
 
-    def _request(self, messages, system, tools, images, videos, audios, generation) -> tuple[ChatRequest, dict[str, Any]]:
-        """The checked request, and the sampling settings beyond GenerationArgs (passed to SGLang as they are)."""
-        extras = {name: generation.pop(name) for name in self.extra_sampling_params & set(generation)}
-        if self._media:
-            self._media.check_available(images, videos, audios)
-        request = build_request(self.generating_args, self.media_kinds, messages, system, tools, images, videos, audios, **generation)
-        return request, extras
-
-    def _prompt(self, request: ChatRequest) -> str:
-        messages = self._media.template_messages(request.messages, self._template) if self._media else request.messages
-        return render_chat(self.tokenizer, self._template, messages, request.tools, request.generation.enable_thinking)
-
-    def render_prompt(self, messages, system=None, tools=None, **generation) -> str:
-        return self._prompt(self._request(messages, system, tools, None, None, None, generation)[0])
-
-    async def _inputs(self, request: ChatRequest) -> dict[str, Any]:
-        """What async_generate reads the prompt from. Text-only prompts go as token ids, tokenized
-        the way the template meant (no second BOS); with media, SGLang's own processor needs the
-        text to expand each media token."""
-        prompt = self._prompt(request)
-        if not request.media:
-            return {"input_ids": self.tokenizer(prompt, add_special_tokens=False).input_ids}
-        # Decoding images, video and audio is slow: it runs off the event loop.
-        return {"prompt": prompt, **await asyncio.to_thread(self._media_data, request.media)}
-
-    def _media_data(self, media: dict[str, list]) -> dict[str, list]:
-        """The files regularised as on every backend (the same size limits and errors), in forms
-        SGLang loads: PIL images, sampled frames, and audio as WAV bytes (it reads audio only from
-        files and bytes)."""
-        settings = self.model_args
-        data: dict[str, list] = {}
-        if images := media.get("image"):
-            data["image_data"] = [load_image(item, describe("image", i, item), settings.image_max_pixels) for i, item in enumerate(images)]
-        if videos := media.get("video"):
-            data["video_data"] = [
-                load_video(item, describe("video", i, item), settings.video_fps, settings.video_max_frames, settings.video_max_pixels).frames
-                for i, item in enumerate(videos)
-            ]
-        if audios := media.get("audio"):
-            rate = int(self._media.processor.feature_extractor.sampling_rate)
-            data["audio_data"] = [
-                _wav_bytes(load_audio(item, describe("audio", i, item), rate, settings.audio_max_seconds), rate)
-                for i, item in enumerate(audios)
-            ]
-        return data
-
-    def _sampling_params(self, args: GenerationArgs, extras: dict[str, Any], index: int) -> dict[str, Any]:
+    def _sampling_params(self, args: GenerationArgs, index: int) -> dict[str, Any]:
         params: dict[str, Any] = {
             "max_new_tokens": args.max_new_tokens,
             "repetition_penalty": args.repetition_penalty,
+            "presence_penalty": args.presence_penalty,
+            "frequency_penalty": args.frequency_penalty,
+            "min_p": args.min_p,
             "stop": list(args.stop) or None,
             "skip_special_tokens": args.skip_special_tokens,
-            **extras,
         }
         if args.greedy:
             params["temperature"] = 0.0
@@ -160,43 +123,37 @@ class SGLangEngine(BaseEngine):
             params["sampling_seed"] = args.seed + index
         return params
 
+    def _lora_path(self, name: str | None) -> dict[str, Any]:
+        """None picks the first adapter the model was loaded with; "" the base model."""
+        if name is None:
+            name = next(iter(self._adapters), "")
+        if name and name not in self._adapters:
+            raise ConfigError(f"No LoRA adapter named {name!r} is loaded (loaded: {', '.join(self._adapters) or 'none'}); use \"\" for the base model.")
+        return {"lora_path": name} if name else {}
+
     # ---- generation
 
-    async def chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, **generation) -> list[Response]:
-        request, extras = self._request(messages, system, tools, images, videos, audios, generation)
-        inputs = await self._inputs(request)
-        args = request.generation
-        # Greedy decoding gives n identical replies; generating them once is the same answer.
-        copies, runs = (args.num_return_sequences, 1) if args.greedy else (1, args.num_return_sequences)
-        tasks = [asyncio.ensure_future(self._complete(inputs, args, extras, index)) for index in range(runs)]
+    async def _complete(self, prompt: Prompt, args: GenerationArgs) -> list[Response]:
+        tasks = [asyncio.ensure_future(self._reply_of(prompt, args, index)) for index in range(args.num_return_sequences)]
         try:
-            responses = await asyncio.gather(*tasks)
+            return list(await asyncio.gather(*tasks))
         finally:
             # One failed or cancelled sample stops the others; each aborts its request on the way out.
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        return [response for response in responses for _ in range(copies)]
 
-    async def _complete(self, inputs: dict[str, Any], args: GenerationArgs, extras: dict[str, Any], index: int) -> Response:
-        async with contextlib.aclosing(self._reply(inputs, args, extras, index)) as reply:
+    async def _reply_of(self, prompt: Prompt, args: GenerationArgs, index: int) -> Response:
+        async with contextlib.aclosing(self._request(prompt, args, index)) as reply:
             async for item in reply:
                 if isinstance(item, Response):
                     return item
         raise ChatError(f"The {self.name} runtime ended the request without a final reply.")
 
-    async def stream_chat(self, messages, system=None, tools=None, images=None, videos=None, audios=None, on_finish=None, **generation) -> AsyncIterator[str]:
-        """Streams the first reply only (num_return_sequences is ignored here)."""
-        request, extras = self._request(messages, system, tools, images, videos, audios, generation)
-        inputs = await self._inputs(request)
-        async with contextlib.aclosing(self._reply(inputs, request.generation, extras, 0)) as reply:
-            async for item in reply:
-                if not isinstance(item, Response):
-                    yield item
-                elif on_finish is not None:
-                    on_finish(item)
+    def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
+        return self._request(prompt, args, 0)
 
-    async def _reply(self, inputs: dict[str, Any], args: GenerationArgs, extras: dict[str, Any], index: int) -> AsyncIterator[str | Response]:
+    async def _request(self, prompt: Prompt, args: GenerationArgs, index: int) -> AsyncIterator[str | Response]:
         """One request: its text piece by piece, then the whole Response. Leaving early aborts it."""
         rid = f"anychat-{uuid.uuid4().hex}"
         text = _VisibleText(args.stop, self._incremental)
@@ -204,7 +161,8 @@ class SGLangEngine(BaseEngine):
         chunks = None
         try:
             chunks = await self._runtime.async_generate(
-                **inputs, sampling_params=self._sampling_params(args, extras, index), stream=True, rid=rid
+                **self._inputs(prompt), **self._lora_path(args.lora_adapter),
+                sampling_params=self._sampling_params(args, index), stream=True, rid=rid,
             )
             async for chunk in chunks:
                 meta = chunk["meta_info"]
@@ -234,14 +192,6 @@ class SGLangEngine(BaseEngine):
                 self._runtime.tokenizer_manager.abort_request(rid)
             if chunks is not None:
                 await chunks.aclose()
-
-    # ---- scores
-
-    async def get_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
-        raise UnsupportedError(
-            "This model does not produce scores: it is a generative model. "
-            f"The {self.name} engine serves generative models only; load reward models on the huggingface backend."
-        )
 
     # ---- lifetime
 
@@ -327,18 +277,13 @@ class _VisibleText:
         cut = find_stop(visible, self._stop)
         if cut is not None:
             visible = visible[:cut]
-        elif not final:
-            visible = visible[: len(visible) - _stop_prefix_length(visible, self._stop)]
+        elif not final and self._stop:
+            visible = visible[: len(visible) - partial_suffix_length(visible, self._stop)]
         if not visible.startswith(self.shown):
             logger.warning("SGLang revised reply text it had already streamed; keeping what was shown.")
             return ""
         piece, self.shown = visible[len(self.shown) :], visible
         return piece
-
-
-def _stop_prefix_length(text: str, stop: tuple[str, ...]) -> int:
-    """Length of the longest end of ``text`` that a stop string starts with."""
-    return max((n for s in stop for n in range(1, min(len(s), len(text) + 1)) if text.endswith(s[:n])), default=0)
 
 
 def _wav_bytes(samples: Any, sample_rate: int) -> bytes:

@@ -1,4 +1,4 @@
-"""Turning a stream of token ids into a stream of text, with stop strings cut off."""
+"""Turning a stream of token ids or text into a stream of text, with stop strings cut off."""
 
 from __future__ import annotations
 
@@ -6,24 +6,55 @@ from collections.abc import Sequence
 from typing import Any
 
 
+class StopStringFilter:
+    """Passes text on as it arrives, except text that could be the start of a stop string,
+    which is held back until it is clear. Once a stop string appears, the text before it is
+    the last given out and ``stopped`` turns true."""
+
+    def __init__(self, stop: Sequence[str] = ()) -> None:
+        self._stop = tuple(stop)
+        self._pending = ""
+        self.stopped = False
+
+    def push(self, text: str) -> str:
+        if self.stopped:
+            return ""
+        if not self._stop:
+            return text
+        pending = self._pending + text
+        cut = find_stop(pending, self._stop)
+        if cut is not None:
+            self.stopped = True
+            self._pending = ""
+            return pending[:cut]
+        keep = partial_suffix_length(pending, self._stop)
+        self._pending = pending[len(pending) - keep :]
+        return pending[: len(pending) - keep]
+
+    def flush(self) -> str:
+        """The held-back text once the reply has ended (it did not become a stop string)."""
+        text, self._pending = ("" if self.stopped else self._pending), ""
+        return text
+
+
 class IncrementalDecoder:
-    """Decodes token ids as they arrive, in O(new tokens) per step.
+    """Decodes token ids as they arrive, in O(new tokens) per step, through a StopStringFilter.
 
     A token may end in the middle of a multi-byte character (the decoder then shows U+FFFD);
-    such text is held back until the character is complete. Text that could be the start of a
-    stop string is held back too, and once a stop string appears, the text before it is the
-    last that is given out and ``stopped`` turns true.
+    such text is held back until the character is complete.
     """
 
     def __init__(self, tokenizer: Any, skip_special_tokens: bool = True, stop: Sequence[str] = ()) -> None:
         self._tokenizer = tokenizer
         self._skip_special = skip_special_tokens
-        self._stop = tuple(stop)
+        self._filter = StopStringFilter(stop)
         self._ids: list[int] = []
         self._prefix_offset = 0
         self._read_offset = 0
-        self._pending = ""
-        self.stopped = False
+
+    @property
+    def stopped(self) -> bool:
+        return self._filter.stopped
 
     def push(self, new_ids: Sequence[int]) -> str:
         """Add tokens; return the text that is now safe to show."""
@@ -36,27 +67,10 @@ class IncrementalDecoder:
         if len(full_text) <= len(prefix_text) or full_text.endswith("\ufffd"):
             return ""
         self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
-        return self._release(full_text[len(prefix_text) :])
+        return self._filter.push(full_text[len(prefix_text) :])
 
     def flush(self) -> str:
-        """The held-back text once generation has ended (it did not become a stop string)."""
-        if self.stopped:
-            return ""
-        text, self._pending = self._pending, ""
-        return text
-
-    def _release(self, text: str) -> str:
-        if not self._stop:
-            return text
-        pending = self._pending + text
-        cut = find_stop(pending, self._stop)
-        if cut is not None:
-            self.stopped = True
-            self._pending = ""
-            return pending[:cut]
-        keep = _longest_stop_prefix_suffix(pending, self._stop)
-        self._pending = pending[len(pending) - keep :] if keep else ""
-        return pending[: len(pending) - keep]
+        return self._filter.flush()
 
 
 def find_stop(text: str, stop: Sequence[str]) -> int | None:
@@ -65,12 +79,9 @@ def find_stop(text: str, stop: Sequence[str]) -> int | None:
     return min(positions) if positions else None
 
 
-def _longest_stop_prefix_suffix(text: str, stop: Sequence[str]) -> int:
-    """Length of the longest end of ``text`` that some stop string starts with."""
-    longest = 0
-    for s in stop:
-        for length in range(min(len(s) - 1, len(text)), longest, -1):
-            if s.startswith(text[-length:]):
-                longest = length
-                break
-    return longest
+def partial_suffix_length(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest end of ``text`` that some marker starts with (but is not all of)."""
+    for length in range(min(max(map(len, markers), default=1) - 1, len(text)), 0, -1):
+        if any(marker.startswith(text[-length:]) for marker in markers):
+            return length
+    return 0

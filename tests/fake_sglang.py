@@ -7,7 +7,7 @@ its sglang-kt fork) that our engine relies on, as read from their sources:
   switches multiprocessing to spawn;
 - ``Engine(**server_args)`` refuses keywords that are not ServerArgs fields (TypeError);
 - ``await engine.async_generate(prompt | input_ids, sampling_params, image_data=..., stream=True,
-  rid=...)`` returns an async iterator of chunks ``{"text", "output_ids", "meta_info"}``; text is
+  rid=..., lora_path=name)`` (a name from the ``lora_paths`` it started with) returns an async iterator of chunks ``{"text", "output_ids", "meta_info"}``; text is
   the whole reply so far, or only the new text when incremental streaming output is on;
   ``meta_info["finish_reason"]`` is None until the last chunk, then ``{"type": "stop", "matched":
   token id or stop string}``, ``{"type": "length", "length": n}`` or ``{"type": "abort", ...}``;
@@ -53,11 +53,12 @@ SAMPLING_PARAMS = frozenset({
     "presence_penalty", "repetition_penalty", "skip_special_tokens", "sampling_seed",
 })
 ASYNC_GENERATE_PARAMS = frozenset({
-    "prompt", "sampling_params", "input_ids", "image_data", "audio_data", "video_data", "stream", "rid",
+    "prompt", "sampling_params", "input_ids", "image_data", "audio_data", "video_data", "stream", "rid", "lora_path",
 })
 SERVER_ARGS = frozenset({
     "model_path", "tokenizer_path", "dtype", "trust_remote_code", "max_running_requests", "log_level",
-    "mem_fraction_static", "context_length", "enable_deterministic_inference",
+    "mem_fraction_static", "context_length", "enable_deterministic_inference", "tp_size", "disable_cuda_graph",
+    "enable_lora", "lora_paths",
 })
 KT_SERVER_ARGS = frozenset({
     "kt_weight_path", "kt_method", "kt_cpuinfer", "kt_threadpool_count", "kt_numa_nodes", "kt_num_gpu_experts",
@@ -143,6 +144,9 @@ class Engine:
             raise TypeError(f"async_generate() got an unexpected keyword argument {unknown[0]!r}")
         call = {name: kwargs.get(name) for name in ASYNC_GENERATE_PARAMS}
         self.calls.append({**call, "passed": set(kwargs)})
+        loaded_adapters = {path.split("=", 1)[0] for path in self.server_args.get("lora_paths") or ()}
+        if call["lora_path"] is not None and call["lora_path"] not in loaded_adapters:
+            raise ValueError(f"LoRA adapter {call['lora_path']!r} is not loaded.")
         rid = call["rid"] or uuid.uuid4().hex
         chunks = self._generate(call["prompt"], call["input_ids"], call["sampling_params"] or {}, rid, call["stream"])
         if call["stream"]:

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from api import add_api
 from engines import ModelSlot
+from tests.held_load import load_held
 
 API_KEY = "test-key"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -99,7 +100,8 @@ def stream_text(chunks) -> tuple[dict[int, str], dict[int, str], object]:
 
 def test_models_lists_the_loaded_model(client, slot):
     [card] = client.models.list().data
-    assert card.id == slot.model.model_args.display_name
+    # A plain name clients can type: no spaces or brackets.
+    assert card.id == slot.model.model_id == "SmolLM2-135M-Instruct"
 
 
 def test_completion_is_the_models_reply_with_its_token_counts(client, model_id, slot):
@@ -229,50 +231,6 @@ def test_reasoning_comes_back_separately(client, model_id):
     deltas = [choice.delta for chunk in chunks for choice in chunk.choices]
     assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == message.reasoning_content
     assert "".join(d.content or "" for d in deltas) == message.content
-
-
-# The formats of the common chat templates, as a model would write them.
-REPLIES = [
-    ("Hello world", None, "Hello world", []),
-    ("<think>hmm\nok</think>\n\nThe answer is 4", "hmm\nok", "The answer is 4", []),
-    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', None, None, [("get_weather", {"city": "Paris"})]),
-    ('Let me check.\n<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>',
-     None, "Let me check.\n", [("a", {"x": 1}), ("b", {})]),
-    ('<think>Weather needed.</think><tool_call>{"name": "a", "arguments": {}}</tool_call>', "Weather needed.", None, [("a", {})]),
-    ('{"name": "get_weather", "parameters": {"city": "Paris"}}', None, None, [("get_weather", {"city": "Paris"})]),
-    ('<|python_tag|>{"name": "a", "parameters": {"x": 1}}', None, None, [("a", {"x": 1})]),
-    ('{"name": "a", "parameters": {"x": 1}}; {"name": "b", "parameters": {}}', None, None, [("a", {"x": 1}), ("b", {})]),
-    ('[TOOL_CALLS][{"name": "a", "arguments": {"x": 1}}]', None, None, [("a", {"x": 1})]),
-    ('[{"name": "a", "arguments": {"x": 1}}]', None, None, [("a", {"x": 1})]),
-    ("[a link](http://x) is good", None, "[a link](http://x) is good", []),
-    ('<tool_call>{"name": broken', None, '<tool_call>{"name": broken', []),
-    ("I use <tool and more", None, "I use <tool and more", []),
-]
-
-
-@pytest.mark.parametrize(("text", "reasoning", "content", "calls"), REPLIES)
-def test_replies_split_the_same_whole_and_streamed(text, reasoning, content, calls):
-    from api.tool_calls import ReplySplitter, split_reply
-
-    whole = split_reply(text, parse_tools=True)
-    assert (whole.reasoning, whole.content) == (reasoning, content)
-    assert [(call.name, json.loads(call.arguments)) for call in whole.tool_calls] == calls
-    splitter, pieces = ReplySplitter(parse_tools=True), []
-    for character in text:  # the worst case of a stream: one character at a time
-        pieces += splitter.push(character)
-    held, streamed_calls = splitter.finish()
-    pieces += held
-    assert "".join(t for kind, t in pieces if kind == "reasoning") == (reasoning or "")
-    assert "".join(t for kind, t in pieces if kind == "content") == (content or "")
-    assert [(call.name, call.arguments) for call in streamed_calls] == [(call.name, call.arguments) for call in whole.tool_calls]
-
-
-def test_without_tools_json_is_plain_content_and_an_opened_think_is_reasoning():
-    from api.tool_calls import split_reply
-
-    assert split_reply('{"name": "a", "arguments": {}}', parse_tools=False).content == '{"name": "a", "arguments": {}}'
-    reply = split_reply("still thinking</think>Done.", parse_tools=False, in_reasoning=True)
-    assert (reply.reasoning, reply.content) == ("still thinking", "Done.")
 
 
 # ---- cancelling
@@ -545,7 +503,7 @@ def test_an_image_part_reaches_a_multimodal_model(tmp_path, monkeypatch):
             model=model, temperature=0, max_tokens=3,
             messages=[{"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": data_url}}]}],
         )
-        processor = media_slot.model.engine._media.processor
+        processor = media_slot.model.engine.prompts.media.processor
         [inputs] = calls
         # 80x60 becomes 84x56: 6x4 patches of 14, merged 2x2 into 6 image tokens, after the text.
         prompt = media_slot.model.engine.tokenizer.decode(inputs["input_ids"][0])
@@ -573,7 +531,7 @@ def test_an_input_audio_part_reaches_an_audio_model(tmp_path, monkeypatch):
         [inputs] = calls
         # Whisper features: 100 frames a second, two stride-2 steps: 1 s -> 25 audio tokens.
         assert inputs["feature_attention_mask"].sum(-1).tolist() == [100]
-        assert int((inputs["input_ids"] == media_slot.model.engine._media.processor.audio_token_id).sum()) == 25
+        assert int((inputs["input_ids"] == media_slot.model.engine.prompts.media.processor.audio_token_id).sum()) == 25
         _, finish, usage = stream_text(chunks)
         assert finish == {0: "length"} and usage.prompt_tokens == inputs["input_ids"].shape[1]
 
@@ -603,3 +561,17 @@ def test_penalties_reach_an_engine_that_supports_them(tmp_path):
     assert penalised.choices[0].message.content != plain.choices[0].message.content
     assert text == {0: penalised.choices[0].message.content}
     assert usage.model_dump() == penalised.usage.model_dump() and finish == {0: penalised.choices[0].finish_reason}
+
+
+def test_a_request_while_a_model_loads_is_told_to_retry_and_then_answered():
+    slot = ModelSlot()
+    body = {"model": "SmolLM2-135M-Instruct", "messages": QUESTION, "max_tokens": 2}
+    with running_server(add_api(FastAPI(), slot)) as url:
+        with load_held(slot):
+            response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+            assert response.status_code == 503, response.text
+            assert response.headers["retry-after"] == "5"
+            assert "is loading" in response.json()["error"]["message"]
+            assert response.json()["error"]["code"] == "model_loading"
+        assert httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).status_code == 200
+    slot.unload()

@@ -293,7 +293,8 @@ def test_gradio_client_streams_the_chat_endpoint(app):
     from gradio_client import Client
 
     def chat(client, text):
-        greedy = dict(system="", tools="", param_4=0, param_7=24, param_9=None)
+        # The endpoint's parameters are the page's controls, by the settings' own names.
+        greedy = dict(system="", tools="", temperature=0, max_new_tokens=24, seed=None)
         job = client.submit({"text": text, "files": []}, api_name="/chat", **greedy)
         updates = [chatbot for chatbot, _ in job]
         return updates, updates[-1]

@@ -96,13 +96,13 @@ def test_greedy_n_returns_n_copies(chat_model):
 def test_defaults_come_from_generation_config(chat_model, default_model_dir):
     with open(os.path.join(default_model_dir, "generation_config.json")) as f:
         saved = json.load(f)
-    assert chat_model.engine.generating_args.temperature == saved["temperature"]
-    assert chat_model.engine.generating_args.top_p == saved["top_p"]
+    assert chat_model.generation_defaults.temperature == saved["temperature"]
+    assert chat_model.generation_defaults.top_p == saved["top_p"]
 
 
 def test_constructor_settings_override_model_defaults(default_model_dir):
     with ChatModel({"model_name_or_path": default_model_dir, "temperature": 0.55, "max_new_tokens": 7}) as model:
-        assert model.engine.generating_args.temperature == 0.55
+        assert model.generation_defaults.temperature == 0.55
         [response] = model.chat(LONG_REQUEST)
         assert response.response_length == 7 and response.finish_reason == "length"
 
@@ -113,8 +113,8 @@ def test_unknown_setting_is_named():
 
 
 def test_unknown_backend_lists_the_valid_ones():
-    with pytest.raises(ConfigError, match="huggingface, vllm, sglang, ktransformers"):
-        ChatModel({"infer_backend": "llamacpp"})
+    with pytest.raises(ConfigError, match="huggingface, vllm, sglang, ktransformers, llamacpp; got 'nonsense'"):
+        ChatModel({"infer_backend": "nonsense"})
 
 
 def test_missing_model_path():

@@ -103,7 +103,7 @@ def test_qwen2_vl_two_images_in_one_turn_get_their_own_tokens_and_pixels(qwen2_v
     calls = received(qwen2_vl)
     [reply] = qwen2_vl.chat([{"role": "user", "content": "Compare <image> with <image>."}], images=[RED, BLUE])
     inputs = calls[0]
-    processor = qwen2_vl.engine._media.processor
+    processor = qwen2_vl.engine.prompts.media.processor
     ids = inputs["input_ids"]
     # The template's content parts: each image wrapped in the vision start/end tokens.
     assert "Compare <|vision_start|><|image_pad|>" in _turns(qwen2_vl, ids)[1]
@@ -152,7 +152,7 @@ def test_llava_plain_text_template_gets_the_processor_image_token(llava, receive
     ]
     [reply] = llava.chat(messages, images=[RED, str(path)])
     inputs = calls[0]
-    processor = llava.engine._media.processor
+    processor = llava.engine.prompts.media.processor
     text = llava.engine.tokenizer.decode(inputs["input_ids"][0])
     first, second = text.split("ASSISTANT: A square.")
     assert first.count("<image>") == LLAVA_TOKENS and second.count("<image>") == LLAVA_TOKENS
@@ -186,7 +186,7 @@ def test_the_pixel_budget_setting_limits_what_the_model_sees(tmp_path, received)
 
 
 def test_media_settings_must_be_positive():
-    with pytest.raises(ConfigError, match="video_max_frames must be above 0, got 0"):
+    with pytest.raises(ConfigError, match=r"video_max_frames must be above 0 \(frames per video at most, spread over its length\), got 0"):
         ChatModel({"video_max_frames": 0})
 
 
@@ -228,7 +228,7 @@ def test_qwen2_audio_gets_one_token_run_and_features_per_clip(qwen2_audio, recei
     ]
     [reply] = qwen2_audio.chat(messages, audios=[str(stereo), (tone(1.0, 16000), 16000)])
     inputs = calls[0]
-    processor = qwen2_audio.engine._media.processor
+    processor = qwen2_audio.engine.prompts.media.processor
     # Whisper features: 100 frames per second (hop 160 at 16 kHz), two stride-2 steps: 3 s -> 75 tokens, 1 s -> 25.
     assert inputs["input_features"].shape == (2, 128, 3000)
     assert inputs["feature_attention_mask"].sum(-1).tolist() == [300, 100]
@@ -260,7 +260,7 @@ def test_qwen2_vl_video_frames_become_video_tokens(qwen2_vl, received, tmp_path)
     clip = write_video(tmp_path / "clip.mp4", seconds=3.0, fps=10, size=(64, 48))
     [reply] = qwen2_vl.chat([{"role": "user", "content": "<video> What happens?"}], videos=[str(clip)])
     inputs = calls[0]
-    processor = qwen2_vl.engine._media.processor
+    processor = qwen2_vl.engine.prompts.media.processor
     # 3 s at the default 2 frames per second = 6 frames, paired in time (temporal patch 2) = 3;
     # 64x48 resized to 56x56 = 4x4 patches: 3*4*4 = 48 patch rows, merged 2x2 into 12 tokens.
     assert inputs["video_grid_thw"].tolist() == [[3, 4, 4]]

@@ -34,13 +34,21 @@ def record_calls(engine_type: type, tmp_path) -> dict[str, set[str]]:
     with fake_sglang.installed(fake, fakes), pytest.MonkeyPatch.context() as patch:
         patch.setattr(torch.cuda, "is_available", lambda: True)
         patch.setattr("engines.ktransformers.require_sglang_kt", lambda: None)
-        settings = {"infer_backend": engine_type.name, "model_name_or_path": model_dir, "engine_args": {"enable_deterministic_inference": True}}
+        adapter = tmp_path / "tiny-lora"
+        adapter.mkdir()
+        (adapter / "adapter_config.json").write_text("{}")
+        settings = {
+            "infer_backend": engine_type.name, "model_name_or_path": model_dir, "engine_args": {"enable_deterministic_inference": True},
+            # Every serving setting this backend maps to SGLang's own names.
+            "max_model_len": 1024, "gpu_memory_utilization": 0.8, "tensor_parallel_size": 1, "enforce_eager": True,
+            "lora_adapters": [str(adapter)],
+        }
         with ChatModel(settings) as model:
             runtime = model.engine.model
             question = [{"role": "user", "content": "Hello?"}]
             model.chat(question, temperature=0, max_new_tokens=2)
-            extras = {name: 0.1 for name in engine_type.extra_sampling_params}
-            model.chat(question, temperature=0.7, top_k=5, seed=1, stop=["x"], max_new_tokens=2, **extras)
+            extras = {name: 0.1 for name in engine_type.generation_settings - {"lora_adapter"}}
+            model.chat(question, temperature=0.7, top_k=5, seed=1, stop=["x"], max_new_tokens=2, lora_adapter="tiny-lora", **extras)
             model.chat(question, images=[str(image)], max_new_tokens=2)
     return {
         "server_args": set(runtime.server_args),

@@ -78,7 +78,8 @@ def test_text_prompt_goes_as_token_ids_and_greedy_as_temperature_zero(sglang_mod
     assert call["input_ids"] == engine.tokenizer(prompt, add_special_tokens=False).input_ids
     assert call["stream"] is True and call["rid"]
     assert call["sampling_params"] == {
-        "max_new_tokens": 7, "repetition_penalty": 1.0, "stop": ["zzz"], "skip_special_tokens": True, "temperature": 0.0,
+        "max_new_tokens": 7, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0,
+        "stop": ["zzz"], "skip_special_tokens": True, "temperature": 0.0,
     }
 
 
@@ -264,3 +265,25 @@ def test_audio_reaches_sglang_as_wav_at_the_models_rate(tmp_path):
         decoded = np.frombuffer(wav.readframes(8000), dtype="<i2") / 32767
     assert np.allclose(decoded, samples, atol=1e-4)
     assert "<|AUDIO|>" in call["prompt"]
+
+
+def test_serving_settings_take_sglang_names_and_lora_adapters_answer_by_name(tmp_path):
+    adapter = tmp_path / "tiny-lora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    settings = {"infer_backend": "sglang", "max_model_len": 1024, "gpu_memory_utilization": 0.8,
+                "tensor_parallel_size": 2, "enforce_eager": True, "lora_adapters": [str(adapter)]}
+    with fake_sglang.installed(), start(settings) as model:
+        server_args = runtime(model).server_args
+        assert {name: server_args[name] for name in ("context_length", "mem_fraction_static", "tp_size", "disable_cuda_graph")} == {
+            "context_length": 1024, "mem_fraction_static": 0.8, "tp_size": 2, "disable_cuda_graph": True,
+        }
+        assert server_args["enable_lora"] is True and server_args["lora_paths"] == [f"tiny-lora={adapter}"]
+        model.chat(QUESTION, max_new_tokens=2)
+        model.chat(QUESTION, max_new_tokens=2, lora_adapter="")
+        assert [call["lora_path"] for call in runtime(model).calls] == ["tiny-lora", None]
+        with pytest.raises(ConfigError, match="No LoRA adapter named 'nope'"):
+            model.chat(QUESTION, lora_adapter="nope")
+    # A setting SGLang has no equivalent for is refused before anything starts, naming who takes it.
+    with pytest.raises(ConfigError, match="the sglang backend does not use kv_cache_space_gb.*taken by vllm"):
+        start({"infer_backend": "sglang", "kv_cache_space_gb": 2})

@@ -1,8 +1,10 @@
 """`python app.py chat`, driven through its stdin as a person would type."""
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,3 +30,55 @@ def test_terminal_chat_streams_keeps_history_and_obeys_commands(chat_model):
     # After `clear` the question is answered as if asked first; before it, the history changed the answer.
     assert replies[2] == fresh.response_text.split("\n")[0].strip()
     assert replies[1] != replies[2]
+
+
+def test_ctrl_c_stops_the_reply_and_a_second_ctrl_c_at_the_prompt_quits():
+    chat = subprocess.Popen(
+        [sys.executable, "app.py", "chat", "--temperature", "0", "--max-new-tokens", "2000"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
+    )
+    output = Output(chat.stdout)
+    try:
+        output.wait_for("Ready:")
+        chat.stdin.write("Write a very long story about a dragon, in many chapters.\n")
+        chat.stdin.flush()
+        output.wait_for("Assistant: ", then_chars=40)
+        chat.send_signal(signal.SIGINT)
+        output.wait_for(" [stopped]\n\nUser: ")
+        # The same process answers the next message: the stopped reply freed the model.
+        chat.stdin.write("Say hi.\n")
+        chat.stdin.flush()
+        output.wait_for("User: ", count=3)
+        chat.send_signal(signal.SIGINT)
+        assert chat.wait(timeout=60) == 0
+    finally:
+        chat.kill()
+    stderr = chat.stderr.read()
+    assert "Traceback" not in stderr, stderr[-2000:]
+    story = output.text.split("Assistant: ")[1].split(" [stopped]")[0]
+    assert 40 <= len(story) < 4000, "the reply did not stop at Ctrl-C"
+    assert output.text.split("Assistant: ")[2].split("\n")[0].strip(), "the next message got no reply"
+
+
+class Output:
+    """What a process writes to a pipe, read on a thread so the test can wait for text."""
+
+    def __init__(self, pipe) -> None:
+        self.text = ""
+        self._changed = threading.Condition()
+        threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
+
+    def _read(self, pipe) -> None:
+        while piece := pipe.read(1):
+            with self._changed:
+                self.text += piece
+                self._changed.notify_all()
+
+    def wait_for(self, marker: str, count: int = 1, then_chars: int = 0, timeout: float = 300) -> None:
+        def seen() -> bool:
+            if self.text.count(marker) < count:
+                return False
+            return len(self.text) - self.text.rindex(marker) - len(marker) >= then_chars
+        with self._changed:
+            assert self._changed.wait_for(seen, timeout), f"no {marker!r} in:\n{self.text[-2000:]}"

@@ -76,7 +76,7 @@ class TestVllmContract(EngineContract):
 
 def test_default_model_is_the_converted_directory(vllm_model):
     assert vllm_model.engine.model_path == resolve_model_path(None)
-    assert vllm_model.engine.max_model_len == 2048
+    assert vllm_model.context_length == 2048
 
 
 def greedy_divergences(reference: ChatModel, candidate: ChatModel, **candidate_settings) -> list[tuple[str, list[int], list[int]]]:
@@ -184,11 +184,11 @@ async def test_eight_concurrent_streams_are_batched_and_kept_apart(vllm_model):
 
 
 def test_extra_sampling_params_are_honoured_and_checked(vllm_model):
-    assert {"presence_penalty", "frequency_penalty"} <= vllm_model.engine.extra_sampling_params
+    assert {"presence_penalty", "frequency_penalty", "min_p", "lora_adapter"} <= vllm_model.generation_settings
     [plain] = vllm_model.chat(LONG_REQUEST, temperature=0, max_new_tokens=48)
     [penalised] = vllm_model.chat(LONG_REQUEST, temperature=0, max_new_tokens=48, frequency_penalty=2.0)
     assert penalised.response_text != plain.response_text
-    with pytest.raises(ConfigError, match="presence_penalty must be between"):
+    with pytest.raises(ConfigError, match=r"presence_penalty must be in \[-2, 2\]"):
         vllm_model.chat(QUESTION, presence_penalty=5)
 
 
@@ -206,8 +206,8 @@ def test_unknown_lora_adapter_is_named(vllm_model):
 
 
 def test_serving_settings_are_refused_on_the_huggingface_backend():
-    with pytest.raises(ConfigError, match="max_model_len.*huggingface backend does not use"):
-        ChatModel({"max_model_len": 512})
+    with pytest.raises(ConfigError, match="huggingface backend does not use kv_cache_space_gb.*taken by vllm"):
+        ChatModel({"kv_cache_space_gb": 2})
 
 
 def test_bad_engine_argument_is_named(default_model_dir):

@@ -12,20 +12,20 @@ from PIL import Image
 
 from engines import ConfigError, ModelSlot
 from engines.backends import BACKENDS
-from webui.conversation import ChatSession, Turn, model_request, render, turn_of_message
-from webui.handlers import GENERATION_CONTROLS, ChatHandlers, backend_options, message_box_for
-from webui.reply_parts import split_reply
+from webui.conversation import ChatSession, SavedToolCall, Turn, model_request, render, turn_of_message
+from webui.handlers import ChatHandlers, backend_options, message_box_for
 from webui.streaming import throttled
+from tests.held_load import load_held
 
-SYSTEM, NO_TOOLS = "", ""
+CONTROLS = ("temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty", "seed", "skip_special_tokens", "enable_thinking")
 
 
-def controls(max_new_tokens=16, temperature=0.0, seed=None):
-    values = {
-        "temperature": temperature, "top_p": 1.0, "top_k": 50, "max_new_tokens": max_new_tokens,
+def settings(max_new_tokens=16, temperature=0.0, seed=None, system="", tools=""):
+    """What the page hands the chat handlers: the chat's system prompt and tools, and its controls by name."""
+    return {
+        "system": system, "tools": tools, "temperature": temperature, "top_p": 1.0, "top_k": 50, "max_new_tokens": max_new_tokens,
         "repetition_penalty": 1.0, "seed": seed, "skip_special_tokens": True, "enable_thinking": True,
     }
-    return [values[name] for name in GENERATION_CONTROLS]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def slot():
 
 @pytest.fixture
 def handlers(slot):
-    return ChatHandlers(slot)
+    return ChatHandlers(slot, CONTROLS)
 
 
 async def run(updates):
@@ -63,7 +63,7 @@ def image_file(tmp_path):
 
 async def test_send_streams_the_same_reply_as_the_engine(handlers, slot):
     session = ChatSession()
-    updates = await run(handlers.send(session, message("Name three colors."), SYSTEM, NO_TOOLS, *controls(24)))
+    updates = await run(handlers.send(session, message("Name three colors."), **settings(24)))
     chats = [chat for chat, _ in updates]
     assert len(chats) >= 3, "the reply should arrive in several updates"
     assert chats[0][-1] == {"role": "user", "content": ["Name three colors."]}
@@ -78,7 +78,7 @@ async def test_send_streams_the_same_reply_as_the_engine(handlers, slot):
 
 async def test_media_a_text_model_cannot_read_is_refused_clearly_and_nothing_is_lost(handlers, image_file):
     session = ChatSession(turns=[Turn(role="user", content="Hi"), Turn(role="assistant", content="Hello!")])
-    updates = await run(handlers.send(session, message("What is this?", [image_file]), SYSTEM, NO_TOOLS, *controls()))
+    updates = await run(handlers.send(session, message("What is this?", [image_file]), **settings()))
     final = updates[-1][0]
     asked = session.turns[2]
     assert asked.files == [image_file] and "does not accept images" in asked.error
@@ -86,7 +86,7 @@ async def test_media_a_text_model_cannot_read_is_refused_clearly_and_nothing_is_
     assert "does not accept images" in final[3]["content"]
     assert final[3]["metadata"]["title"].startswith("⚠")
     # The refused turn stays visible but is not sent again: the next message is answered.
-    await run(handlers.send(session, message("Say yes."), SYSTEM, NO_TOOLS, *controls(4)))
+    await run(handlers.send(session, message("Say yes."), **settings(4)))
     assert [t.role for t in session.turns] == ["user", "assistant", "user", "user", "assistant"]
     assert session.turns[-1].content
     messages, media = model_request(session.turns)
@@ -95,14 +95,14 @@ async def test_media_a_text_model_cannot_read_is_refused_clearly_and_nothing_is_
 
 async def test_invalid_tools_json_gets_a_clear_message(handlers):
     session = ChatSession()
-    await run(handlers.send(session, message("Weather?"), SYSTEM, '[{"type": "function",', *controls()))
+    await run(handlers.send(session, message("Weather?"), **settings(tools='[{"type": "function",')))
     assert len(session.turns) == 1
     assert session.turns[0].error.startswith("Tools are not valid JSON")
 
 
 async def test_stop_keeps_the_partial_reply_and_frees_the_engine(handlers, slot):
     session = ChatSession()
-    updates = handlers.send(session, message("Write a long story about a dragon."), SYSTEM, NO_TOOLS, *controls(400))
+    updates = handlers.send(session, message("Write a long story about a dragon."), **settings(400))
     seen = 0
     async for chat, _ in updates:
         if session.turns[-1].role == "assistant" and session.turns[-1].content:
@@ -132,7 +132,7 @@ async def test_closing_the_throttled_stream_cancels_the_model_stream():
     stream = throttled(endless(), lambda: False, interval=0.02)
     first = await anext(stream)
     await stream.aclose()
-    assert first == "x" and closed.is_set()
+    assert first == ["x"] and closed.is_set()
     count = len(produced)
     await asyncio.sleep(0.05)
     assert len(produced) == count
@@ -145,21 +145,21 @@ async def test_throttled_updates_gather_pieces():
             await asyncio.sleep(0.001)
 
     chunks = [chunk async for chunk in throttled(fast(), lambda: False, interval=0.04)]
-    assert "".join(chunks) == "a" * 200
-    assert chunks[0] == "a", "the first piece goes out at once"
+    assert "".join(piece for chunk in chunks for piece in chunk) == "a" * 200
+    assert chunks[0] == ["a"], "the first piece goes out at once"
     assert len(chunks) < 50, f"{len(chunks)} updates for 200 pieces: not throttled"
 
 
 async def test_regenerate_undo_clear_and_edit(handlers):
     session = ChatSession()
-    await run(handlers.send(session, message("Count to five."), SYSTEM, NO_TOOLS, *controls(12)))
+    await run(handlers.send(session, message("Count to five."), **settings(12)))
     first = session.turns[1].content
-    await run(handlers.regenerate(session, SYSTEM, NO_TOOLS, *controls(12)))
+    await run(handlers.regenerate(session, **settings(12)))
     assert [t.role for t in session.turns] == ["user", "assistant"] and session.turns[1].content == first
-    await run(handlers.send(session, message("Now count to three."), SYSTEM, NO_TOOLS, *controls(6)))
+    await run(handlers.send(session, message("Now count to three."), **settings(6)))
 
     edit = SimpleNamespace(index=0, value=[{"type": "text", "text": "Count to two."}])
-    await run(handlers.edit(session, edit, SYSTEM, NO_TOOLS, *controls(6)))
+    await run(handlers.edit(session, edit, **settings(6)))
     assert [t.content for t in session.turns][0] == "Count to two." and len(session.turns) == 2
 
     chat, box = handlers.undo(session)
@@ -170,17 +170,36 @@ async def test_regenerate_undo_clear_and_edit(handlers):
 
 
 def test_thinking_and_tool_calls_show_as_collapsible_messages():
-    raw = 'Let me check.</think>Checking now.<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
-    shown = render([Turn(role="assistant", content=raw)])
+    reply = Turn(role="assistant", reasoning="Let me check.", content="Checking now.",
+                 tool_calls=[SavedToolCall(id="call_1", name="get_weather", arguments='{"city": "Oslo"}')])
+    shown = render([reply])
     assert shown[0] == {"role": "assistant", "content": "Let me check.", "metadata": {"title": "Thinking", "status": "done"}}
-    assert shown[1]["metadata"]["title"] == "⚙ Tool call: get_weather" and '"city": "Oslo"' in shown[1]["content"]
-    assert shown[2] == {"role": "assistant", "content": "Checking now."}
-    streaming = split_reply("<think>still thinking")
-    assert len(streaming) == 1 and streaming[0].kind == "thinking" and not streaming[0].finished
-    assert render([Turn(role="assistant", content="<think>hm")])[0]["metadata"]["status"] == "pending"
+    assert shown[1] == {"role": "assistant", "content": "Checking now."}
+    assert shown[2]["metadata"]["title"] == "⚙ Tool call: get_weather" and '"city": "Oslo"' in shown[2]["content"]
+    # While the reply is still being written: thinking is pending, a tool call being written shows as it comes.
+    assert render([Turn(role="assistant", reasoning="hm", writing=True)])[0]["metadata"]["status"] == "pending"
+    writing = render([Turn(role="assistant", content="Sure.", tool_text='<tool_call>{"name": "get_', writing=True)])
+    assert writing[1]["metadata"] == {"title": "⚙ Tool call", "status": "pending"}
     # Edits of a message map back to the turn that shows it.
-    turns = [Turn(role="user", content="q"), Turn(role="assistant", content=raw), Turn(role="user", content="again")]
+    turns = [Turn(role="user", content="q"), reply, Turn(role="user", content="again")]
     assert turn_of_message(turns, 4) == 2
+    # The model gets the answer and the calls back, not the reasoning.
+    messages, _ = model_request(turns)
+    assert messages[1] == {"role": "assistant", "content": "Checking now.", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]}
+
+
+async def test_a_tool_call_streams_into_a_tool_call_block(handlers):
+    tools = '[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]'
+    session = ChatSession(turns=[
+        Turn(role="user", content="What is the weather in Paris?"),
+        Turn(role="assistant", tool_calls=[SavedToolCall(id="c1", name="get_weather", arguments='{"city": "Paris"}')]),
+        Turn(role="user", content="And in Oslo?"),
+    ])
+    updates = await run(handlers.regenerate(session, **settings(max_new_tokens=40, tools=tools)))
+    reply = session.turns[-1]
+    assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [("get_weather", {"city": "Oslo"})], reply
+    assert updates[-1][0][-1]["metadata"]["title"] == "⚙ Tool call: get_weather"
 
 
 def test_media_placeholders_stay_with_their_message(image_file):
@@ -207,8 +226,8 @@ def test_export_then_import_restores_the_conversation(handlers, image_file, tmp_
 async def test_two_sessions_at_once_stay_separate(handlers):
     one, two = ChatSession(), ChatSession()
     await asyncio.gather(
-        run(handlers.send(one, message("Say apple."), SYSTEM, NO_TOOLS, *controls(6))),
-        run(handlers.send(two, message("Say banana."), SYSTEM, NO_TOOLS, *controls(6))),
+        run(handlers.send(one, message("Say apple."), **settings(6))),
+        run(handlers.send(two, message("Say banana."), **settings(6))),
     )
     assert [t.content for t in one.turns][0] == "Say apple." and len(one.turns) == 2
     assert [t.content for t in two.turns][0] == "Say banana." and len(two.turns) == 2
@@ -221,7 +240,7 @@ def rss_mib():
 
 async def test_load_unload_and_a_missing_backend(handlers, slot):
     session = ChatSession()
-    await run(handlers.send(session, message("Hi"), SYSTEM, NO_TOOLS, *controls(4)))
+    await run(handlers.send(session, message("Hi"), **settings(4)))
     loaded_rss = rss_mib()
     status = handlers.unload()[0]
     unloaded_rss = rss_mib()
@@ -229,18 +248,18 @@ async def test_load_unload_and_a_missing_backend(handlers, slot):
     print(f"RSS loaded {loaded_rss:.0f} MiB, unloaded {unloaded_rss:.0f} MiB")
     assert loaded_rss - unloaded_rss > 150, f"unloading freed only {loaded_rss - unloaded_rss:.0f} MiB"
 
-    await run(handlers.send(session, message("Still there?"), SYSTEM, NO_TOOLS, *controls(4)))
+    await run(handlers.send(session, message("Still there?"), **settings(4)))
     assert "No model is loaded" in session.turns[-1].error
 
-    status, *defaults, box = handlers.load("huggingface", "", "bfloat16", max_concurrent=2, progress=lambda *a, **k: None)
+    status, box, *defaults = handlers.load("huggingface", "", "bfloat16", max_concurrent=2, progress=lambda *a, **k: None)
     assert status.startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface in ")
-    assert defaults[GENERATION_CONTROLS.index("max_new_tokens")] == slot.model.engine.generating_args.max_new_tokens
+    assert defaults[CONTROLS.index("max_new_tokens")] == slot.model.generation_defaults.max_new_tokens
     assert slot.model.engine.model_args.max_concurrent == 2
     assert box["sources"] == [] and "reads text only" in box["placeholder"]
     engine = slot.model.engine
 
-    status = handlers.load("huggingface", "", "bfloat16", max_model_len=512, progress=lambda *a, **k: None)[0]
-    assert "max_model_len is a setting of the serving engines (vllm)" in status
+    status = handlers.load("huggingface", "", "bfloat16", kv_cache_space_gb=2, progress=lambda *a, **k: None)[0]
+    assert "the huggingface backend does not use kv_cache_space_gb (kv_cache_space_gb is taken by vllm)" in status
     status = handlers.load("vllm", "", "auto", engine_args='{"max_num_seqs": 8', progress=lambda *a, **k: None)[0]
     assert "Engine arguments are not valid JSON" in status
     assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status and slot.model.engine is engine
@@ -248,19 +267,23 @@ async def test_load_unload_and_a_missing_backend(handlers, slot):
     status = handlers.load("sglang", "", "auto", progress=lambda *a, **k: None)[0]
     assert "The sglang backend needs sglang" in status and BACKENDS["sglang"].install in status
     assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status
-    await run(handlers.regenerate(session, SYSTEM, NO_TOOLS, *controls(4)))
+    await run(handlers.regenerate(session, **settings(4)))
     assert [t.role for t in session.turns] == ["user", "assistant", "user", "assistant"]
     assert session.turns[-1].content and session.turns[0].content == "Hi"
 
 
 def test_backend_options_pass_only_what_was_filled_in():
     # Gradio's number fields show and send 0 when empty: 0 means the backend's default.
-    assert backend_options() == backend_options(0, 0, 0, 0, 0, "auto", " ", "") == {}
-    assert backend_options(2, 4096.0, 1.5, 0.8, 2, "eager", " /a, /b ", '{"max_num_seqs": 8}') == {
+    empty = {"max_concurrent": 0, "max_model_len": 0, "kv_cache_space_gb": 0, "gpu_memory_utilization": 0,
+             "tensor_parallel_size": 0, "enforce_eager": "auto", "lora_adapters": " ", "engine_args": ""}
+    assert backend_options() == backend_options(**empty) == {}
+    filled = {"max_concurrent": 2, "max_model_len": 4096.0, "kv_cache_space_gb": 1.5, "gpu_memory_utilization": 0.8,
+              "tensor_parallel_size": 2, "enforce_eager": "eager", "lora_adapters": " /a, /b ", "engine_args": '{"max_num_seqs": 8}'}
+    assert backend_options(**filled) == {
         "max_concurrent": 2, "max_model_len": 4096, "kv_cache_space_gb": 1.5, "gpu_memory_utilization": 0.8,
         "tensor_parallel_size": 2, "enforce_eager": True, "lora_adapters": "/a, /b", "engine_args": {"max_num_seqs": 8},
     }
-    assert backend_options(engine_mode="compiled") == {"enforce_eager": False}
+    assert backend_options(enforce_eager="compiled") == {"enforce_eager": False}
     with pytest.raises(ConfigError, match="must be a JSON object"):
         backend_options(engine_args="[8]")
 
@@ -271,3 +294,14 @@ def test_the_message_box_offers_exactly_the_kinds_the_model_reads():
     vision = message_box_for(["image", "video"])
     assert vision["sources"] == ["upload"] and vision["file_types"] == ["image", "video"]
     assert vision["placeholder"].startswith("Message (text, images, videos)")
+
+
+async def test_a_message_while_a_model_loads_says_so_and_is_kept():
+    loading_slot = ModelSlot()
+    with load_held(loading_slot):
+        session = ChatSession()
+        await run(ChatHandlers(loading_slot, CONTROLS).send(session, message("Hello?"), **settings()))
+        [asked] = session.turns
+        assert asked.content == "Hello?" and "is loading" in asked.error and "Try again" in asked.error
+        assert "Loading SmolLM2-135M-Instruct (embedded)" in loading_slot.describe()
+    loading_slot.unload()

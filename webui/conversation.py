@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import mimetypes
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from engines import ChatError
+from engines import ChatError, ToolCall
 from engines.media import PLACEHOLDERS
-
-from .reply_parts import describe_tool_call, split_reply
 
 MEDIA_EXTENSIONS = {
     "image": (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"),
@@ -21,16 +20,30 @@ MEDIA_EXTENSIONS = {
 }
 
 
+class SavedToolCall(BaseModel):
+    id: str
+    name: str
+    arguments: str
+
+    def for_template(self) -> dict[str, Any]:
+        return ToolCall(self.name, self.arguments, self.id).for_template()
+
+
 class Turn(BaseModel):
-    """One message as the conversation keeps it. ``content`` of an assistant turn is the raw
-    reply (thinking and tool-call tags included); ``error`` on a user turn says why the model
-    could not answer it, and such a turn is not sent to the model again until regenerated."""
+    """One message as the conversation keeps it. An assistant turn keeps its reply as the
+    parser read it: ``reasoning``, ``content`` and ``tool_calls``. ``error`` on a user turn says
+    why the model could not answer it, and such a turn is not sent to the model again until
+    regenerated. ``writing`` and ``tool_text`` exist only while the reply streams."""
 
     role: Literal["user", "assistant"]
     content: str = ""
     files: list[str] = []
     error: str | None = None
+    reasoning: str = ""
+    tool_calls: list[SavedToolCall] = []
     stopped: bool = False
+    writing: bool = Field(False, exclude=True)
+    tool_text: str = Field("", exclude=True)
 
 
 class ConversationFile(BaseModel):
@@ -60,15 +73,19 @@ def media_kind(path: str) -> str | None:
     return kind if kind in MEDIA_EXTENSIONS else None
 
 
-def model_request(turns: list[Turn]) -> tuple[list[dict[str, str]], dict[str, list[str]]]:
-    """The messages for stream_chat and the media lists by kind. Each file gets its placeholder
-    in the message it was attached to, so the model sees it where the user put it."""
-    messages: list[dict[str, str]] = []
+def model_request(turns: list[Turn]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """The messages for the model and the media lists by kind. Each file gets its placeholder
+    in the message it was attached to, so the model sees it where the user put it. Earlier
+    replies go back as their answer and tool calls, without their reasoning."""
+    messages: list[dict[str, Any]] = []
     media: dict[str, list[str]] = {"images": [], "videos": [], "audios": []}
     for turn in turns:
         if turn.role == "user" and turn.error:
             continue
-        if turn.role == "assistant" and not turn.content:
+        if turn.role == "assistant":
+            if turn.content or turn.tool_calls:
+                calls = {"tool_calls": [call.for_template() for call in turn.tool_calls]} if turn.tool_calls else {}
+                messages.append({"role": "assistant", "content": turn.content, **calls})
             continue
         tags = ""
         for path in turn.files:
@@ -77,12 +94,12 @@ def model_request(turns: list[Turn]) -> tuple[list[dict[str, str]], dict[str, li
                 raise ChatError(f"{os.path.basename(path)} is not an image, video or audio file; remove it.")
             media[kind + "s"].append(path)
             tags += PLACEHOLDERS[kind]
-        messages.append({"role": turn.role, "content": tags + turn.content})
+        messages.append({"role": "user", "content": tags + turn.content})
     return messages, {kind: files for kind, files in media.items() if files}
 
 
 def render_turn(turn: Turn) -> list[dict[str, Any]]:
-    """The Chatbot messages for one turn."""
+    """The Chatbot messages for one turn: thinking and tool calls as collapsible blocks."""
     if turn.role == "user":
         content: list[Any] = [{"path": path} for path in turn.files]
         if turn.content:
@@ -92,18 +109,28 @@ def render_turn(turn: Turn) -> list[dict[str, Any]]:
             shown.append({"role": "assistant", "content": turn.error, "metadata": {"title": "⚠ The model could not answer"}})
         return shown
     shown = []
-    for part in split_reply(turn.content):
-        if part.kind == "thinking":
-            status = "done" if part.finished else "pending"
-            shown.append({"role": "assistant", "content": part.text or "…", "metadata": {"title": "Thinking", "status": status}})
-        elif part.kind == "tool_call":
-            title, body = describe_tool_call(part.text)
-            shown.append({"role": "assistant", "content": body, "metadata": {"title": title, "status": "done"}})
-        else:
-            shown.append({"role": "assistant", "content": part.text})
+    if turn.reasoning:
+        thinking = turn.writing and not (turn.content or turn.tool_text or turn.tool_calls)
+        shown.append({"role": "assistant", "content": turn.reasoning.strip() or "…",
+                      "metadata": {"title": "Thinking", "status": "pending" if thinking else "done"}})
+    if turn.content.strip():
+        shown.append({"role": "assistant", "content": turn.content.strip()})
+    for call in turn.tool_calls:
+        shown.append({"role": "assistant", "content": _arguments_block(call.arguments),
+                      "metadata": {"title": f"⚙ Tool call: {call.name}", "status": "done"}})
+    if turn.tool_text:
+        shown.append({"role": "assistant", "content": f"```\n{turn.tool_text.strip()}\n```",
+                      "metadata": {"title": "⚙ Tool call", "status": "pending"}})
     if turn.stopped:
         shown.append({"role": "assistant", "content": "*■ Stopped*"})
     return shown
+
+
+def _arguments_block(arguments: str) -> str:
+    try:
+        return f"```json\n{json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)}\n```"
+    except json.JSONDecodeError:
+        return f"```\n{arguments}\n```"
 
 
 def render(turns: list[Turn]) -> list[dict[str, Any]]:

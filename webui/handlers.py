@@ -1,7 +1,10 @@
 """What the page's buttons do: plain functions over one tab's ChatSession and the shared ModelSlot.
 
-The chat handlers are async generators that yield (chatbot messages, message-box update)
-pairs; tests drive them directly, without a browser.
+The page hands each handler its controls by name (Gradio's ``inputs_kwargs``): the chat
+handlers get ``system``, ``tools`` and the generation settings as keywords named as in
+GenerationArgs, and ``load`` gets the model settings named as in ModelArgs. Adding a control is
+adding it to the layout's dict. The chat handlers are async generators that yield (chatbot
+messages, message-box update) pairs; tests drive them directly, without a browser.
 """
 
 from __future__ import annotations
@@ -15,60 +18,36 @@ from typing import Any
 import gradio as gr
 import psutil
 
-from engines import ChatError, ConfigError, ModelSlot
+from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, ReplyChunk
 
-from .conversation import ChatSession, Turn, export_json, import_json, model_request, render, render_turn, turn_of_message
+from .conversation import ChatSession, SavedToolCall, Turn, export_json, import_json, model_request, render, render_turn, turn_of_message
 from .streaming import throttled
 
 MEDIA_KINDS = ("image", "video", "audio")
-GENERATION_CONTROLS = (
-    "temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty", "seed", "skip_special_tokens", "enable_thinking",
-)
-
-
-def generation_settings(*values: Any) -> dict[str, Any]:
-    """The generation controls' values (in GENERATION_CONTROLS order) as stream_chat keywords."""
-    settings = dict(zip(GENERATION_CONTROLS, values, strict=True))
-    if settings["seed"] in ("", None):
-        settings["seed"] = None
-    return settings
-
-
 ENGINE_MODES = {"auto": None, "eager": True, "compiled": False}
 
 
-def backend_options(
-    max_concurrent: float | None = None,
-    max_model_len: float | None = None,
-    kv_cache_space_gb: float | None = None,
-    gpu_memory_utilization: float | None = None,
-    tensor_parallel_size: float | None = None,
-    engine_mode: str = "auto",
-    lora_adapters: str = "",
-    engine_args: str = "",
-) -> dict[str, Any]:
+def backend_options(**values: Any) -> dict[str, Any]:
     """The Settings tab's backend options as ModelArgs settings. Only the fields a person filled
-    in are passed, so every other setting keeps the backend's own default (and the huggingface
-    backend, which refuses serving settings, is not sent empty ones). A number field shows 0
-    when empty, and 0 is no valid value of any of them, so 0 also means "the default"."""
-    options: dict[str, Any] = {
-        "max_concurrent": _whole(max_concurrent),
-        "max_model_len": _whole(max_model_len),
-        "kv_cache_space_gb": kv_cache_space_gb or None,
-        "gpu_memory_utilization": gpu_memory_utilization or None,
-        "tensor_parallel_size": _whole(tensor_parallel_size),
-        "enforce_eager": ENGINE_MODES[engine_mode or "auto"],
-        "lora_adapters": (lora_adapters or "").strip() or None,
-        "engine_args": parse_engine_args(engine_args),
-    }
-    return {name: value for name, value in options.items() if value is not None}
+    in are passed, so every other setting keeps the backend's own default (and a backend that
+    refuses a setting is not sent an empty one). A number field shows 0 when empty, and 0 is no
+    useful value of any of them, so 0 also means "the default"."""
+    options = {}
+    for name, value in values.items():
+        if name == "enforce_eager":
+            value = ENGINE_MODES[value or "auto"]
+        elif name == "engine_args":
+            value = parse_engine_args(value)
+        elif isinstance(value, str):
+            value = value.strip() or None
+        else:
+            value = value or None
+        if value is not None:
+            options[name] = value
+    return options
 
 
-def _whole(value: float | None) -> int | None:
-    return int(value) if value else None
-
-
-def parse_engine_args(text: str) -> dict[str, Any] | None:
+def parse_engine_args(text: str | None) -> dict[str, Any] | None:
     text = (text or "").strip()
     if not text:
         return None
@@ -85,23 +64,36 @@ def box(interactive: bool, text: str = "", files: list[str] | None = None) -> di
     return gr.update(value={"text": text, "files": files or []}, interactive=interactive)
 
 
+def control_value(defaults: GenerationArgs, name: str) -> Any:
+    """What a generation control shows for the model's default of setting ``name``."""
+    if name == "temperature":
+        return defaults.temperature if defaults.do_sample else 0.0
+    if name == "enable_thinking":
+        return True if defaults.enable_thinking is None else defaults.enable_thinking
+    return getattr(defaults, name)
+
+
 class ChatHandlers:
-    def __init__(self, slot: ModelSlot) -> None:
+    """``control_names``: the generation settings the page has controls for, in the order of the
+    outputs that show the loaded model's defaults."""
+
+    def __init__(self, slot: ModelSlot, control_names: tuple[str, ...]) -> None:
         self.slot = slot
+        self.control_names = control_names
 
     # ---- chat
 
-    async def send(self, session: ChatSession, message: dict | None, system: str, tools: str, *controls: Any) -> AsyncIterator[tuple]:
+    async def send(self, session: ChatSession, message: dict | None, **settings: Any) -> AsyncIterator[tuple]:
         text = ((message or {}).get("text") or "").strip()
         files = list((message or {}).get("files") or [])
         if not text and not files:
             yield render(session.turns), box(True)
             return
         session.turns.append(Turn(role="user", content=text, files=files))
-        async for update in self._answer(session, system, tools, controls):
+        async for update in self._answer(session, settings):
             yield update
 
-    async def regenerate(self, session: ChatSession, system: str, tools: str, *controls: Any) -> AsyncIterator[tuple]:
+    async def regenerate(self, session: ChatSession, **settings: Any) -> AsyncIterator[tuple]:
         while session.turns and session.turns[-1].role == "assistant":
             session.turns.pop()
         if not session.turns:
@@ -109,10 +101,10 @@ class ChatHandlers:
             yield [], gr.skip()
             return
         session.turns[-1].error = None
-        async for update in self._answer(session, system, tools, controls):
+        async for update in self._answer(session, settings):
             yield update
 
-    async def edit(self, session: ChatSession, edit: gr.EditData, system: str, tools: str, *controls: Any) -> AsyncIterator[tuple]:
+    async def edit(self, session: ChatSession, edit: gr.EditData, **settings: Any) -> AsyncIterator[tuple]:
         """A past user message was edited in the Chatbot: answer it again from there."""
         index = turn_of_message(session.turns, edit.index)
         turn = session.turns[index]
@@ -122,7 +114,7 @@ class ChatHandlers:
         del session.turns[index + 1:]
         turn.content = edited_text(edit.value)
         turn.error = None
-        async for update in self._answer(session, system, tools, controls):
+        async for update in self._answer(session, settings):
             yield update
 
     def stop(self, session: ChatSession) -> None:
@@ -141,16 +133,16 @@ class ChatHandlers:
         session.turns.clear()
         return [], box(True)
 
-    async def _answer(self, session: ChatSession, system: str, tools: str, controls: tuple) -> AsyncIterator[tuple]:
+    async def _answer(self, session: ChatSession, settings: dict[str, Any]) -> AsyncIterator[tuple]:
         """The chat updates of one reply: the box is locked once at the start (later updates
         leave it alone, to keep each update small) and unlocked at the end, also after Stop."""
         locked = False
-        async for shown in self._reply(session, system, tools, generation_settings(*controls)):
+        async for shown in self._reply(session, settings):
             yield shown, (gr.skip() if locked else box(False))
             locked = True
         yield render(session.turns), box(True)
 
-    async def _reply(self, session: ChatSession, system: str, tools: str, generation: dict[str, Any]) -> AsyncIterator[list]:
+    async def _reply(self, session: ChatSession, settings: dict[str, Any]) -> AsyncIterator[list]:
         """Stream the model's answer to the conversation into a new assistant turn. A request the
         model cannot take (no model, bad tools JSON, media it cannot read) marks the user turn
         with the reason; the conversation itself stays as it was."""
@@ -158,23 +150,28 @@ class ChatHandlers:
         asked = session.turns[-1]
         before = render(session.turns)
         yield before
-        reply = Turn(role="assistant")
+        reply = Turn(role="assistant", writing=True)
+        generation = dict(settings)
+        system, tools = generation.pop("system", None), generation.pop("tools", None)
         try:
             messages, media = model_request(session.turns)
-            stream = self.slot.model.astream_chat(messages, system=system or None, tools=tools or None, **media, **generation)
+            stream = self.slot.model.astream_reply(messages, system=system or None, tools=tools or None, **media, **generation)
             session.turns.append(reply)
-            async for piece in throttled(stream, lambda: session.stop_requested):
-                reply.content += piece
+            async for items in throttled(stream, lambda: session.stop_requested):
+                for item in items:
+                    _add_to_reply(reply, item)
                 yield before + render_turn(reply)
             reply.stopped = session.stop_requested
         except ChatError as error:
-            if reply.content:
+            if reply.content or reply.reasoning:
                 reply.stopped = True
                 gr.Warning(f"The reply was cut short: {error}")
             else:
                 if reply in session.turns:
                     session.turns.remove(reply)
                 asked.error = str(error)
+        finally:
+            reply.writing, reply.tool_text = False, ""
 
     # ---- conversation files
 
@@ -197,33 +194,17 @@ class ChatHandlers:
 
     # ---- model
 
-    def load(
-        self,
-        backend: str,
-        model_path: str,
-        dtype: str,
-        max_concurrent: float | None = None,
-        max_model_len: float | None = None,
-        kv_cache_space_gb: float | None = None,
-        gpu_memory_utilization: float | None = None,
-        tensor_parallel_size: float | None = None,
-        engine_mode: str = "auto",
-        lora_adapters: str = "",
-        engine_args: str = "",
-        progress: gr.Progress = gr.Progress(),
-    ) -> tuple:
-        """Load a model with the Settings tab's choices; on failure the previous model stays."""
-        settings = {"infer_backend": backend, "model_name_or_path": (model_path or "").strip() or None, "infer_dtype": dtype}
+    def load(self, infer_backend: str, model_name_or_path: str, infer_dtype: str, progress: gr.Progress = gr.Progress(), **options: Any) -> tuple:
+        """Load a model with the Settings tab's choices (``options``: the backend options, named
+        as ModelArgs settings); on failure the previous model stays."""
+        settings = {"infer_backend": infer_backend, "model_name_or_path": (model_name_or_path or "").strip() or None, "infer_dtype": infer_dtype}
         try:
-            settings |= backend_options(
-                max_concurrent, max_model_len, kv_cache_space_gb, gpu_memory_utilization, tensor_parallel_size,
-                engine_mode, lora_adapters, engine_args,
-            )
+            settings |= backend_options(**options)
             self.slot.load(settings, progress=lambda fraction, message: progress(fraction, desc=message))
         except ChatError as error:
-            kept = self.slot.describe() if self.slot.loaded else "No model is loaded."
+            kept = self.slot.describe()
             gr.Warning(str(error))
-            return (f"⚠ **Could not load:** {error}\n\n{kept} {memory_line()}", *[gr.skip()] * (len(GENERATION_CONTROLS) + 1))
+            return (f"⚠ **Could not load:** {error}\n\n{kept} {memory_line()}", gr.skip(), *[gr.skip()] * len(self.control_names))
         return self.model_status()
 
     def unload(self) -> tuple:
@@ -231,27 +212,29 @@ class ChatHandlers:
         return self.model_status()
 
     def model_status(self) -> tuple:
-        """The status line, the generation controls' defaults and the message box for the loaded model."""
+        """The status line, the message box, and the generation controls' defaults for the loaded model."""
         if not self.slot.loaded:
-            controls = [gr.skip()] * len(GENERATION_CONTROLS)
             message_box = gr.update(placeholder="No model is loaded: load one in the Settings tab.")
-            return (f"{self.slot.describe()} {memory_line()}", *controls, message_box)
-        engine = self.slot.model.engine
-        defaults = engine.generating_args
-        kinds = [kind for kind in MEDIA_KINDS if kind in engine.media_kinds]
+            return (f"{self.slot.describe()} {memory_line()}", message_box, *[gr.skip()] * len(self.control_names))
+        model = self.slot.model
+        kinds = [kind for kind in MEDIA_KINDS if kind in model.media_kinds]
         reads = "text" + "".join(f", {kind}s" for kind in kinds)
         status = f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}"
-        controls = [
-            defaults.temperature if defaults.do_sample else 0.0,
-            defaults.top_p,
-            defaults.top_k,
-            defaults.max_new_tokens,
-            defaults.repetition_penalty,
-            defaults.seed,
-            defaults.skip_special_tokens,
-            True if defaults.enable_thinking is None else defaults.enable_thinking,
-        ]
-        return (status, *controls, message_box_for(kinds))
+        defaults = model.generation_defaults
+        return (status, message_box_for(kinds), *[control_value(defaults, name) for name in self.control_names])
+
+
+def _add_to_reply(reply: Turn, item: Any) -> None:
+    """One item of ChatModel.astream_reply into the assistant turn being written."""
+    if not isinstance(item, ReplyChunk):  # the finished Response: its tool calls are parsed now
+        reply.tool_calls = [SavedToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in item.parts.tool_calls]
+        reply.tool_text = ""
+    elif item.kind == "reasoning":
+        reply.reasoning += item.text
+    elif item.kind == "content":
+        reply.content += item.text
+    else:
+        reply.tool_text += item.text
 
 
 def message_box_for(kinds: list[str]) -> dict[str, Any]:

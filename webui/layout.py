@@ -36,7 +36,6 @@ TOOLS_EXAMPLE = """[{"type": "function", "function": {"name": "get_weather", "de
 
 
 def build_demo(slot: ModelSlot) -> gr.Blocks:
-    handlers = ChatHandlers(slot)
     # Until the page loads and asks the model for its own defaults.
     defaults = GenerationArgs()
     with gr.Blocks(title="anychat") as demo:
@@ -99,51 +98,62 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
                         )
                         dtype = gr.Dropdown(list(DTYPES), value="auto", label="dtype", elem_id="dtype")
                 with gr.Accordion("Backend options", open=False, elem_id="backend-options"):
-                    gr.Markdown("Empty or 0: the backend's default. The huggingface backend takes only max concurrent requests; the others are vLLM's.")
+                    gr.Markdown("Empty or 0: the backend's default. A backend refuses the options it does not take, and says which backends do.")
+                    # Named as the ModelArgs settings they set.
                     with gr.Row():
-                        max_concurrent = gr.Number(None, precision=0, label="Max concurrent requests", elem_id="max-concurrent")
-                        max_model_len = gr.Number(None, precision=0, label="Max model length (tokens)", elem_id="max-model-len")
-                        kv_cache_gb = gr.Number(None, label="KV cache on CPU (GiB)", elem_id="kv-cache-gb")
+                        backend_options = {
+                            "max_concurrent": gr.Number(None, precision=0, label="Max concurrent requests", elem_id="max-concurrent"),
+                            "max_model_len": gr.Number(None, precision=0, label="Max model length (tokens)", elem_id="max-model-len"),
+                            "kv_cache_space_gb": gr.Number(None, label="KV cache on CPU (GiB, vllm)", elem_id="kv-cache-gb"),
+                        }
                     with gr.Row():
-                        gpu_memory = gr.Number(None, label="GPU memory fraction", elem_id="gpu-memory-utilization")
-                        tensor_parallel = gr.Number(None, precision=0, label="Tensor parallel size (0: all GPUs)", elem_id="tensor-parallel-size")
-                        engine_mode = gr.Dropdown(list(ENGINE_MODES), value="auto", label="Graphs (auto: eager on CPU)", elem_id="engine-mode")
-                    lora_adapters = gr.Textbox(label="LoRA adapter directories (comma-separated)", elem_id="lora-adapters")
-                    engine_args = gr.Textbox(
+                        backend_options |= {
+                            "gpu_memory_utilization": gr.Number(None, label="GPU memory fraction", elem_id="gpu-memory-utilization"),
+                            "tensor_parallel_size": gr.Number(None, precision=0, label="Tensor parallel size (0: all GPUs)", elem_id="tensor-parallel-size"),
+                            "enforce_eager": gr.Dropdown(list(ENGINE_MODES), value="auto", label="Graphs (auto: eager on CPU)", elem_id="engine-mode"),
+                        }
+                    backend_options["lora_adapters"] = gr.Textbox(label="LoRA adapter directories (comma-separated)", elem_id="lora-adapters")
+                    backend_options["engine_args"] = gr.Textbox(
                         label="Other engine arguments (JSON object)", elem_id="engine-args", placeholder='{"max_num_seqs": 8}',
                     )
                 with gr.Row():
                     load_btn = gr.Button("Load", elem_id="load-btn", variant="primary")
                     unload_btn = gr.Button("Unload", elem_id="unload-btn")
                 gr.Markdown("### Generation\nDefaults come from the loaded model's generation config; changes apply to this tab only.")
+                # Named as the GenerationArgs settings they set.
                 with gr.Row():
-                    temperature = gr.Slider(0, 2, defaults.temperature, step=0.05, label="Temperature (0 = greedy)", elem_id="temperature")
-                    top_p = gr.Slider(0.01, 1, defaults.top_p, step=0.01, label="top_p", elem_id="top-p")
-                    top_k = gr.Slider(0, 200, defaults.top_k, step=1, label="top_k (0 = off)", elem_id="top-k")
+                    generation = {
+                        "temperature": gr.Slider(0, 2, defaults.temperature, step=0.05, label="Temperature (0 = greedy)", elem_id="temperature"),
+                        "top_p": gr.Slider(0.01, 1, defaults.top_p, step=0.01, label="top_p", elem_id="top-p"),
+                        "top_k": gr.Slider(0, 200, defaults.top_k, step=1, label="top_k (0 = off)", elem_id="top-k"),
+                    }
                 with gr.Row():
-                    max_new_tokens = gr.Slider(1, 8192, defaults.max_new_tokens, step=1, label="max_new_tokens", elem_id="max-new-tokens")
-                    repetition_penalty = gr.Slider(0.5, 2, defaults.repetition_penalty, step=0.01, label="Repetition penalty", elem_id="repetition-penalty")
-                    seed = gr.Number(None, precision=0, label="Seed (empty = random)", elem_id="seed")
-                skip_special_tokens = gr.Checkbox(True, label="Skip special tokens", elem_id="skip-special-tokens")
+                    generation |= {
+                        "max_new_tokens": gr.Slider(1, 8192, defaults.max_new_tokens, step=1, label="max_new_tokens", elem_id="max-new-tokens"),
+                        "repetition_penalty": gr.Slider(0.5, 2, defaults.repetition_penalty, step=0.01, label="Repetition penalty", elem_id="repetition-penalty"),
+                        "seed": gr.Number(None, precision=0, minimum=0, label="Seed (empty = random)", elem_id="seed"),
+                    }
+                generation["skip_special_tokens"] = gr.Checkbox(True, label="Skip special tokens", elem_id="skip-special-tokens")
+        generation["enable_thinking"] = enable_thinking
 
-        controls = [temperature, top_p, top_k, max_new_tokens, repetition_penalty, seed, skip_special_tokens, enable_thinking]
-        chat_inputs = [session, system, tools, *controls]
+        handlers = ChatHandlers(slot, tuple(generation))
+        chat_settings = {"system": system, "tools": tools, **generation}
         chat_outputs = [chatbot, message_box]
-        model_outputs = [status, *controls, message_box]
+        model_outputs = [status, message_box, *generation.values()]
         # Generation is bounded by the engine's own queue; the page never serialises users.
         streaming = {"concurrency_limit": None, "show_progress": "minimal"}
 
-        message_box.submit(handlers.send, [session, message_box, system, tools, *controls], chat_outputs, api_name="chat", **streaming)
-        regenerate_btn.click(handlers.regenerate, chat_inputs, chat_outputs, api_name="regenerate", **streaming)
-        chatbot.edit(handlers.edit, chat_inputs, chat_outputs, api_visibility="private", **streaming)
+        message_box.submit(handlers.send, [session, message_box], chat_outputs, inputs_kwargs=chat_settings, api_name="chat", **streaming)
+        regenerate_btn.click(handlers.regenerate, [session], chat_outputs, inputs_kwargs=chat_settings, api_name="regenerate", **streaming)
+        chatbot.edit(handlers.edit, [session], chat_outputs, inputs_kwargs=chat_settings, api_visibility="private", **streaming)
         stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
         undo_btn.click(handlers.undo, [session], chat_outputs, api_name="undo")
         clear_btn.click(handlers.clear, [session], chat_outputs, api_name="clear")
         chatbot.clear(handlers.clear, [session], chat_outputs, api_visibility="private")
         export_btn.click(handlers.export, [session, system], export_file, api_visibility="private")
         import_btn.upload(handlers.import_, [session, import_btn], [chatbot, system], api_name="import_conversation")
-        backend_inputs = [max_concurrent, max_model_len, kv_cache_gb, gpu_memory, tensor_parallel, engine_mode, lora_adapters, engine_args]
-        load_btn.click(handlers.load, [backend, model_path, dtype, *backend_inputs], model_outputs, api_name="load", concurrency_limit=1)
+        model_choice = {"infer_backend": backend, "model_name_or_path": model_path, "infer_dtype": dtype, **backend_options}
+        load_btn.click(handlers.load, None, model_outputs, inputs_kwargs=model_choice, api_name="load", concurrency_limit=1)
         unload_btn.click(handlers.unload, None, model_outputs, api_name="unload", concurrency_limit=1)
         demo.load(handlers.model_status, None, model_outputs, api_visibility="private")
     return demo

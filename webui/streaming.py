@@ -5,19 +5,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 # One browser update per ~40 ms: Gradio re-processes the whole Chatbot and the browser
 # re-renders the message on every update, so per-token updates fall seconds behind.
 UPDATE_INTERVAL = 0.04
 
 _END = object()
+T = TypeVar("T")
 
 
 async def throttled(
-    stream: AsyncIterator[str], should_stop: Callable[[], bool], interval: float = UPDATE_INTERVAL
-) -> AsyncIterator[str]:
-    """Yield the text gathered since the last yield, at most once per ``interval`` (the first
-    piece at once, for a quick first token). The model stream is drained by its own task, so it
+    stream: AsyncIterator[T], should_stop: Callable[[], bool], interval: float = UPDATE_INTERVAL
+) -> AsyncIterator[list[T]]:
+    """Yield the items gathered since the last yield, at most once per ``interval`` (the first
+    item at once, for a quick first token). The model stream is drained by its own task, so it
     runs at full speed however slowly the caller consumes. Stopping (``should_stop()`` turning
     true, or the caller closing this generator) cancels that task, which closes the model stream
     and so stops generation in the engine."""
@@ -37,7 +39,7 @@ async def throttled(
     try:
         finished = False
         while not finished:
-            pending: list[str] = []
+            pending: list[T] = []
             deadline = None
             while True:
                 if should_stop():
@@ -61,7 +63,7 @@ async def throttled(
                     deadline = max(time.monotonic(), last_yield + interval)
             if pending:
                 last_yield = time.monotonic()
-                yield "".join(pending)
+                yield pending
     finally:
         if not task.done():
             task.cancel()

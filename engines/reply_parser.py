@@ -1,4 +1,4 @@
-"""Splitting a model's reply into reasoning, content and tool calls, whole or as it streams.
+"""Reading a model's reply as typed parts: reasoning, the answer, and tool calls, whole or as it streams.
 
 Tool calls are read in the formats of the common chat templates:
 - Hermes / Qwen: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, one block per call
@@ -7,10 +7,11 @@ Tool calls are read in the formats of the common chat templates:
 - Llama 3: the whole reply is ``{"name": ..., "parameters": {...}}`` (several joined by ``;``),
   optionally after ``<|python_tag|>``. A Mistral reply whose ``[TOOL_CALLS]`` special token was
   skipped in decoding looks the same (a bare JSON list) and is read the same way.
-Reasoning is what a model writes inside ``<think>...</think>`` before its answer.
+Reasoning is what a model writes inside ``<think>...</think>`` before its answer; templates of
+reasoning models often open ``<think>`` in the prompt, so the reply starts inside it.
 
 A reply that looks like a tool call but does not parse is returned as plain content: text is
-never lost.
+never lost. The page, the API and the terminal chat all read replies through this module.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .text_stream import partial_suffix_length
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 HERMES_OPEN = "<tool_call>"
 MISTRAL_MARKER = "[TOOL_CALLS]"
@@ -29,14 +32,44 @@ TOOL_MARKERS = (HERMES_OPEN, MISTRAL_MARKER, LLAMA_PYTHON_TAG)
 _HERMES_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 
-@dataclass
-class ParsedToolCall:
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass(frozen=True)
+class ToolCall:
     name: str
-    arguments: str
-    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+    arguments: str  # a JSON object, as text (OpenAI's form)
+    id: str = field(default_factory=new_call_id, compare=False)
+
+    def for_template(self) -> dict[str, Any]:
+        """The call as an assistant message's ``tool_calls`` entry for a chat template, which
+        expects the arguments as a mapping (text that is not JSON stays text)."""
+        try:
+            arguments = json.loads(self.arguments)
+        except json.JSONDecodeError:
+            arguments = self.arguments
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": arguments}}
 
 
-def parse_tool_calls(text: str) -> list[ParsedToolCall]:
+@dataclass(frozen=True)
+class ReplyChunk:
+    """A piece of a streaming reply. "tool_call" pieces are the raw text of tool calls being
+    written, for display; the calls themselves come parsed once the reply is complete (if that
+    text does not parse, it comes again then, as content)."""
+
+    kind: Literal["reasoning", "content", "tool_call"]
+    text: str
+
+
+@dataclass(frozen=True)
+class ReplyParts:
+    reasoning: str | None = None
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+def parse_tool_calls(text: str) -> list[ToolCall]:
     """The tool calls that ``text`` (starting at a tool-call marker or a JSON value) holds, or []."""
     stripped = text.strip()
     try:
@@ -50,7 +83,7 @@ def parse_tool_calls(text: str) -> list[ParsedToolCall]:
         return []
 
 
-def _json_calls(text: str) -> list[ParsedToolCall]:
+def _json_calls(text: str) -> list[ToolCall]:
     """One JSON object, a JSON list of them, or objects separated by ';' (Llama 3.2)."""
     decoder, values, position = json.JSONDecoder(), [], 0
     text = text.strip()
@@ -61,31 +94,22 @@ def _json_calls(text: str) -> list[ParsedToolCall]:
     return [_call(value) for value in values]
 
 
-def _call(value: Any) -> ParsedToolCall:
+def _call(value: Any) -> ToolCall:
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         raise ValueError("not a tool call")
     arguments = value.get("arguments", value.get("parameters", {}))
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments, ensure_ascii=False)
-    return ParsedToolCall(name=value["name"], arguments=arguments)
+    return ToolCall(name=value["name"], arguments=arguments)
 
 
-Kind = Literal["reasoning", "content"]
-
-
-@dataclass
-class Reply:
-    reasoning: str | None
-    content: str | None
-    tool_calls: list[ParsedToolCall]
-
-
-class ReplySplitter:
-    """Feeds on the reply's text piece by piece and gives back (kind, text) pieces to send.
+class ReplyParser:
+    """Feeds on the reply's text piece by piece and gives back typed chunks.
 
     Text that could be the start of a marker is held back until it is clear. From a tool-call
     marker on (or from the start, when the reply opens with JSON) the text is held until the
     end, where it becomes tool calls if it parses, and content otherwise.
+    ``parse_tools``: read tool calls at all (only when the request offered tools).
     ``in_reasoning``: the prompt already opened ``<think>``, so the reply starts inside it.
     """
 
@@ -93,33 +117,38 @@ class ReplySplitter:
         self._parse_tools = parse_tools
         self._state: Literal["start", "reasoning", "content", "tools"] = "reasoning" if in_reasoning else "start"
         self._held = ""
+        self._tool_text_shown = 0
         self._content_started = False
         self._after_reasoning = False
         self.reasoning = ""
         self.content = ""
 
-    def push(self, text: str) -> list[tuple[Kind, str]]:
+    def push(self, text: str) -> list[ReplyChunk]:
         self._held += text
-        out: list[tuple[Kind, str]] = []
+        out: list[ReplyChunk] = []
         while True:
             before = (self._state, len(self._held))
             self._step(out)
             if (self._state, len(self._held)) == before:
-                return out
+                break
+        if self._state == "tools" and len(self._held) > self._tool_text_shown:
+            out.append(ReplyChunk("tool_call", self._held[self._tool_text_shown:]))
+            self._tool_text_shown = len(self._held)
+        return out
 
-    def finish(self) -> tuple[list[tuple[Kind, str]], list[ParsedToolCall]]:
+    def finish(self) -> tuple[list[ReplyChunk], tuple[ToolCall, ...]]:
         """The text still held, and the tool calls, once the reply is complete."""
-        out: list[tuple[Kind, str]] = []
+        out: list[ReplyChunk] = []
         held, self._held = self._held, ""
         calls = parse_tool_calls(held) if self._state == "tools" else []
         if held and not calls:
             self._emit(out, "reasoning" if self._state == "reasoning" else "content", held)
-        return out, calls
+        return out, tuple(calls)
 
-    def reply(self, calls: list[ParsedToolCall]) -> Reply:
-        return Reply(reasoning=self.reasoning or None, content=self.content or None, tool_calls=calls)
+    def parts(self, tool_calls: tuple[ToolCall, ...]) -> ReplyParts:
+        return ReplyParts(reasoning=self.reasoning or None, content=self.content or None, tool_calls=tool_calls)
 
-    def _step(self, out: list[tuple[Kind, str]]) -> None:
+    def _step(self, out: list[ReplyChunk]) -> None:
         held = self._held
         if self._state == "start":
             opening = held.lstrip()
@@ -134,7 +163,7 @@ class ReplySplitter:
                 self._held, self._state = held[end + len(THINK_CLOSE):], "content"
                 self._after_reasoning = True
             else:
-                keep = _partial_marker_length(held, (THINK_CLOSE,))
+                keep = partial_suffix_length(held, (THINK_CLOSE,))
                 self._emit(out, "reasoning", held[: len(held) - keep])
                 self._held = held[len(held) - keep:]
         elif self._state == "content" and held:
@@ -154,11 +183,11 @@ class ReplySplitter:
                 self._emit(out, "content", held[: min(starts)])
                 self._held, self._state = held[min(starts):], "tools"
                 return
-            keep = _partial_marker_length(held, TOOL_MARKERS)
+            keep = partial_suffix_length(held, TOOL_MARKERS)
             self._emit(out, "content", held[: len(held) - keep])
             self._held = held[len(held) - keep:]
 
-    def _emit(self, out: list[tuple[Kind, str]], kind: Kind, text: str) -> None:
+    def _emit(self, out: list[ReplyChunk], kind: Literal["reasoning", "content"], text: str) -> None:
         if kind == "content" and self._after_reasoning and not self._content_started:
             text = text.lstrip()  # the blank lines a model puts after </think>
         if not text:
@@ -168,20 +197,12 @@ class ReplySplitter:
             self.content += text
         else:
             self.reasoning += text
-        out.append((kind, text))
+        out.append(ReplyChunk(kind, text))
 
 
-def _partial_marker_length(text: str, markers: tuple[str, ...]) -> int:
-    """Length of the longest end of ``text`` that some marker starts with."""
-    for length in range(min(max(map(len, markers)) - 1, len(text)), 0, -1):
-        if any(marker.startswith(text[-length:]) for marker in markers):
-            return length
-    return 0
-
-
-def split_reply(text: str, parse_tools: bool, in_reasoning: bool = False) -> Reply:
+def parse_reply(text: str, parse_tools: bool, in_reasoning: bool = False) -> ReplyParts:
     """The whole reply at once, read exactly as the streaming path reads it."""
-    splitter = ReplySplitter(parse_tools, in_reasoning)
-    splitter.push(text)
-    _, calls = splitter.finish()
-    return splitter.reply(calls)
+    parser = ReplyParser(parse_tools, in_reasoning)
+    parser.push(text)
+    _, calls = parser.finish()
+    return parser.parts(calls)

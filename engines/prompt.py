@@ -1,0 +1,215 @@
+"""The prompt path every engine holds: the model's tokenizer, chat template and media processor.
+
+From a checked request it renders the prompt with the model's own template, tokenizes it the way
+the template meant (no second BOS), regularises the media, and checks the result against the
+model's context. Engines take the ``Prompt`` it builds and do only what is their backend's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ChatTemplateError, ConfigError, ModelLoadError, UnsupportedError
+from .generation_args import GenerationArgs
+from .model_args import ModelArgs
+from .multimodal import MediaProcessor, is_multimodal
+from .reply_parser import THINK_OPEN
+from .request import ChatRequest, build_request
+
+LOAD_HINT = "Give a local model directory (with config.json), a .gguf file, or a Hub name (which needs the network)."
+
+
+@dataclass
+class Prompt:
+    """One request, ready for a backend: the rendered text, its token ids, and the media
+    regularised (images, engines.media.Video, mono audio), in the order of their placeholders."""
+
+    request: ChatRequest
+    text: str
+    ids: list[int]
+    media: dict[str, list[Any]] = field(default_factory=dict)
+
+    @property
+    def generation(self) -> GenerationArgs:
+        return self.request.generation
+
+    @property
+    def opens_reasoning(self) -> bool:
+        """The template opened ``<think>`` itself, so the reply starts inside it."""
+        return self.text.rstrip().endswith(THINK_OPEN)
+
+    @property
+    def parse_tools(self) -> bool:
+        return bool(self.request.tools)
+
+
+class PromptBuilder:
+    """A model's tokenizer, template and (for multimodal models) processor, and its generation
+    defaults. ``context_length`` (prompt plus reply, in tokens) is set by the engine once its
+    runtime has said what it serves; None means the model sets no limit we know of."""
+
+    def __init__(
+        self, model_args: ModelArgs, config: Any, tokenizer: Any, defaults: GenerationArgs, media: MediaProcessor | None
+    ) -> None:
+        self.model_args = model_args
+        self.config = config
+        self.tokenizer = tokenizer
+        self.defaults = defaults
+        self.media = media
+        self.can_generate = is_generative(config)
+        self.media_kinds = media.kinds if media else frozenset()
+        # Older multimodal checkpoints keep their chat template with the processor only.
+        self.template = template_source(media.processor if media else tokenizer, model_args.chat_template) if self.can_generate else None
+        self.context_length = _trained_context(config, model_args.max_model_len)
+
+    @classmethod
+    def from_pretrained(cls, path: str, model_args: ModelArgs, generation: dict[str, Any] | None = None) -> PromptBuilder:
+        """Read a model directory's config, tokenizer, processor and generation config (no weights)."""
+        from transformers import AutoConfig, AutoTokenizer
+
+        remote = model_args.trust_remote_code
+        try:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=remote)
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote)
+        except (OSError, ValueError, KeyError) as error:
+            raise ModelLoadError(f"Could not load {model_args.display_name}: {error}. {LOAD_HINT}") from error
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        media = MediaProcessor.load(path, model_args) if is_generative(config) and is_multimodal(config) else None
+        defaults = GenerationArgs.from_model_dir(path).replace(**(generation or {}))
+        return cls(model_args, config, tokenizer, defaults, media)
+
+    # ---- requests
+
+    def request(self, messages: list[dict[str, Any]], system: str | None, tools: Any, media: dict[str, list | None],
+                chat_template_kwargs: dict[str, Any] | None, generation: dict[str, Any]) -> ChatRequest:
+        if not self.can_generate:
+            raise UnsupportedError("This model is a reward model: it scores texts (get_scores) but does not write replies.")
+        if self.media:
+            self.media.check_available(media.get("image"), media.get("video"), media.get("audio"))
+        return build_request(
+            self.defaults, self.media_kinds, messages, system, tools,
+            media.get("image"), media.get("video"), media.get("audio"), chat_template_kwargs, **generation,
+        )
+
+    def render(self, request: ChatRequest) -> str:
+        messages = self.media.template_messages(request.messages, self.template) if self.media else request.messages
+        return render_chat(self.tokenizer, self.template, messages, request.tools, request.template_kwargs)
+
+    async def prepare(self, request: ChatRequest) -> Prompt:
+        """Render and tokenize; check the media against the prompt's media tokens and the length
+        against the context; regularise the media (slow: off the event loop)."""
+        text = self.render(request)
+        ids = self.tokenizer(text, add_special_tokens=False).input_ids
+        request = dataclasses.replace(request, generation=self.fit(len(ids), request.generation))
+        if self.media:
+            self.media.check_tokens(text, request.media)
+        if not request.media:
+            return Prompt(request, text, ids)
+        loaded = await asyncio.to_thread(self.media.load_media, request.media)
+        return Prompt(request, text, ids, loaded)
+
+    def fit(self, prompt_length: int, args: GenerationArgs) -> GenerationArgs:
+        """Refuse a prompt that fills the context; cut max_new_tokens to what is left (as vLLM does)."""
+        if self.context_length is None:
+            return args
+        if prompt_length >= self.context_length:
+            raise ConfigError(
+                f"The conversation is {prompt_length} tokens long, more than this model's limit of {self.context_length} "
+                "tokens for prompt and reply together. Start a new chat, shorten or remove earlier messages, or load "
+                "the model with a larger max_model_len (where the model supports it)."
+            )
+        room = self.context_length - prompt_length
+        return args if args.max_new_tokens <= room else args.replace(max_new_tokens=room)
+
+
+def is_generative(config: Any) -> bool:
+    """Whether the model writes text; reward models (sequence classifiers) only score it."""
+    return not any(a.endswith("ForSequenceClassification") for a in config.architectures or ())
+
+
+def _trained_context(config: Any, max_model_len: int | None) -> int | None:
+    """The model's own context length, capped by max_model_len."""
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    trained = getattr(text_config, "max_position_embeddings", None)
+    limits = [limit for limit in (trained, max_model_len) if limit]
+    return min(limits) if limits else None
+
+
+def template_source(tokenizer: Any, override: str | None) -> str:
+    """The Jinja chat template to use, or a clear error when the model has none."""
+    if override:
+        if os.path.isfile(override):
+            with open(override, encoding="utf-8") as f:
+                return f.read()
+        return override
+    source = getattr(tokenizer, "chat_template", None)
+    if isinstance(source, dict):
+        source = source.get("default")
+    if not source:
+        raise ChatTemplateError(
+            "This model has no chat template, so there is no right way to turn messages into its prompt. "
+            "Load an instruct/chat model, or give one with the chat_template setting (a Jinja string or file)."
+        )
+    return source
+
+
+TOOLS_SYSTEM_PROMPT = """# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{tools}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{{"name": <function-name>, "arguments": <args-json-object>}}
+</tool_call>"""
+
+
+def render_chat(
+    tokenizer: Any,
+    template: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+) -> str:
+    """Render with the model's own template. A template that ignores ``tools`` gets them in the
+    system message in the Hermes format (the format our tool-call parser reads), so tools are
+    never silently dropped."""
+    if "tool_calls" not in template:
+        messages = [_tool_calls_as_text(message) for message in messages]
+    if tools and "tools" not in template:
+        tools_text = TOOLS_SYSTEM_PROMPT.format(tools="\n".join(json.dumps(tool) for tool in tools))
+        if messages[0]["role"] == "system":
+            messages = [{**messages[0], "content": messages[0]["content"] + "\n\n" + tools_text}, *messages[1:]]
+        else:
+            messages = [{"role": "system", "content": tools_text}, *messages]
+        tools = None
+    try:
+        return tokenizer.apply_chat_template(
+            messages, tools=tools, chat_template=template, add_generation_prompt=True, tokenize=False, **template_kwargs
+        )
+    except Exception as error:  # Jinja raises its own types, and templates raise_exception() freely
+        raise ChatTemplateError(f"The model's chat template rejected these messages: {error}") from error
+
+
+def _tool_calls_as_text(message: dict[str, Any]) -> dict[str, Any]:
+    """A past assistant turn's tool calls, for a template that would drop them: written into its
+    text in the Hermes format the fallback tools prompt asks for."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    blocks = []
+    for call in calls:
+        function = call.get("function", call)
+        blocks.append("<tool_call>\n" + json.dumps({"name": function.get("name"), "arguments": function.get("arguments")}) + "\n</tool_call>")
+    text = "\n".join(filter(None, [message.get("content") or "", *blocks]))
+    return {key: value for key, value in message.items() if key != "tool_calls"} | {"content": text}
