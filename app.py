@@ -19,13 +19,18 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from engines import BACKEND_NAMES, ChatError  # noqa: E402
+from engines.model_args import AUTO  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="app.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", nargs="?", choices=("web", "chat", "api"), default="web")
     model = parser.add_argument_group("model")
-    model.add_argument("--backend", choices=BACKEND_NAMES, default="huggingface", help="inference backend")
+    model.add_argument(
+        "--backend", choices=(AUTO, *BACKEND_NAMES), default=AUTO,
+        help="inference backend (default auto: llamacpp for a GGUF file, the embedded default included, where "
+             "llama-cpp-python is installed; huggingface otherwise; the startup line says which and why)",
+    )
     model.add_argument("--model", default=None, help="local HF directory, .gguf file or Hub name (default: embedded SmolLM2)")
     model.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
     model.add_argument("--engine-args", default=None, help="JSON object of extra backend engine arguments")

@@ -20,33 +20,36 @@ def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin
 
     say("Loading the model…")
     with ChatModel(settings, progress=lambda fraction, message: say(message)) as model:
-        say(f"Ready: {model.display_name} on {model.backend}. {HELP}")
+        why = f" ({model.backend_reason})" if model.backend_reason else ""
+        say(f"Ready: {model.display_name} on {model.backend}{why}. {HELP}")
         history: list[dict[str, Any]] = []
-        while True:
-            say("\nUser: ", end="")
-            try:
-                line = stdin.readline()
-            except KeyboardInterrupt:
-                say()
-                break
-            if not line:
-                break
-            query = line.strip()
-            if query == "exit":
-                break
-            if query == "clear":
-                history = []
-                say("History cleared.")
-                continue
-            if not query:
-                continue
-            history.append({"role": "user", "content": query})
-            say("Assistant: ", end="")
-            try:
-                history.append(_write_reply(model, history, system, say))
-            except ChatError as error:
-                history.pop()
-                say(f"\nerror: {error}")
+        try:
+            while (query := _ask(stdin, say)) is not None:
+                if query == "clear":
+                    history = []
+                    say("History cleared.")
+                    continue
+                history.append({"role": "user", "content": query})
+                say("Assistant: ", end="")
+                try:
+                    history.append(_write_reply(model, history, system, say))
+                except ChatError as error:
+                    history.pop()
+                    say(f"\nerror: {error}")
+        except KeyboardInterrupt:  # Ctrl-C anywhere but in a reply: quit
+            say()
+
+
+def _ask(stdin, say) -> str | None:
+    """The next message typed, or None for exit (the command, or the input's end)."""
+    while True:
+        say("\nUser: ", end="")
+        line = stdin.readline()
+        query = line.strip()
+        if not line or query == "exit":
+            return None
+        if query:
+            return query
 
 
 def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | None, say) -> dict[str, Any]:

@@ -2,17 +2,46 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from engines import ChatModel, ModelSlot
 
 from . import completions
 from .errors import API_PREFIX, APIError
 from .schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, Score, ScoreRequest, ScoreResponse, now
+
+T = TypeVar("T")
+# nginx's status for a request whose client went away before the answer.
+CLIENT_CLOSED_REQUEST = 499
+
+
+async def while_connected(http: Request, work: Coroutine[Any, Any, T]) -> T | Response:
+    """``work``'s result, or, if the client leaves first, ``work`` cancelled (so the model stops,
+    also in the middle of evaluating a long prompt, before any reply exists) and an empty 499."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(http))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
+async def _disconnected(http: Request) -> None:
+    # The body is read already, so the next message can only be the client leaving.
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
 
 
 def create_router(slot: ModelSlot, api_key: str | None = None, local_media_dir: Path | None = None) -> APIRouter:
@@ -49,12 +78,14 @@ def create_router(slot: ModelSlot, api_key: str | None = None, local_media_dir: 
         return ModelList(data=[ModelCard(id=slot.model.model_id, created=now())] if slot.loaded else [])
 
     @router.post("/chat/completions", response_model=None)
-    async def chat_completions(request: ChatCompletionRequest) -> ChatCompletion | StreamingResponse:
+    async def chat_completions(request: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
         model = serving(request.model)
         call = completions.engine_call(request, model, local_media_dir)
         if not request.stream:
-            return await completions.complete(request, model, model.model_id, call)
-        body = await completions.start_stream(request, model, model.model_id, call)
+            return await while_connected(http, completions.complete(request, model, model.model_id, call))
+        body = await while_connected(http, completions.start_stream(request, model, model.model_id, call))
+        if isinstance(body, Response):
+            return body
         return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @router.post("/score")

@@ -92,7 +92,7 @@ def main() -> None:
     most = max(args.concurrency)
 
     loop = asyncio.new_event_loop()
-    hf = ChatModel({"max_concurrent": most})
+    hf = ChatModel({"infer_backend": "huggingface", "max_concurrent": most})
     ours_vllm = ChatModel({"infer_backend": "vllm", "max_concurrent": most, **VLLM_SETTINGS})
     engine = loop.run_until_complete(start_bare(ours_vllm.engine.model_path, most))
     tokenizer = ours_vllm.engine.tokenizer

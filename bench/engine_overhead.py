@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    chat_model = ChatModel()
+    chat_model = ChatModel({"infer_backend": "huggingface"})
     path = chat_model.engine.model_path
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype="auto").eval()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .base import BaseEngine
 from .errors import BackendUnavailableError
-from .model_args import BACKEND_NAMES
+from .model_args import AUTO, BACKEND_NAMES
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,21 @@ def backends_taking() -> dict[str, list[str]]:
         for setting in sorted(backend.settings):
             taking.setdefault(setting, []).append(backend.name)
     return taking
+
+
+def choose_backend(infer_backend: str, model_name_or_path: str | None) -> tuple[str, str | None]:
+    """The backend that runs a model, and why where the app chose it: a GGUF file (the embedded
+    default is one) runs on llama.cpp where it is installed, anything else on transformers."""
+    if infer_backend != AUTO:
+        return infer_backend, None
+    if model_name_or_path is not None and not model_name_or_path.lower().endswith(".gguf"):
+        return "huggingface", "auto: not a GGUF file"
+    if not missing_packages("llamacpp"):
+        return "llamacpp", "auto: a GGUF file, and llama.cpp is installed"
+    return "huggingface", (
+        f"auto: llama.cpp is not installed; {BACKENDS['llamacpp'].install} adds the llamacpp backend, "
+        "several times faster on CPU for GGUF files"
+    )
 
 
 def missing_packages(name: str) -> list[str]:

@@ -86,7 +86,7 @@ class ChatModel:
         model_settings, self._generation_settings = split_args(args)
         self.model_args: ModelArgs = ModelArgs.build(**model_settings)
         GenerationArgs().replace(**self._generation_settings)  # a bad setting fails before the slow load
-        engine_type = engine_class(self.model_args.infer_backend)
+        engine_type = engine_class(self.model_args.backend)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="chat-model-loop", daemon=True)
         self._thread.start()
@@ -106,7 +106,12 @@ class ChatModel:
 
     @property
     def backend(self) -> str:
-        return self.model_args.infer_backend
+        return self.model_args.backend
+
+    @property
+    def backend_reason(self) -> str | None:
+        """Why the app chose this backend, when the user left it to the app."""
+        return self.model_args.backend_reason
 
     @property
     def model_id(self) -> str:

@@ -11,6 +11,8 @@ from .generation_args import INT32_MAX
 from .settings import Settings
 
 BACKEND_NAMES = ("huggingface", "vllm", "sglang", "ktransformers", "llamacpp")
+# Let the app choose: llama.cpp for a GGUF file where it is installed, transformers otherwise.
+AUTO = "auto"
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 
@@ -30,7 +32,7 @@ class ModelArgs(Settings):
     model_name_or_path: str | None = Field(
         None, description="a local HF directory, a .gguf file, or a Hub name (needs the network); None: the embedded SmolLM2"
     )
-    infer_backend: str = Field("huggingface", description="the inference backend")
+    infer_backend: str = Field(AUTO, description="the inference backend, or auto")
     infer_dtype: str = Field("auto", description="auto keeps the checkpoint's own")
     trust_remote_code: bool = Field(False, description="run code shipped with the model")
     max_concurrent: int = Field(default_factory=_default_max_concurrent, ge=1, le=1024, description="requests generating at once (env MAX_CONCURRENT)")
@@ -57,7 +59,7 @@ class ModelArgs(Settings):
     @field_validator("infer_backend", "infer_dtype")
     @classmethod
     def _one_of_the_choices(cls, value: str, info: ValidationInfo) -> str:
-        choices = BACKEND_NAMES if info.field_name == "infer_backend" else DTYPES
+        choices = (AUTO, *BACKEND_NAMES) if info.field_name == "infer_backend" else DTYPES
         if value not in choices:
             raise ValueError(f"must be one of: {', '.join(choices)}; got {value!r}")
         return value
@@ -95,15 +97,29 @@ class ModelArgs(Settings):
     def _taken_by_backend(self) -> ModelArgs:
         from .backends import BACKENDS, backends_taking
 
-        taken = BACKENDS[self.infer_backend].settings
+        taken = BACKENDS[self.backend].settings
         unused = [name for name in self.non_defaults() if name in backends_taking() and name not in taken]
         if unused:
             details = "; ".join(f"{name} is taken by {', '.join(backends_taking()[name])}" for name in unused)
             raise ValueError(
-                f"the {self.infer_backend} backend does not use {', '.join(unused)} ({details}): "
+                f"the {self.backend} backend does not use {', '.join(unused)} ({details}): "
                 "choose one of those backends or leave the setting out"
             )
         return self
+
+    @property
+    def backend(self) -> str:
+        """The backend that runs the model: ``infer_backend``, or the one auto chooses."""
+        from .backends import choose_backend
+
+        return choose_backend(self.infer_backend, self.model_name_or_path)[0]
+
+    @property
+    def backend_reason(self) -> str | None:
+        """Why auto chose the backend (None when the user chose it)."""
+        from .backends import choose_backend
+
+        return choose_backend(self.infer_backend, self.model_name_or_path)[1]
 
     @property
     def display_name(self) -> str:

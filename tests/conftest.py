@@ -17,7 +17,7 @@ GREEDY = {"temperature": 0, "max_new_tokens": 24}
 @pytest.fixture(scope="session")
 def chat_model():
     """The default model on the HF engine, loaded once for the session (converted on first use)."""
-    with ChatModel() as model:
+    with ChatModel({"infer_backend": "huggingface"}) as model:
         yield model
 
 

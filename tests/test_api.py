@@ -57,7 +57,7 @@ def running_server(app: FastAPI) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def slot():
     slot = ModelSlot()
-    slot.load()
+    slot.load({"infer_backend": "huggingface"})
     yield slot
     slot.unload()
 

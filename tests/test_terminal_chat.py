@@ -6,12 +6,13 @@ import subprocess
 import sys
 import threading
 
+from engines import ChatModel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYSTEM = "Answer in one short sentence."
 
 
-def test_terminal_chat_streams_keeps_history_and_obeys_commands(chat_model):
+def test_terminal_chat_streams_keeps_history_and_obeys_commands():
     typed = "My name is Ada.\nWhat is my name?\nclear\nWhat is my name?\nexit\n"
     result = subprocess.run(
         [sys.executable, "app.py", "chat", "--system", SYSTEM, "--temperature", "0", "--max-new-tokens", "24"],
@@ -20,13 +21,15 @@ def test_terminal_chat_streams_keeps_history_and_obeys_commands(chat_model):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
-    assert "Ready: SmolLM2-135M-Instruct (embedded) on huggingface." in out
     assert "History cleared." in out
     replies = [part.split("\n")[0].strip() for part in out.split("Assistant: ")[1:]]
     assert len(replies) == 3 and all(replies)
 
     question = [{"role": "user", "content": "What is my name?"}]
-    [fresh] = chat_model.chat(question, system=SYSTEM, temperature=0, max_new_tokens=24)
+    with ChatModel() as default:  # the model the terminal chat loads by default, on the backend it chooses
+        why = f" ({default.backend_reason})" if default.backend_reason else ""
+        assert f"Ready: SmolLM2-135M-Instruct (embedded) on {default.backend}{why}." in out
+        [fresh] = default.chat(question, system=SYSTEM, temperature=0, max_new_tokens=24)
     # After `clear` the question is answered as if asked first; before it, the history changed the answer.
     assert replies[2] == fresh.response_text.split("\n")[0].strip()
     assert replies[1] != replies[2]
@@ -51,7 +54,7 @@ def test_ctrl_c_stops_the_reply_and_a_second_ctrl_c_at_the_prompt_quits():
         chat.stdin.flush()
         output.wait_for("User: ", count=3)
         chat.send_signal(signal.SIGINT)
-        assert chat.wait(timeout=60) == 0
+        assert chat.wait(timeout=60) == 0, chat.stderr.read()[-3000:] + output.text[-1000:]
     finally:
         chat.kill()
     stderr = chat.stderr.read()

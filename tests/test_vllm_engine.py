@@ -207,7 +207,7 @@ def test_unknown_lora_adapter_is_named(vllm_model):
 
 def test_serving_settings_are_refused_on_the_huggingface_backend():
     with pytest.raises(ConfigError, match="huggingface backend does not use kv_cache_space_gb.*taken by vllm"):
-        ChatModel({"kv_cache_space_gb": 2})
+        ChatModel({"infer_backend": "huggingface", "kv_cache_space_gb": 2})
 
 
 def test_bad_engine_argument_is_named(default_model_dir):

@@ -31,7 +31,7 @@ def settings(max_new_tokens=16, temperature=0.0, seed=None, system="", tools="")
 @pytest.fixture(scope="module")
 def slot():
     slot = ModelSlot()
-    slot.load({"infer_dtype": "bfloat16"})
+    slot.load({"infer_backend": "huggingface", "infer_dtype": "bfloat16"})
     yield slot
     slot.unload()
 

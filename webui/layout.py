@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from engines import BACKEND_NAMES, GenerationArgs, ModelSlot
-from engines.model_args import DTYPES
+from engines.model_args import AUTO, DTYPES
 
 from .conversation import ChatSession
 from .handlers import ENGINE_MODES, ChatHandlers
@@ -91,7 +91,8 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
                 status = gr.Markdown(elem_id="model-status")
                 with gr.Group():
                     with gr.Row():
-                        backend = gr.Dropdown(list(BACKEND_NAMES), value="huggingface", label="Backend", elem_id="backend")
+                        backend = gr.Dropdown([AUTO, *BACKEND_NAMES], value=AUTO, label="Backend", elem_id="backend",
+                                              info="auto: llamacpp for GGUF files where installed, else huggingface")
                         model_path = gr.Textbox(
                             label="Model", elem_id="model-path", scale=2,
                             placeholder="Local directory, .gguf file or Hub name (empty: embedded SmolLM2-135M-Instruct)",
@@ -111,6 +112,12 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
                             "gpu_memory_utilization": gr.Number(None, label="GPU memory fraction", elem_id="gpu-memory-utilization"),
                             "tensor_parallel_size": gr.Number(None, precision=0, label="Tensor parallel size (0: all GPUs)", elem_id="tensor-parallel-size"),
                             "enforce_eager": gr.Dropdown(list(ENGINE_MODES), value="auto", label="Graphs (auto: eager on CPU)", elem_id="engine-mode"),
+                        }
+                    with gr.Row():
+                        backend_options |= {
+                            "threads": gr.Number(None, precision=0, label="CPU threads (llamacpp; 0: physical cores)", elem_id="threads"),
+                            "batch_size": gr.Number(None, precision=0, label="Prompt batch size (llamacpp)", elem_id="batch-size"),
+                            "gpu_layers": gr.Number(None, precision=0, label="GPU layers (llamacpp; -1: all)", elem_id="gpu-layers"),
                         }
                     backend_options["lora_adapters"] = gr.Textbox(label="LoRA adapter directories (comma-separated)", elem_id="lora-adapters")
                     backend_options["engine_args"] = gr.Textbox(

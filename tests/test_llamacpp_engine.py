@@ -1,0 +1,261 @@
+"""The llama.cpp engine on the embedded GGUF, for real: the shared contract plus what is special to it."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.util
+import time
+
+import psutil
+import pytest
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh --llamacpp)", exc_type=ImportError)
+
+from engines import ChatModel, ConfigError, MediaError, ModelLoadError, ModelSlot  # noqa: E402
+from engines.model_files import default_gguf  # noqa: E402
+from tests.engine_contract import LONG_REQUEST, QUESTION, EngineContract  # noqa: E402
+from tests.test_vllm_engine import PARITY_PROMPTS  # noqa: E402
+
+LLAMACPP = {"infer_backend": "llamacpp"}
+# About 3,500 tokens: seconds of prefill on this machine.
+LONG_PROMPT = [{"role": "user", "content": " ".join(f"Item {i} weighs {i * 7 % 13} kilograms." for i in range(400)) + " Which item is heaviest?"}]
+
+
+@pytest.fixture(scope="module")
+def llama_model():
+    with ChatModel(LLAMACPP) as model:
+        yield model
+
+
+def turn_is_free(model: ChatModel) -> bool:
+    return not model.engine._turn.locked()
+
+
+class TestLlamaCppContract(EngineContract):
+    @pytest.fixture
+    def model(self, llama_model):
+        return llama_model
+
+    def assert_no_request_running(self, model):
+        assert turn_is_free(model)
+
+
+def test_the_gguf_runs_as_it_is(llama_model):
+    assert llama_model.engine.model_path == default_gguf()
+    assert llama_model.backend == "llamacpp" and llama_model.model_id == "SmolLM2-135M-Instruct"
+    # SmolLM2's trained context fits this machine's memory, so the default is all of it.
+    assert llama_model.context_length == 8192
+    assert llama_model.generation_defaults.temperature == 0.2, "the embedded model's card settings"
+
+
+@pytest.mark.parametrize("messages, extra", [
+    (QUESTION, {}),
+    ([{"role": "user", "content": "Ünïcödé — 日本語 🤖\n    def f(x):\n        return x  # code"}], {"system": "Answer briefly."}),
+    (QUESTION, {"tools": '[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]'}),
+])
+def test_the_prompt_is_token_for_token_the_hf_engines(llama_model, chat_model, messages, extra):
+    text = llama_model.render_prompt(messages, **extra)
+    assert text == chat_model.render_prompt(messages, **extra)
+    ours = llama_model.engine.tokenizer(text, add_special_tokens=False).input_ids
+    assert ours == chat_model.engine.tokenizer(text, add_special_tokens=False).input_ids
+    # The ids are also what llama.cpp's own tokenizer makes of the text, special tokens included.
+    assert ours == llama_model.engine.model.tokenize(text.encode(), add_bos=False, special=True)
+    [reply] = llama_model.chat(messages, temperature=0, max_new_tokens=2, **extra)
+    assert reply.prompt_length == len(ours)
+
+
+def test_greedy_replies_agree_with_the_hf_engine_on_the_same_gguf(llama_model, chat_model):
+    """llama.cpp runs the Q4_1 weights, the HF engine their bf16 dequantization: the kernels
+    differ, so replies may part at near-ties. They must agree on the start of most replies."""
+    first_token, whole = 0, 0
+    for prompt in PARITY_PROMPTS:
+        messages = [{"role": "user", "content": prompt}]
+        [hf] = chat_model.chat(messages, temperature=0, max_new_tokens=32)
+        [ours] = llama_model.chat(messages, temperature=0, max_new_tokens=32)
+        hf_ids = chat_model.engine.tokenizer(hf.response_text, add_special_tokens=False).input_ids
+        our_ids = llama_model.engine.tokenizer(ours.response_text, add_special_tokens=False).input_ids
+        first_token += hf_ids[:1] == our_ids[:1]
+        whole += hf_ids == our_ids
+    print(f"\ngreedy agreement with the HF engine: first token {first_token}/10, all 32 tokens {whole}/10")
+    assert first_token >= 8 and whole >= 3
+
+
+def test_sampling_settings_reach_llamacpp(llama_model):
+    greedy = {"temperature": 0, "max_new_tokens": 48}
+    [plain] = llama_model.chat(LONG_REQUEST, **greedy)
+    for penalty in ({"repetition_penalty": 1.5}, {"frequency_penalty": 1.5}, {"presence_penalty": 1.5}):
+        [penalised] = llama_model.chat(LONG_REQUEST, **greedy, **penalty)
+        assert penalised.response_text != plain.response_text, f"{penalty} changed nothing"
+    sampled = {"temperature": 1.0, "max_new_tokens": 16, "seed": 11}
+    first, again = llama_model.chat(QUESTION, **sampled), llama_model.chat(QUESTION, **sampled)
+    assert first == again, "a seed makes sampling repeatable"
+    assert llama_model.chat(QUESTION, **sampled, top_k=1) == llama_model.chat(QUESTION, temperature=0, max_new_tokens=16), "top_k 1 is greedy"
+    replies = llama_model.chat(QUESTION, temperature=1.0, max_new_tokens=16, num_return_sequences=3, seed=5)
+    assert len({r.response_text for r in replies}) == 3
+
+
+async def test_stop_during_a_long_prompt_returns_within_a_batch(llama_model):
+    stream = llama_model.astream_chat(LONG_PROMPT, temperature=0, max_new_tokens=50)
+    first = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.5)  # the prompt is being evaluated: no token yet
+    assert not first.done()
+    started = time.perf_counter()
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await stream.aclose()
+    stopped_after = time.perf_counter() - started
+    print(f"\nStop during prefill returned after {stopped_after * 1000:.0f} ms")
+    assert stopped_after < 2, f"the prefill went on for {stopped_after:.1f} s after Stop"
+    assert turn_is_free(llama_model)
+    [reply] = await llama_model.achat(QUESTION, temperature=0, max_new_tokens=4)
+    assert reply.response_length == 4
+
+
+async def test_requests_at_once_take_turns_and_stay_separate(llama_model):
+    """One context serves one request at a time; the others wait and get their own replies.
+    Seeded sampling is reproducible whatever ran before, so each reply must equal its prompt's alone."""
+    prompts = [[{"role": "user", "content": text}] for text in ("Say apple.", "Count to five.", "Name a river.")]
+    settings = {"temperature": 0.7, "max_new_tokens": 20, "seed": 3}
+    alone = [(await llama_model.achat(p, **settings))[0].response_text for p in prompts]
+
+    async def streamed(messages):
+        return "".join([piece async for piece in llama_model.astream_chat(messages, **settings)])
+
+    together = await asyncio.gather(*(streamed(p) for p in prompts))
+    assert together == alone and len(set(alone)) == 3
+
+
+def test_a_long_conversation_reuses_the_cache_for_its_next_turn(llama_model):
+    conversation = [*LONG_PROMPT]
+    [first] = llama_model.chat(conversation, temperature=0, max_new_tokens=8)
+    conversation += [{"role": "assistant", "content": first.response_text}, {"role": "user", "content": "And the lightest?"}]
+    started = time.perf_counter()
+    llama_model.chat(conversation, temperature=0, max_new_tokens=1)
+    next_turn = time.perf_counter() - started
+    started = time.perf_counter()
+    llama_model.chat(conversation, temperature=0.5, seed=1, max_new_tokens=1)  # seeded: evaluated from the start
+    from_scratch = time.perf_counter() - started
+    print(f"\nnext turn of a {first.prompt_length}-token conversation: {next_turn:.2f} s; evaluated from scratch {from_scratch:.2f} s")
+    assert next_turn < from_scratch / 3
+
+
+def test_media_are_refused_clearly(llama_model):
+    with pytest.raises(MediaError, match="does not accept images on the llamacpp backend, which reads text only"):
+        llama_model.chat(QUESTION, images=[b"not used"])
+
+
+def test_settings_reach_llama_cpp():
+    settings = {**LLAMACPP, "max_model_len": 1000, "threads": 1, "batch_size": 64, "engine_args": {"flash_attn": True}}
+    with ChatModel(settings) as model:
+        llama = model.engine.model
+        assert model.context_length == 1024, "llama.cpp sizes its context in steps of 256"
+        params = llama.context_params
+        assert (params.n_threads, params.n_batch, params.flash_attn_type) == (1, 64, llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED)
+        with pytest.raises(ConfigError, match="The conversation is .* tokens long, more than this model's limit of 1024"):
+            model.chat(LONG_PROMPT)
+        [reply] = model.chat(QUESTION, temperature=0, max_new_tokens=4)
+        assert reply.response_length == 4
+    with pytest.raises(ConfigError, match="Llama\\(\\) takes no argument n_ctxx"):
+        ChatModel({**LLAMACPP, "engine_args": {"n_ctxx": 512}})
+    with pytest.raises(ConfigError, match="answers one request at a time.*max_concurrent"):
+        ChatModel({**LLAMACPP, "max_concurrent": 4})
+    with pytest.raises(ConfigError, match="the llamacpp backend does not use kv_cache_space_gb"):
+        ChatModel({**LLAMACPP, "kv_cache_space_gb": 1})
+
+
+def test_a_model_directory_or_a_broken_file_is_refused_and_the_old_model_keeps_serving(default_model_dir, tmp_path):
+    slot = ModelSlot()
+    first = slot.load(LLAMACPP)
+    with pytest.raises(ConfigError, match="runs GGUF files.*huggingface or vllm backend"):
+        slot.load({**LLAMACPP, "model_name_or_path": default_model_dir})
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(ModelLoadError):
+        slot.load({**LLAMACPP, "model_name_or_path": str(broken)})
+    assert slot.model is first and first.chat(QUESTION, temperature=0, max_new_tokens=2)[0].response_length == 2
+    slot.unload()
+
+
+def rss() -> int:
+    gc.collect()
+    return psutil.Process().memory_info().rss
+
+
+def test_unload_gives_the_memory_back_and_reload_serves_again():
+    before = rss()
+    for _ in range(2):
+        model = ChatModel(LLAMACPP)
+        model.chat(LONG_PROMPT, temperature=0, max_new_tokens=2)
+        loaded = rss()
+        model.close()
+        after = rss()
+        print(f"\nRSS before {before / 2**20:.0f} MiB, loaded {loaded / 2**20:.0f} MiB, unloaded {after / 2**20:.0f} MiB")
+        assert loaded - before > 100 * 2**20, "loading should take memory (weights and KV cache)"
+        assert after - before < 0.1 * before, f"unloading left {(after - before) / 2**20:.0f} MiB behind"
+
+
+def test_auto_chooses_llamacpp_for_a_gguf_where_installed_and_says_why(monkeypatch, default_model_dir):
+    with ChatModel() as model:
+        assert model.backend == "llamacpp" and model.backend_reason == "auto: a GGUF file, and llama.cpp is installed"
+    from engines.model_args import ModelArgs
+
+    assert ModelArgs.build(model_name_or_path=default_model_dir).backend == "huggingface"
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real_find_spec(name, *a))
+    without = ModelArgs.build()
+    assert without.backend == "huggingface" and "bash scripts/setup.sh --llamacpp" in without.backend_reason
+
+
+# ---- through the API
+
+
+@pytest.fixture(scope="module")
+def api():
+    """The API on llama.cpp: its URL, an openai client, and the model it serves."""
+    import openai
+    from fastapi import FastAPI
+
+    from api import add_api
+    from tests.test_api import running_server
+
+    slot = ModelSlot()
+    slot.load(LLAMACPP)
+    with running_server(add_api(FastAPI(), slot)) as url:
+        yield url, openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300), slot.model
+    slot.unload()
+
+
+def wait_for_free_turn(model: ChatModel, seconds: float) -> float:
+    started = time.monotonic()
+    while not turn_is_free(model):
+        assert time.monotonic() - started < seconds, f"the model was still busy {seconds} s after the client left"
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+def test_a_client_that_leaves_stops_the_generation(api):
+    url, client, llama_model = api
+    stream = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Count from 1 to 5000."}],
+                                            temperature=0, max_tokens=3000, stream=True)
+    received = 0
+    for chunk in stream:
+        received += 1
+        if received == 10:
+            break
+    stream.close()
+    freed = wait_for_free_turn(llama_model, 5)  # the 3,000 tokens would take over 20 s
+    print(f"\nAPI client gone mid-reply: model free after {freed * 1000:.0f} ms")
+
+
+def test_a_client_that_leaves_during_a_long_prompt_stops_its_evaluation(api):
+    import httpx
+
+    url, _, llama_model = api
+    body = {"model": "SmolLM2-135M-Instruct", "messages": LONG_PROMPT, "max_tokens": 5, "stream": True}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up while the prompt is evaluated
+        httpx.post(f"{url}/v1/chat/completions", json=body, timeout=httpx.Timeout(60, read=0.5))
+    freed = wait_for_free_turn(llama_model, 3)  # evaluating the prompt takes about 15 s here
+    print(f"\nAPI client gone during prefill: model free after {freed * 1000:.0f} ms")
+    [reply] = llama_model.chat(QUESTION, temperature=0, max_new_tokens=3)
+    assert reply.response_length == 3
