@@ -60,7 +60,8 @@ _load_lock = threading.Lock()
 logger = logging.getLogger(__name__)
 # What llama.cpp logs, as errors, when our abort callback stops an evaluation on purpose.
 _ABORT_LOG_LINES = ("failed to compute graph, compute status: 1", "removing memory module entries", "failed to decode, ret = 2")
-_LOG_LEVELS = {2: logging.WARNING, 3: logging.ERROR}
+# ggml's log levels (ggml.h: DEBUG 1, INFO 2, WARN 3, ERROR 4); llama-cpp-python's own table is older.
+_LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}
 
 
 @lib.llama_log_callback

@@ -38,7 +38,7 @@ if [ "$want_vllm" = 1 ] && ! has_module vllm; then
 fi
 
 if [ "$want_llamacpp" = 1 ] && ! has_module llama_cpp; then
-  echo "Building llama-cpp-python: it compiles llama.cpp, about 6 minutes on 2 cores (pip keeps the wheel, so only once)…"
+  echo "Building llama-cpp-python: it compiles llama.cpp, about 4 minutes on 2 cores (pip keeps the wheel, so only once)…"
   # ggml's own thread pool rather than OpenMP: with OMP_WAIT_POLICY=PASSIVE, which torch needs on a
   # few cores, OpenMP's llama.cpp decodes three times slower. No mtmd: the llamacpp engine serves text.
   CMAKE_ARGS="-DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" llama-cpp-python==0.3.36

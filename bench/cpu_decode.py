@@ -1,0 +1,132 @@
+"""CPU decoding on the embedded GGUF: bare llama-cpp-python, our llamacpp engine, our HF engine.
+
+    OMP_WAIT_POLICY=PASSIVE python bench/cpu_decode.py [--tokens 128] [--rounds 3]
+
+Decode speed and time to first token are measured in one process with the three ways loaded
+side by side, rounds interleaved so machine noise hits them alike. Each round asks a new prompt
+(the same for all three ways), so no way answers from a prompt it has cached. Load time and
+resident memory are measured in a fresh process per way (load, then one short reply), since
+in one process the ways share imports and heap.
+
+Decode tok/s counts the tokens after the first over the time after the first: the model's
+generation rate, apart from the prompt's evaluation (which time to first token shows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import psutil  # noqa: E402
+
+from engines import ChatModel  # noqa: E402
+from engines.model_files import default_gguf  # noqa: E402
+
+QUESTION = "Write a long story about a lighthouse keeper and a storm."
+# SmolLM2's trained context, which our llamacpp engine takes by default where memory allows.
+CONTEXT = 8192
+WAYS = ("bare llama-cpp-python", "our llamacpp engine", "our HF engine")
+# A way yields the reply's pieces as they come.
+Way = Callable[[list[dict], int], Iterator[object]]
+
+
+def messages(round_number: int) -> list[dict]:
+    return [{"role": "user", "content": f"(Story {round_number}.) {QUESTION}"}]
+
+
+def open_way(name: str) -> tuple[Way, Callable[[], None]]:
+    """The way's streaming call and its close. The bare way is llama-cpp-python as its own docs
+    use it (create_chat_completion, with the chat template the GGUF carries), given the context,
+    batch and threads our engine takes by default here."""
+    if name == "bare llama-cpp-python":
+        import llama_cpp
+
+        from engines.llamacpp import DEFAULT_BATCH
+
+        threads = psutil.cpu_count(logical=False)
+        bare = llama_cpp.Llama(model_path=str(default_gguf()), n_ctx=CONTEXT, n_batch=DEFAULT_BATCH, n_threads=threads,
+                               n_threads_batch=threads, verbose=False)
+
+        def bare_stream(conversation: list[dict], tokens: int) -> Iterator[object]:
+            chunks = bare.create_chat_completion(conversation, max_tokens=tokens, temperature=0, stream=True)
+            return (chunk for chunk in chunks if chunk["choices"][0]["delta"].get("content"))
+
+        return bare_stream, bare.close
+    model = ChatModel({"infer_backend": "llamacpp" if name == "our llamacpp engine" else "huggingface"})
+    if name == "our llamacpp engine":
+        assert model.context_length == CONTEXT, "the bare way would not run with our engine's context"
+    return lambda conversation, tokens: model.stream_chat(conversation, temperature=0, max_new_tokens=tokens), model.close
+
+
+def timed(way: Way, conversation: list[dict], tokens: int) -> tuple[float, float, int]:
+    """Time to the first piece, tokens/s after it, and the pieces counted (one per token)."""
+    started = time.perf_counter()
+    first = None
+    count = 0
+    for _ in way(conversation, tokens):
+        count += 1
+        first = first or time.perf_counter()
+    return first - started, (count - 1) / (time.perf_counter() - first), count
+
+
+def load_in_fresh_process(name: str) -> dict:
+    """Run this file in a child that loads only ``name`` and answers once."""
+    child = subprocess.run([sys.executable, __file__, "--load-only", name], capture_output=True, text=True, check=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def load_only(name: str) -> None:
+    before = psutil.Process().memory_info().rss
+    started = time.perf_counter()
+    way, close = open_way(name)
+    loaded = time.perf_counter() - started
+    for _ in way(messages(0), 16):
+        pass
+    print(json.dumps({"load_s": loaded, "rss_mib": psutil.Process().memory_info().rss / 2**20,
+                      "rss_added_mib": (psutil.Process().memory_info().rss - before) / 2**20}))
+    close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--load-only", choices=WAYS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.load_only:
+        load_only(args.load_only)
+        return
+
+    loads = {name: load_in_fresh_process(name) for name in WAYS}
+    opened = {name: open_way(name) for name in WAYS}
+    for way, _ in opened.values():  # warm-up
+        timed(way, messages(0), 8)
+    results: dict[str, list[tuple[float, float, int]]] = {name: [] for name in WAYS}
+    for round_number in range(1, args.rounds + 1):
+        for name in WAYS:
+            results[name].append(timed(opened[name][0], messages(round_number), args.tokens))
+    for _, close in opened.values():
+        close()
+
+    print(f"greedy, up to {args.tokens} new tokens, median of {args.rounds} interleaved rounds, "
+          f"load average {os.getloadavg()[0]:.1f}, {psutil.cpu_count(logical=False)} physical cores")
+    print(f"{'way':<24}{'decode tok/s':>13}{'TTFT ms':>9}{'tokens':>8}{'vs bare':>9}{'vs HF':>7}{'load s':>8}{'RSS MiB':>9}")
+    rate = {name: statistics.median(r for _, r, _ in runs) for name, runs in results.items()}
+    for name, runs in results.items():
+        ttft = statistics.median(t for t, _, _ in runs) * 1000
+        print(f"{name:<24}{rate[name]:>13.1f}{ttft:>9.0f}{runs[0][2]:>8}{rate[name] / rate[WAYS[0]]:>9.2f}"
+              f"{rate[name] / rate[WAYS[2]]:>7.2f}{loads[name]['load_s']:>8.1f}{loads[name]['rss_mib']:>9.0f}")
+
+
+if __name__ == "__main__":
+    main()
