@@ -20,6 +20,23 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from engines import BACKEND_NAMES, ChatError  # noqa: E402
 from engines.model_args import AUTO  # noqa: E402
+from limits import Limits, parse_size, size_text  # noqa: E402
+
+
+DEFAULT_LIMITS = Limits().model_dump()
+
+
+def size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def count(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,24 +51,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--model", default=None, help="local HF directory, .gguf file or Hub name (default: embedded SmolLM2)")
     model.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
     model.add_argument("--engine-args", default=None, help="JSON object of extra backend engine arguments")
+    model.add_argument("--trust-remote-code", action="store_true",
+                       help="let the models this server loads, from the page too, run code shipped with them "
+                            "(only here: the page and requests cannot ask for it)")
     model.add_argument("--served-model-name", default=None, help="the model's id in the API (default: its file or directory name)")
     model.add_argument("--temperature", type=float, default=None, help="default temperature (0: greedy; default: the model's own)")
     model.add_argument("--max-new-tokens", type=int, default=None, help="default reply length limit in tokens")
     server = parser.add_argument_group("server (web, api)")
     server.add_argument("--host", default="127.0.0.1", help="address to bind (default: only this machine)")
     server.add_argument("--port", type=int, default=7860)
-    server.add_argument("--auth", default=None, help="user:pass required to open the page")
+    server.add_argument("--auth", action="append", metavar="USER:PASS", help="a user who may open the page (repeatable)")
+    server.add_argument("--auth-file", metavar="FILE", help="users who may open the page, one USER:PASS a line")
+    server.add_argument("--admin", action="append", metavar="NAME",
+                        help="a user of --auth who may load and unload models on the page (repeatable); other users see "
+                             "the model settings read-only. Without --auth the one person on the page is the admin")
     server.add_argument("--api-key", default=os.environ.get("ANYCHAT_API_KEY"), help="key required on /v1 (env ANYCHAT_API_KEY)")
     server.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
                         help="folder whose files API requests may name as file:// URLs (default: none; remote URLs are never fetched)")
+    limits = parser.add_argument_group("limits (web, api; sizes like 100mb, 512kb, 2gb)")
+    for name in ("max_upload_size", "max_import_media_size", "max_request_size"):
+        limits.add_argument(f"--{name.replace('_', '-')}", type=size, default=DEFAULT_LIMITS[name], metavar="SIZE",
+                            help=f"{Limits.model_fields[name].description} (default {size_text(DEFAULT_LIMITS[name])})")
+    limits.add_argument("--max-queue-size", type=count, default=DEFAULT_LIMITS["max_queue_size"], metavar="N",
+                        help=f"{Limits.model_fields['max_queue_size'].description} (default {DEFAULT_LIMITS['max_queue_size']})")
     chat = parser.add_argument_group("chat")
     chat.add_argument("--system", default=None, help="system prompt for the terminal chat")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.admin and not (args.auth or args.auth_file):
+        parser.error("--admin names users of --auth, and there is no --auth: without a login page, whoever opens the page "
+                     "(on this machine) is the admin already. Add --auth USER:PASS for each user, or leave out --admin.")
+    return args
 
 
 def model_settings(args: argparse.Namespace) -> dict:
     settings = {"infer_backend": args.backend, "model_name_or_path": args.model, "infer_dtype": args.dtype,
-                "served_model_name": args.served_model_name}
+                "served_model_name": args.served_model_name, "trust_remote_code": args.trust_remote_code}
     if args.temperature is not None:
         settings["temperature"] = args.temperature
     if args.max_new_tokens is not None:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from limits import Limits
+
+if TYPE_CHECKING:
+    from webui import ModelRights
 
 
 def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:
@@ -12,13 +17,18 @@ def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:
     import gradio as gr
 
     from engines import ModelSlot
-    from webui import PAGE_KWARGS, build_demo
+    from webui import PAGE_KWARGS, ModelRights, build_demo
 
+    users = page_users(args)
+    rights = ModelRights(admins=None if users is None else frozenset(args.admin or ()), trust_remote_code=args.trust_remote_code)
+    check_admins(rights, users)
+    limits = limits_of(args)
     slot = ModelSlot()
     load_slot(slot, settings)
     try:
         app = api_app(slot, args)  # /v1 first: the page mounted at / takes every path added after it
-        gr.mount_gradio_app(app, build_demo(slot).queue(), path="/", auth=parse_auth(args.auth), footer_links=[], show_error=True, **PAGE_KWARGS)
+        demo = build_demo(slot, rights, limits).queue(max_size=limits.max_queue_size)
+        gr.mount_gradio_app(app, demo, path="/", auth=users, max_file_size=limits.max_upload_size, footer_links=[], show_error=True, **PAGE_KWARGS)
         run(app, args, page=True)
     finally:
         slot.unload()
@@ -48,7 +58,7 @@ def api_app(slot, args: argparse.Namespace):
 
     from api import add_api
 
-    return add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args))
+    return add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args), args.max_request_size)
 
 
 def run(app, args: argparse.Namespace, page: bool) -> None:
@@ -66,13 +76,40 @@ def run(app, args: argparse.Namespace, page: bool) -> None:
     Server(uvicorn.Config(app, host=args.host, port=args.port)).run()
 
 
-def parse_auth(auth: str | None) -> tuple[str, str] | None:
-    if auth is None:
-        return None
-    user, sep, password = auth.partition(":")
-    if not sep or not user or not password:
-        raise SystemExit("--auth must be user:pass, both non-empty.")
-    return user, password
+def page_users(args: argparse.Namespace) -> list[tuple[str, str]] | None:
+    """The (user, password) pairs of --auth and --auth-file, or None when the page has no login."""
+    entries = [(entry, "--auth") for entry in args.auth or ()]
+    if args.auth_file:
+        try:
+            lines = Path(args.auth_file).expanduser().read_text(encoding="utf-8").splitlines()
+        except OSError as error:
+            raise SystemExit(f"--auth-file {args.auth_file}: {error.strerror}.")
+        entries += [(line.strip(), f"--auth-file line {number}") for number, line in enumerate(lines, 1) if line.strip() and not line.lstrip().startswith("#")]
+    users = []
+    for entry, source in entries:
+        user, sep, password = entry.partition(":")
+        if not sep or not user or not password:
+            raise SystemExit(f"{source}: write user:pass, both non-empty.")
+        if user in dict(users):
+            raise SystemExit(f"{source}: the user {user} is given twice.")
+        users.append((user, password))
+    return users or None
+
+
+def check_admins(rights: ModelRights, users: list[tuple[str, str]] | None) -> None:
+    """Every --admin must be a user who can log in; say who may manage models."""
+    if rights.admins is None:
+        return
+    names = [user for user, _ in users]
+    unknown = sorted(rights.admins - set(names))
+    if unknown:
+        raise SystemExit(f"--admin {', '.join(unknown)}: not among the users of --auth/--auth-file ({', '.join(names)}).")
+    admins = ", ".join(sorted(rights.admins)) or "nobody (no --admin): models change only by restarting with other flags"
+    print(f"Model management on the page: {admins}.", flush=True)
+
+
+def limits_of(args: argparse.Namespace) -> Limits:
+    return Limits(**{name: getattr(args, name) for name in Limits.model_fields})
 
 
 def local_media_dir(args: argparse.Namespace) -> Path | None:

@@ -16,6 +16,8 @@ from engines import ChatError, ModelLoadingError, ModelUnloadedError, Unsupporte
 logger = logging.getLogger(__name__)
 
 API_PREFIX = "/v1"
+# OpenAI's codes for the HTTP errors Starlette and our middleware raise.
+HTTP_ERROR_CODES = {404: "not_found", 413: "request_too_large"}
 # How long a client is asked to wait while a model loads.
 RETRY_AFTER_SECONDS = 5
 
@@ -94,7 +96,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
         if not on_api_path(request):
             return await http_exception_handler(request, error)
-        code = "not_found" if error.status_code == 404 else None
+        code = HTTP_ERROR_CODES.get(error.status_code)
         message = f"{request.method} {request.url.path}: {error.detail}."
         return JSONResponse(APIError(error.status_code, message, code=code).body(), status_code=error.status_code)
 

@@ -71,6 +71,18 @@ class ModelArgs(Settings):
             raise ValueError(f"must be a plain name without spaces or brackets, like my-model; got {value!r}")
         return value
 
+    @field_validator("engine_args")
+    @classmethod
+    def _no_remote_code(cls, engine_args: dict[str, Any]) -> dict[str, Any]:
+        # vLLM and SGLang take trust_remote_code among their engine arguments; there it would
+        # override the setting below, which the app gives only from its command line.
+        if any(name.replace("-", "_").lower() == "trust_remote_code" for name in engine_args):
+            raise ValueError(
+                "must not hold trust_remote_code: running code shipped with a model is the server's choice, "
+                "made only on its command line (start app.py with --trust-remote-code; from Python, the trust_remote_code setting)"
+            )
+        return engine_args
+
     @field_validator("lora_adapters", mode="before")
     @classmethod
     def _adapter_list(cls, value: Any) -> Any:

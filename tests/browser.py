@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -65,6 +67,20 @@ class AppProcess:
             self.process.kill()
             self.process.wait()
         self._log.close()
+
+
+@contextmanager
+def chromium(timeout_ms: int) -> Iterator:
+    """Debian's Chromium through Playwright, with ``expect`` waiting up to ``timeout_ms``."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        expect.set_options(timeout=timeout_ms)
+        try:
+            yield browser
+        finally:
+            browser.close()
 
 
 def is_local(url: str) -> bool:

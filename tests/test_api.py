@@ -317,6 +317,28 @@ def test_unknown_endpoint_gets_an_openai_404(base_url):
     assert "POST /v1/chat/completions" in response.json()["error"]["message"]
 
 
+def test_a_body_over_the_size_limit_gets_413(slot, model_id):
+    limit = 2048
+    long_question = [{"role": "user", "content": "Why? " * 500}]
+    with running_server(add_api(FastAPI(), slot, max_request_size=limit)) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.chat.completions.create(model=model_id, messages=long_question, max_tokens=2)
+        assert refused.value.status_code == 413
+        error = refused.value.body
+        assert error["code"] == "request_too_large" and set(error) == {"message", "type", "param", "code"}
+        assert re.search(r"the request body is 2.\d KB, over this server's limit of 2 KB \(set with --max-request-size\)", error["message"])
+
+        # Sent without a Content-Length: counted as it arrives, and refused once over.
+        body = json.dumps({"model": model_id, "messages": long_question, "max_tokens": 2}).encode()
+        chunked = httpx.post(f"{url}/v1/chat/completions", content=iter([body[:1000], body[1000:2000], body[2000:]]),
+                             headers={"Content-Type": "application/json"}, timeout=60)
+        assert "content-length" not in chunked.request.headers
+        assert chunked.status_code == 413 and "the request body is over this server's limit of 2 KB (set with --max-request-size)" in chunked.json()["error"]["message"]
+
+        assert client.chat.completions.create(model=model_id, messages=QUESTION, max_tokens=2).choices[0].message.content
+
+
 def test_penalty_0_is_no_penalty(client, model_id):
     completion = client.chat.completions.create(model=model_id, messages=QUESTION, presence_penalty=0, frequency_penalty=0, **GREEDY)
     assert completion.choices[0].message.content == client.chat.completions.create(model=model_id, messages=QUESTION, **GREEDY).choices[0].message.content

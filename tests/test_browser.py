@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, AppProcess, is_local
+from tests.browser import CHROMIUM, ROOT, AppProcess, chromium, is_local
 from tests.tiny_models import build_qwen2_vl
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -40,11 +40,8 @@ def tiny_vision_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        expect.set_options(timeout=LONG)
+    with chromium(LONG) as browser:
         yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")

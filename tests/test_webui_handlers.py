@@ -1,8 +1,10 @@
 """The page's handlers as plain functions, on the real default model, without a browser."""
 
 import asyncio
+import base64
 import gc
 import json
+import os
 from types import SimpleNamespace
 
 import gradio as gr
@@ -12,8 +14,10 @@ from PIL import Image
 
 from engines import ConfigError, ModelSlot
 from engines.backends import BACKENDS
+from limits import Limits
 from webui.conversation import ChatSession, SavedToolCall, Turn, model_request, render, turn_of_message
 from webui.handlers import ChatHandlers, backend_options, message_box_for
+from webui.model_rights import ModelRights
 from webui.streaming import throttled
 from tests.held_load import load_held
 
@@ -208,19 +212,89 @@ def test_media_placeholders_stay_with_their_message(image_file):
     assert messages[2] == {"role": "user", "content": "<image>look"} and media == {"images": [image_file]}
 
 
-def test_export_then_import_restores_the_conversation(handlers, image_file, tmp_path):
+@pytest.fixture
+def upload_folder(tmp_path, monkeypatch):
+    """Gradio's own upload storage for this test (where imports must write their media)."""
+    folder = tmp_path / "gradio"
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(folder))
+    return folder
+
+
+def written_imports(upload_folder):
+    return sorted(upload_folder.glob("anychat-import-*/*/*")) if upload_folder.exists() else []
+
+
+def test_export_embeds_the_media_and_import_writes_them_to_the_upload_folder(handlers, image_file, upload_folder):
+    picture = open(image_file, "rb").read()
     session = ChatSession(turns=[Turn(role="user", content="Hi", files=[image_file]), Turn(role="assistant", content="Hello")])
     exported = handlers.export(session, "Be brief.")["value"]
+    text = open(exported).read()
+    assert image_file not in text, "the export names a path on this server"
+    [medium] = json.loads(text)["turns"][0]["files"]
+    assert medium["name"] == "red.png" and medium["data"].startswith("data:image/png;base64,")
+
+    os.remove(image_file)  # as on another machine: the original file is not there
     restored = ChatSession()
     chat, system = handlers.import_(restored, exported)
-    assert restored.turns == session.turns and system == "Be brief."
-    assert chat == render(session.turns)
+    [imported] = restored.turns[0].files
+    assert imported.startswith(str(upload_folder)) and os.path.basename(imported) == "red.png"
+    assert open(imported, "rb").read() == picture
+    assert [t.model_dump(exclude={"files"}) for t in restored.turns] == [t.model_dump(exclude={"files"}) for t in session.turns]
+    assert system == "Be brief." and chat == render(restored.turns)
+    # Importing again writes a fresh folder: the first import's files stay as they were.
+    handlers.import_(ChatSession(), exported)
+    assert len(written_imports(upload_folder)) == 2 and os.path.exists(imported)
+
+
+def conversation_file(tmp_path, files, name="conversation.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps({"system_prompt": "", "turns": [{"role": "user", "content": "look", "files": files}]}))
+    return str(path)
+
+
+def refused_import(handlers, path, match):
+    """Importing ``path`` is refused with ``match``, and the conversation there stays as it was."""
+    session = ChatSession(turns=[Turn(role="user", content="Keep me")])
+    with pytest.raises(gr.Error, match=match):
+        handlers.import_(session, path)
+    assert [t.content for t in session.turns] == ["Keep me"]
+
+
+def test_import_reads_no_path_on_the_server(handlers, image_file, tmp_path, upload_folder):
+    # An export from before media were embedded: it names files on the server that wrote it.
+    refused_import(handlers, conversation_file(tmp_path, [image_file]), "exported by an older version of anychat.*red.png.*cannot be imported")
+    for where in (image_file, f"file://{image_file}", "/etc/passwd", "https://example.com/a.png", "data:text/plain;base64,aGk="):
+        refused_import(handlers, conversation_file(tmp_path, [{"name": "a.png", "data": where}]), "'a.png' is not embedded in the file.*never read")
+    assert written_imports(upload_folder) == []
+    # Text-only files of that older version still import.
+    handlers.import_(ChatSession(), conversation_file(tmp_path, []))
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"turns": [{"role": "robot", "content": "x"}]}))
-    with pytest.raises(gr.Error, match="not an anychat conversation file: turns.0.role"):
-        handlers.import_(restored, str(bad))
-    assert restored.turns == session.turns
+    refused_import(handlers, str(bad), "not an anychat conversation file: turns.0.role")
+    bad.write_bytes(b"\xff\xfe not text")
+    refused_import(handlers, str(bad), "not an anychat conversation file: it is not JSON text")
+
+
+def test_an_embedded_name_cannot_leave_the_import_folder(handlers, image_file, tmp_path, upload_folder):
+    pixel = base64.b64encode(open(image_file, "rb").read()).decode()
+    path = conversation_file(tmp_path, [{"name": "../../../evil", "data": f"data:image/png;base64,{pixel}"}])
+    session = ChatSession()
+    handlers.import_(session, path)
+    [written] = written_imports(upload_folder)
+    assert session.turns[0].files == [str(written)] and written.name == "evil.png"
+
+
+def test_import_size_limits(slot, tmp_path, upload_folder):
+    data = base64.b64encode(b"\0" * 3000).decode()
+    path = conversation_file(tmp_path, [{"name": "big.wav", "data": f"data:audio/wav;base64,{data}"}])
+    small_files = ChatHandlers(slot, CONTROLS, limits=Limits(max_upload_size=2048))
+    refused_import(small_files, path, r"The file is [\d.]+ KB, over this server's limit of 2 KB .*\(--max-upload-size\)")
+    small_media = ChatHandlers(slot, CONTROLS, limits=Limits(max_import_media_size=2048))
+    refused_import(small_media, path, r"'big.wav' is about 2.9 KB, over this server's limit of 2 KB for each medium .*\(--max-import-media-size\)")
+    assert written_imports(upload_folder) == []
+    ChatHandlers(slot, CONTROLS, limits=Limits(max_import_media_size=4096)).import_(ChatSession(), path)
+    assert [p.stat().st_size for p in written_imports(upload_folder)] == [3000]
 
 
 async def test_two_sessions_at_once_stay_separate(handlers):
@@ -270,6 +344,43 @@ async def test_load_unload_and_a_missing_backend(handlers, slot):
     await run(handlers.regenerate(session, **settings(4)))
     assert [t.role for t in session.turns] == ["user", "assistant", "user", "assistant"]
     assert session.turns[-1].content and session.turns[0].content == "Hi"
+
+
+def no_progress(*args, **kwargs):
+    pass
+
+
+def test_only_admins_manage_the_model(slot):
+    engine = slot.model.engine
+    rights = ModelRights(admins=frozenset({"alice"}))
+    handlers = ChatHandlers(slot, CONTROLS, rights)
+    bob, alice = gr.Request(username="bob"), gr.Request(username="alice")
+    for refused in (lambda: handlers.load("huggingface", "", "bfloat16", request=bob, progress=no_progress),
+                    lambda: handlers.unload(request=bob),
+                    lambda: handlers.unload()):  # no user at all, on a page with logins
+        with pytest.raises(gr.Error, match="may not load or unload models. Model management needs an admin"):
+            refused()
+    assert slot.model.engine is engine, "a refused user changed the model"
+    assert "Model management needs an admin" in rights.note(bob) and "**bob**" in rights.note(bob)
+    assert rights.note(alice) == "" and ModelRights().note(gr.Request()) == "", "without logins, the one user is the admin"
+
+    status = handlers.load("huggingface", "", "bfloat16", request=alice, progress=no_progress)[0]
+    assert status.startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface") and slot.model.engine is not engine
+
+
+def test_trust_remote_code_comes_only_from_the_command_line(slot):
+    handlers = ChatHandlers(slot, CONTROLS, ModelRights(trust_remote_code=False))
+    engine = slot.model.engine
+    for backend in ("huggingface", "vllm", "sglang", "llamacpp"):
+        for engine_args in ('{"trust_remote_code": true}', '{"trust-remote-code": true}'):
+            status = handlers.load(backend, "", "auto", engine_args=engine_args, progress=no_progress)[0]
+            assert "engine_args must not hold trust_remote_code" in status and "start app.py with --trust-remote-code" in status, status
+    status = handlers.load("huggingface", "", "auto", trust_remote_code=True, progress=no_progress)[0]
+    assert "trust_remote_code cannot be asked for from the page" in status and "--trust-remote-code" in status
+    assert slot.model.engine is engine and not engine.model_args.trust_remote_code
+    # The server's own choice reaches every load from the page.
+    ChatHandlers(slot, CONTROLS, ModelRights(trust_remote_code=True)).load("huggingface", "", "bfloat16", progress=no_progress)
+    assert slot.model.engine.model_args.trust_remote_code
 
 
 def test_backend_options_pass_only_what_was_filled_in():

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from engines import ChatError, ToolCall
 from engines.media import PLACEHOLDERS
@@ -44,13 +44,6 @@ class Turn(BaseModel):
     stopped: bool = False
     writing: bool = Field(False, exclude=True)
     tool_text: str = Field("", exclude=True)
-
-
-class ConversationFile(BaseModel):
-    """The exported JSON: what importing it back restores."""
-
-    system_prompt: str = ""
-    turns: list[Turn]
 
 
 @dataclass
@@ -145,25 +138,3 @@ def turn_of_message(turns: list[Turn], message_index: int) -> int:
         if message_index < shown:
             return turn_index
     raise IndexError(f"No message {message_index} in this conversation.")
-
-
-def export_json(turns: list[Turn], system_prompt: str) -> str:
-    return ConversationFile(system_prompt=system_prompt or "", turns=turns).model_dump_json(indent=2)
-
-
-def import_json(text: str) -> ConversationFile:
-    """Parse an exported conversation; anything else gets an error saying what is wrong."""
-    try:
-        conversation = ConversationFile.model_validate_json(text)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the file"
-        raise ChatError(f"This is not an anychat conversation file: {where}: {first['msg']}.") from None
-    missing = [path for turn in conversation.turns for path in turn.files if not os.path.isfile(path)]
-    if missing:
-        raise ChatError(
-            f"The conversation refers to {len(missing)} file(s) that are no longer on this server "
-            f"({', '.join(os.path.basename(p) for p in missing[:3])}). Remove them from the JSON and import again."
-        )
-    return conversation
-

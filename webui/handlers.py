@@ -17,10 +17,14 @@ from typing import Any
 
 import gradio as gr
 import psutil
+from gradio.utils import get_upload_folder
 
 from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, ReplyChunk
+from limits import Limits
 
-from .conversation import ChatSession, SavedToolCall, Turn, export_json, import_json, model_request, render, render_turn, turn_of_message
+from .conversation import ChatSession, SavedToolCall, Turn, model_request, render, render_turn, turn_of_message
+from .conversation_file import export_json, read_conversation
+from .model_rights import ModelRights
 from .streaming import throttled
 
 MEDIA_KINDS = ("image", "video", "audio")
@@ -75,11 +79,14 @@ def control_value(defaults: GenerationArgs, name: str) -> Any:
 
 class ChatHandlers:
     """``control_names``: the generation settings the page has controls for, in the order of the
-    outputs that show the loaded model's defaults."""
+    outputs that show the loaded model's defaults. ``rights``: who may load and unload models,
+    and with what; ``limits``: the sizes a conversation file may have."""
 
-    def __init__(self, slot: ModelSlot, control_names: tuple[str, ...]) -> None:
+    def __init__(self, slot: ModelSlot, control_names: tuple[str, ...], rights: ModelRights = ModelRights(), limits: Limits = Limits()) -> None:
         self.slot = slot
         self.control_names = control_names
+        self.rights = rights
+        self.limits = limits
 
     # ---- chat
 
@@ -176,30 +183,36 @@ class ChatHandlers:
     # ---- conversation files
 
     def export(self, session: ChatSession, system: str) -> dict[str, Any]:
-        """The conversation as a JSON file, shown in the page for download."""
+        """The conversation as a JSON file with its media inside, shown in the page for download."""
+        try:
+            text = export_json(session.turns, system)
+        except ChatError as error:
+            raise gr.Error(f"Could not export the conversation: {error}", print_exception=False) from None
         folder = tempfile.mkdtemp(prefix="anychat-export-")
         path = os.path.join(folder, "conversation.json")
         with open(path, "w", encoding="utf-8") as f:
-            f.write(export_json(session.turns, system))
+            f.write(text)
         return gr.update(value=path, visible=True)
 
     def import_(self, session: ChatSession, path: str) -> tuple:
+        """Replace the conversation with the file's; a file that cannot be imported leaves it as it was."""
         try:
-            with open(path, encoding="utf-8") as f:
-                conversation = import_json(f.read())
-        except (ChatError, UnicodeDecodeError) as error:
-            raise gr.Error(f"Could not import {os.path.basename(path)}: {error}") from None
-        session.turns[:] = conversation.turns
-        return render(session.turns), conversation.system_prompt
+            turns, system_prompt = read_conversation(path, self.limits, get_upload_folder())
+        except ChatError as error:
+            raise gr.Error(f"Could not import {os.path.basename(path)}: {error}", print_exception=False) from None
+        session.turns[:] = turns
+        return render(session.turns), system_prompt
 
     # ---- model
 
-    def load(self, infer_backend: str, model_name_or_path: str, infer_dtype: str, progress: gr.Progress = gr.Progress(), **options: Any) -> tuple:
+    def load(self, infer_backend: str, model_name_or_path: str, infer_dtype: str, request: gr.Request | None = None,
+             progress: gr.Progress = gr.Progress(), **options: Any) -> tuple:
         """Load a model with the Settings tab's choices (``options``: the backend options, named
-        as ModelArgs settings); on failure the previous model stays."""
+        as ModelArgs settings), if ``request``'s user is an admin; on failure the previous model stays."""
+        self.rights.check_admin(request)
         settings = {"infer_backend": infer_backend, "model_name_or_path": (model_name_or_path or "").strip() or None, "infer_dtype": infer_dtype}
         try:
-            settings |= backend_options(**options)
+            settings = self.rights.page_settings(settings | backend_options(**options))
             self.slot.load(settings, progress=lambda fraction, message: progress(fraction, desc=message))
         except ChatError as error:
             kept = self.slot.describe()
@@ -207,7 +220,8 @@ class ChatHandlers:
             return (f"⚠ **Could not load:** {error}\n\n{kept} {memory_line()}", gr.skip(), *[gr.skip()] * len(self.control_names))
         return self.model_status()
 
-    def unload(self) -> tuple:
+    def unload(self, request: gr.Request | None = None) -> tuple:
+        self.rights.check_admin(request)
         self.slot.unload()
         return self.model_status()
 

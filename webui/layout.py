@@ -6,9 +6,11 @@ import gradio as gr
 
 from engines import BACKEND_NAMES, GenerationArgs, ModelSlot
 from engines.model_args import AUTO, DTYPES
+from limits import Limits
 
 from .conversation import ChatSession
 from .handlers import ENGINE_MODES, ChatHandlers
+from .model_rights import ModelRights
 
 # System fonts only: the page must not fetch anything from outside this machine.
 THEME = gr.themes.Soft(
@@ -35,7 +37,9 @@ TOOLS_EXAMPLE = """[{"type": "function", "function": {"name": "get_weather", "de
   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]"""
 
 
-def build_demo(slot: ModelSlot) -> gr.Blocks:
+def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Limits = Limits()) -> gr.Blocks:
+    """The page; serve it with ``PAGE_KWARGS``, ``max_file_size=limits.max_upload_size`` and a
+    queue of ``limits.max_queue_size``."""
     # Until the page loads and asks the model for its own defaults.
     defaults = GenerationArgs()
     with gr.Blocks(title="anychat") as demo:
@@ -89,6 +93,7 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
                             import_btn = gr.UploadButton("Import JSON", elem_id="import-btn", file_types=[".json"], size="sm")
             with gr.Tab("Settings", id="settings"):
                 status = gr.Markdown(elem_id="model-status")
+                rights_note = gr.Markdown(elem_id="rights-note", visible=False)
                 with gr.Group():
                     with gr.Row():
                         backend = gr.Dropdown([AUTO, *BACKEND_NAMES], value=AUTO, label="Backend", elem_id="backend",
@@ -143,7 +148,7 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
                 generation["skip_special_tokens"] = gr.Checkbox(True, label="Skip special tokens", elem_id="skip-special-tokens")
         generation["enable_thinking"] = enable_thinking
 
-        handlers = ChatHandlers(slot, tuple(generation))
+        handlers = ChatHandlers(slot, tuple(generation), rights, limits)
         chat_settings = {"system": system, "tools": tools, **generation}
         chat_outputs = [chatbot, message_box]
         model_outputs = [status, message_box, *generation.values()]
@@ -163,5 +168,14 @@ def build_demo(slot: ModelSlot) -> gr.Blocks:
         load_btn.click(handlers.load, None, model_outputs, inputs_kwargs=model_choice, api_name="load", concurrency_limit=1)
         unload_btn.click(handlers.unload, None, model_outputs, api_name="unload", concurrency_limit=1)
         demo.load(handlers.model_status, None, model_outputs, api_visibility="private")
+
+        # Others see the model settings read-only; the load and unload handlers check again.
+        management = [backend, model_path, dtype, *backend_options.values(), load_btn, unload_btn]
+
+        def show_rights(request: gr.Request) -> tuple:
+            note = rights.note(request)
+            return gr.update(value=note, visible=bool(note)), *[gr.update(interactive=not note)] * len(management)
+
+        demo.load(show_rights, None, [rights_note, *management], api_visibility="private", queue=False)
     return demo
 

@@ -1,0 +1,35 @@
+"""The server's limits: their defaults, and sizes as the flags write them ("100mb") and messages say them."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, Field
+
+# Powers of 1024, as Gradio counts its upload limit, so the page's own message and ours agree.
+UNITS = {"b": 1, "kb": 2**10, "mb": 2**20, "gb": 2**30}
+
+
+class Limits(BaseModel):
+    """What one request or upload may take, so that nobody can fill the server's memory, disk or queue."""
+
+    max_upload_size: int = Field(100 * 2**20, gt=0, description="each file put on the page: attachments and conversation files")
+    max_import_media_size: int = Field(100 * 2**20, gt=0, description="each image, video or audio embedded in an imported conversation")
+    max_request_size: int = Field(50 * 2**20, gt=0, description="the body of one API request, as in OpenAI's API")
+    max_queue_size: int = Field(64, gt=0, description="page requests waiting for their turn; more are told the server is busy")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "100mb", "512kb", "2gb" or a plain number of bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kmg]?b)?\s*", text.lower())
+    if not match or int(match[1]) == 0:
+        raise ValueError(f"{text!r} is not a size: write a positive number of bytes or one with a unit, like 100mb, 512kb or 2gb")
+    return int(match[1]) * UNITS[match[2] or "b"]
+
+
+def size_text(size: int) -> str:
+    """A size as people read it: "100 MB", "1.5 GB", "900 bytes"."""
+    for unit in ("gb", "mb", "kb"):
+        if size >= UNITS[unit]:
+            return f"{size / UNITS[unit]:.1f}".removesuffix(".0") + f" {unit.upper()}"
+    return f"{size} bytes"

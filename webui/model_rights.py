@@ -1,0 +1,52 @@
+"""Who may change the shared model from the page, and what a load from the page may ask for.
+
+Every load and unload from the page, through its buttons or its gradio_client endpoints, passes
+here: the buttons being locked for others is only a courtesy, not the check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+from pydantic import BaseModel, ConfigDict
+
+from engines import ConfigError
+
+NEEDS_ADMIN = "Model management needs an admin: ask one of this server's admins (those it names with --admin) to load or unload a model."
+REMOTE_CODE_REFUSED = (
+    "trust_remote_code cannot be asked for from the page: running code shipped with a model is the server's choice, "
+    "made on its command line (start app.py with --trust-remote-code)."
+)
+
+
+class ModelRights(BaseModel):
+    """``admins``: the users who may load and unload models, or None for a page without login
+    (the one person at it is the admin). ``trust_remote_code``: the server's command-line
+    choice, which every load from the page gets and none can change."""
+
+    model_config = ConfigDict(frozen=True)
+
+    admins: frozenset[str] | None = None
+    trust_remote_code: bool = False
+
+    def is_admin(self, request: gr.Request | None) -> bool:
+        return self.admins is None or (request is not None and request.username in self.admins)
+
+    def check_admin(self, request: gr.Request | None) -> None:
+        if not self.is_admin(request):
+            who = request.username if request is not None and request.username else "This user"
+            raise gr.Error(f"{who} may not load or unload models. {NEEDS_ADMIN}", title="Not an admin", print_exception=False)
+
+    def page_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """The settings of a load from the page, with the server's trust_remote_code. (engine_args
+        holding it are refused by ModelArgs itself, for every way a model is loaded.)"""
+        if "trust_remote_code" in settings:
+            raise ConfigError(REMOTE_CODE_REFUSED)
+        return settings | {"trust_remote_code": self.trust_remote_code}
+
+    def note(self, request: gr.Request | None) -> str:
+        """What the Settings tab tells a user who may not manage models (empty for an admin)."""
+        if self.is_admin(request):
+            return ""
+        return f"🔒 Signed in as **{request.username if request is not None else 'a guest'}**: you see what is loaded, read-only. {NEEDS_ADMIN}"
