@@ -442,6 +442,11 @@ def test_page_and_api_at_once_on_one_model(tmp_path):
             page.goto(app.url)
             box = page.locator("#chat-input textarea")
             sync_api.expect(box).to_have_attribute("placeholder", re.compile("reads text only"))
+            # A short reply: the small model sometimes rambles on to its 1,024-token default.
+            page.get_by_role("tab", name="Settings").click()
+            page.locator("#max-new-tokens input[type=number]").fill("24")
+            page.locator("#max-new-tokens input[type=number]").press("Enter")
+            page.get_by_role("tab", name="Chat").click()
 
             api_result = {}
             api_started = threading.Event()
@@ -472,7 +477,7 @@ def test_page_and_api_at_once_on_one_model(tmp_path):
             assert refused.value.status_code == 503 and "No model is loaded" in refused.value.body["message"]
 
             page.locator("#load-btn").click()
-            sync_api.expect(page.locator("#model-status")).to_contain_text("Loaded SmolLM2-135M-Instruct (embedded) on huggingface")
+            sync_api.expect(page.locator("#model-status")).to_contain_text("Loaded SmolLM2-135M-Instruct (embedded) on ")
             assert [card.id for card in client.models.list().data] == [model]
             assert client.chat.completions.create(model=model, messages=QUESTION, max_tokens=2).choices[0].message.content
             browser.close()
