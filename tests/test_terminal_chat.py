@@ -49,10 +49,11 @@ def test_ctrl_c_stops_the_reply_and_a_second_ctrl_c_at_the_prompt_quits():
         output.wait_for("Assistant: ", then_chars=40)
         chat.send_signal(signal.SIGINT)
         output.wait_for(" [stopped]\n\nUser: ")
-        # The same process answers the next message: the stopped reply freed the model.
-        chat.stdin.write("Say hi.\n")
+        # The same process answers the next message: the stopped reply freed the model. (After
+        # clear: with the story in the history, the small model would carry the story on.)
+        chat.stdin.write("clear\nSay hi.\n")
         chat.stdin.flush()
-        output.wait_for("User: ", count=3)
+        output.wait_for("User: ", count=4)
         chat.send_signal(signal.SIGINT)
         assert chat.wait(timeout=60) == 0, chat.stderr.read()[-3000:] + output.text[-1000:]
     finally:
