@@ -49,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
              "llama-cpp-python is installed; huggingface otherwise; the startup line says which and why)",
     )
     model.add_argument("--model", default=None, help="local HF directory, .gguf file or Hub name (default: embedded SmolLM2)")
+    model.add_argument("--models-dir", default=None, metavar="DIR",
+                       help="folder of GGUF files and model directories that the page's model picker lists, with the "
+                            "Hugging Face cache (default: ./models where it exists)")
     model.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
     model.add_argument("--engine-args", default=None, help="JSON object of extra backend engine arguments")
     model.add_argument("--trust-remote-code", action="store_true",

@@ -27,7 +27,7 @@ def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:
     load_slot(slot, settings)
     try:
         app = api_app(slot, args)  # /v1 first: the page mounted at / takes every path added after it
-        demo = build_demo(slot, rights, limits).queue(max_size=limits.max_queue_size)
+        demo = build_demo(slot, rights, limits, models_dir(args)).queue(max_size=limits.max_queue_size)
         gr.mount_gradio_app(app, demo, path="/", auth=users, max_file_size=limits.max_upload_size, footer_links=[], show_error=True, **PAGE_KWARGS)
         run(app, args, page=True)
     finally:
@@ -110,6 +110,16 @@ def check_admins(rights: ModelRights, users: list[tuple[str, str]] | None) -> No
 
 def limits_of(args: argparse.Namespace) -> Limits:
     return Limits(**{name: getattr(args, name) for name in Limits.model_fields})
+
+
+def models_dir(args: argparse.Namespace) -> Path | None:
+    """--models-dir, which must exist; else ./models where there is one."""
+    if args.models_dir is None:
+        return Path("models") if Path("models").is_dir() else None
+    folder = Path(args.models_dir).expanduser()
+    if not folder.is_dir():
+        raise SystemExit(f"--models-dir {folder} is not a folder.")
+    return folder
 
 
 def local_media_dir(args: argparse.Namespace) -> Path | None:

@@ -142,6 +142,10 @@ class ChatModel:
         """Longest prompt plus reply, in tokens (None: no limit known)."""
         return self._engine().prompts.context_length
 
+    def count_tokens(self, text: str) -> int:
+        """How many tokens the model's tokenizer makes of ``text``, without special tokens."""
+        return len(self._engine().tokenizer(text, add_special_tokens=False).input_ids)
+
     def render_prompt(self, messages: Messages, system: str | None = None, tools: Tools = None,
                       chat_template_kwargs: dict[str, Any] | None = None, **generation: Any) -> str:
         """The exact prompt text the model would see for these messages."""

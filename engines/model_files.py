@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ConfigError, ModelLoadError
+from .hub_download import local_hub_model
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def default_gguf() -> Path:
 
 
 def resolve_model_path(model_name_or_path: str | None, progress: Progress | None = None) -> str:
-    """A directory (or Hub name) that from_pretrained can load; GGUF files are converted first."""
+    """A directory that from_pretrained can load: GGUF files are converted first, Hub models downloaded."""
     if model_name_or_path is None:
         return str(converted_gguf_dir(default_gguf(), progress, DEFAULT_MODEL_GENERATION))
     expanded = os.path.expanduser(model_name_or_path)
@@ -70,7 +71,7 @@ def resolve_model_path(model_name_or_path: str | None, progress: Progress | None
         return expanded
     if _looks_like_local_path(model_name_or_path):
         raise ConfigError(f"No model at {model_name_or_path}: the path does not exist.")
-    return model_name_or_path
+    return local_hub_model(model_name_or_path, progress)
 
 
 def _looks_like_local_path(name: str) -> bool:

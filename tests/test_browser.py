@@ -5,6 +5,7 @@ One app process serves every test here; each test opens its own browser context 
 state). The screenshots in assets/ are taken here.
 """
 
+import importlib.util
 import re
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
+from engines.model_files import default_gguf
 from tests.browser import CHROMIUM, ROOT, AppProcess, chromium, is_local
 from tests.tiny_models import build_qwen2_vl
 
@@ -23,19 +25,32 @@ if not Path(CHROMIUM).exists():
 LONG = 120_000  # ms; replies on a busy 2-core machine are slow
 ASSETS = ROOT / "assets"
 UPLOAD_BUTTON = "#chat-input [data-testid=upload-button]"
-
-
-@pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    process = AppProcess(tmp_path_factory.mktemp("app"))
-    yield process
-    process.stop()
+# What auto runs a GGUF file on here.
+GGUF_BACKEND = "llamacpp" if importlib.util.find_spec("llama_cpp") else "huggingface"
+STATS = re.compile(r"^(?:■ stopped after )?(\d+) tokens(?: \(max_new_tokens reached\))? · ([\d.]+) tokens/s · first token [\d.]+ m?s · (\w+)$")
 
 
 @pytest.fixture(scope="module")
 def tiny_vision_model(tmp_path_factory):
     """A random-weight Qwen2-VL with its real processor (tests/tiny_models.py), built offline."""
     return build_qwen2_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"))
+
+
+@pytest.fixture(scope="module")
+def models_folder(tmp_path_factory, tiny_vision_model):
+    """The app's --models-dir: the embedded GGUF under another name, and a HF model directory."""
+    folder = tmp_path_factory.mktemp("models", numbered=False)
+    (folder / "gguf").mkdir()
+    (folder / "gguf" / "SmolLM2-copy.gguf").symlink_to(default_gguf())
+    (folder / "tiny-qwen2-vl").symlink_to(tiny_vision_model)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, models_folder):
+    process = AppProcess(tmp_path_factory.mktemp("app"), ("--models-dir", str(models_folder)))
+    yield process
+    process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +130,22 @@ def wait_until_answered(page, locks_before):
 
 
 def bot_messages(page):
-    return page.locator("#chatbot [data-testid=bot]")
+    """The assistant's messages, without the stats line under each reply."""
+    return page.locator("#chatbot [data-testid=bot]").filter(has_not=page.locator(".reply-stats"))
+
+
+def reply_stats(page):
+    return page.locator("#chatbot .reply-stats")
+
+
+def check_stats(page, backend):
+    """The last reply's stats line, with plausible numbers from ``backend``; returns its token count."""
+    line = reply_stats(page).last.inner_text().strip()
+    match = STATS.match(line)
+    assert match, f"not a stats line: {line!r}"
+    tokens, rate, written_by = int(match[1]), float(match[2]), match[3]
+    assert tokens > 0 and rate > 0 and written_by == backend, line
+    return tokens
 
 
 def user_messages(page):
@@ -159,6 +189,22 @@ def test_a_message_gets_a_streamed_reply(page):
     assert len(bot_messages(page).last.inner_text()) >= max(growing)
 
 
+def test_a_finished_reply_says_how_it_was_written(page):
+    open_tab(page, "Settings")
+    set_number(page, "temperature", 0)
+    set_number(page, "max-new-tokens", 200)
+    open_tab(page, "Chat")
+    sent = send(page, "Give me three tips for sleeping well.")
+    page.wait_for_function(f"window.boxLocks > {sent}")
+    # No stats while the reply is written: they come with the finished reply.
+    expect(reply_stats(page)).to_have_count(0)
+    wait_until_answered(page, sent)
+    expect(reply_stats(page)).to_have_count(1)
+    tokens = check_stats(page, GGUF_BACKEND)
+    assert tokens <= 200 and len(bot_messages(page).last.inner_text().split()) > tokens / 4
+    page.screenshot(path=str(ASSETS / "chat.png"))
+
+
 def test_an_image_reaches_a_multimodal_model_and_a_text_model_offers_no_upload(page, tiny_vision_model, tmp_path):
     expect(page.locator(UPLOAD_BUTTON)).to_have_count(0)
     open_tab(page, "Settings")
@@ -184,7 +230,6 @@ def test_an_image_reaches_a_multimodal_model_and_a_text_model_offers_no_upload(p
     expect(bot_messages(page)).to_have_count(2)
     expect(bot_messages(page).last).not_to_contain_text("could not answer")
     assert bot_messages(page).last.inner_text().strip(), "the multimodal model gave no reply"
-    page.screenshot(path=str(ASSETS / "chat.png"))
 
     load_model(page, "", "Loaded SmolLM2-135M-Instruct (embedded) on")
     open_tab(page, "Chat")
@@ -207,7 +252,8 @@ def test_stop_keeps_the_partial_reply_and_the_box_usable(page):
     expect(bot_messages(page).last).to_contain_text(" ")
     page.wait_for_timeout(1500)
     page.locator("#stop-btn").click()
-    expect(page.locator("#chatbot")).to_contain_text("Stopped")
+    expect(reply_stats(page)).to_contain_text("■ stopped after")
+    check_stats(page, GGUF_BACKEND)
     expect(page.locator("#chat-input textarea")).to_be_enabled()
     partial = page.locator("#chatbot").inner_text()
     page.wait_for_timeout(1500)
@@ -215,10 +261,10 @@ def test_stop_keeps_the_partial_reply_and_the_box_usable(page):
     # The box takes the next message, and Stop works again.
     sent = send(page, "Now a long poem about the sea, please.")
     expect(user_messages(page)).to_have_count(2)
-    expect(bot_messages(page).last).not_to_contain_text("Stopped")
+    expect(bot_messages(page).last).not_to_contain_text("stopped")
     page.locator("#stop-btn").click()
     wait_until_answered(page, sent)
-    expect(page.locator("#chatbot").get_by_text("Stopped")).to_have_count(2)
+    expect(reply_stats(page).filter(has_text="■ stopped after")).to_have_count(2)
 
 
 def test_regenerate_edit_undo_and_a_short_max_new_tokens(page):
@@ -311,6 +357,74 @@ def test_unload_and_load_in_settings(page):
     expect(bot_messages(page).last).not_to_contain_text("No model is loaded")
 
 
+def picker_options(page):
+    """The model picker's entries, read from the open list."""
+    page.locator("#model-picker input").click()
+    options = page.locator("#model-picker").get_by_role("option")
+    expect(options.first).to_be_visible()
+    return options.all_inner_texts()
+
+
+def close_picker(page):
+    page.locator("#model-status").click()
+    expect(page.locator("#model-picker").get_by_role("option")).to_have_count(0)
+
+
+def pick_and_load(page, name, path, loaded):
+    """Pick ``name`` in the model picker (which fills the Model field with ``path``) and load it."""
+    page.locator("#model-picker input").click()
+    page.locator("#model-picker").get_by_role("option", name=f"{name} · ").click()
+    expect(page.locator("#model-path").get_by_role("textbox")).to_have_value(path)
+    page.locator("#load-btn").click()
+    expect(page.locator("#model-status")).to_contain_text(loaded)
+
+
+def test_the_model_picker_lists_and_loads_the_models_on_this_machine(page, models_folder):
+    gguf, vision = models_folder / "gguf" / "SmolLM2-copy.gguf", models_folder / "tiny-qwen2-vl"
+    open_tab(page, "Settings")
+    options = picker_options(page)
+    assert "SmolLM2-135M-Instruct · embedded · GGUF · 93.8 MB · reads text" in options
+    assert "gguf/SmolLM2-copy · models folder · GGUF · 93.8 MB · reads text" in options
+    assert any(re.fullmatch(r"tiny-qwen2-vl · models folder · HF · [\d.]+ KB · reads text, images, video", o) for o in options), options
+    page.wait_for_timeout(500)  # the list fades in
+    page.screenshot(path=str(ASSETS / "picker.png"))
+    close_picker(page)
+
+    pick_and_load(page, "gguf/SmolLM2-copy", str(gguf), f"Loaded {gguf} on {GGUF_BACKEND}")
+    set_number(page, "max-new-tokens", 12)
+    open_tab(page, "Chat")
+    ask(page, "Say hello.")
+    check_stats(page, GGUF_BACKEND)
+
+    open_tab(page, "Settings")
+    pick_and_load(page, "tiny-qwen2-vl", str(vision), f"Loaded {vision} on huggingface")
+    expect(page.locator("#model-status")).to_contain_text("Reads text, images")
+    set_number(page, "max-new-tokens", 6)
+    open_tab(page, "Chat")
+    ask(page, "Say hello.")
+    check_stats(page, "huggingface")
+
+    # A Hub name, with HF_HUB_OFFLINE set as the tests run: refused at once, the model kept.
+    open_tab(page, "Settings")
+    page.locator("#model-path").get_by_role("textbox").fill("HuggingFaceTB/SmolLM2-360M-Instruct")
+    page.locator("#load-btn").click()
+    status = page.locator("#model-status")
+    expect(status).to_contain_text("HuggingFaceTB/SmolLM2-360M-Instruct is not on this machine", timeout=15_000)
+    expect(status).to_contain_text("unset HF_HUB_OFFLINE and load it again")
+    expect(status).to_contain_text(f"Loaded {vision} on huggingface")
+
+    # Rescan finds what was put there since the page opened.
+    (models_folder / "later.gguf").symlink_to(default_gguf())
+    assert not any(o.startswith("later ·") for o in picker_options(page))
+    close_picker(page)
+    page.locator("#rescan-models").click()
+    page.locator("#model-picker input").click()
+    expect(page.locator("#model-picker").get_by_role("option", name="later · models folder · GGUF · 93.8 MB · reads text")).to_be_visible()
+    close_picker(page)
+
+    pick_and_load(page, "SmolLM2-135M-Instruct", "", "Loaded SmolLM2-135M-Instruct (embedded) on")
+
+
 def test_gradio_client_streams_the_chat_endpoint(app):
     from gradio_client import Client
 
@@ -321,17 +435,23 @@ def test_gradio_client_streams_the_chat_endpoint(app):
         updates = [chatbot for chatbot, _ in job]
         return updates, updates[-1]
 
+    def messages(chatbot):
+        """(role, text) of each message but the stats lines, whose timings differ from run to run."""
+        texts = [(m["role"], m["content"][0]["text"]) for m in chatbot]
+        return [(role, text) for role, text in texts if "reply-stats" not in text]
+
     first, second = Client(app.url, verbose=False), Client(app.url, verbose=False)
     updates, final = chat(first, "Name a fruit.")
-    replies = [chatbot[-1]["content"][0]["text"] for chatbot in updates if chatbot[-1]["role"] == "assistant"]
+    replies = [messages(chatbot)[-1][1] for chatbot in updates if messages(chatbot)[-1][0] == "assistant"]
     assert len(set(replies)) >= 3, f"the endpoint did not stream: {replies}"
     assert all(replies[-1].startswith(reply.rstrip()) for reply in replies)
-    assert [m["role"] for m in final] == ["user", "assistant"]
+    assert [role for role, _ in messages(final)] == ["user", "assistant"]
+    assert "tokens/s" in final[-1]["content"][0]["text"], "the finished reply has no stats line"
 
     _, other = chat(second, "Name a fruit.")
-    assert other == final, "the same greedy request gave another reply in another session"
+    assert messages(other) == messages(final), "the same greedy request gave another reply in another session"
     _, followed = chat(first, "And a vegetable?")
-    assert [m["content"][0]["text"] for m in followed if m["role"] == "user"] == ["Name a fruit.", "And a vegetable?"]
+    assert [text for role, text in messages(followed) if role == "user"] == ["Name a fruit.", "And a vegetable?"]
 
 
 def test_no_request_left_this_machine(requests_seen):

@@ -1,11 +1,11 @@
-"""app.py's flags for logins, admins, remote code and limits: what they set, and the clear refusals
+"""app.py's flags for logins, admins, remote code, limits and the models folder: what they set, and the clear refusals
 at startup (before any model is loaded)."""
 
 import pytest
 
 from app import model_settings, parse_args
 from limits import parse_size, size_text
-from server import check_admins, limits_of, page_users
+from server import check_admins, limits_of, models_dir, page_users
 from webui import ModelRights
 
 
@@ -61,3 +61,14 @@ def test_limits_take_sizes_with_units(capsys):
     assert "'0' is not a positive whole number" in refusal(capsys, ["--max-queue-size", "0"])
     assert [parse_size(text) for text in ("900", "1kb", "2 GB")] == [900, 1024, 2 * 2**30]
     assert [size_text(size) for size in (900, 1536, 100 * 2**20)] == ["900 bytes", "1.5 KB", "100 MB"]
+
+
+def test_the_models_folder_must_exist_when_named(tmp_path, monkeypatch):
+    assert models_dir(parse_args(["--models-dir", str(tmp_path)])) == tmp_path
+    with pytest.raises(SystemExit, match="--models-dir .*/missing is not a folder"):
+        models_dir(parse_args(["--models-dir", str(tmp_path / "missing")]))
+    # Unnamed, ./models is used where there is one.
+    monkeypatch.chdir(tmp_path)
+    assert models_dir(parse_args([])) is None
+    (tmp_path / "models").mkdir()
+    assert models_dir(parse_args([])).resolve() == tmp_path / "models"

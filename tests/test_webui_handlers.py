@@ -5,11 +5,14 @@ import base64
 import gc
 import json
 import os
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
 import psutil
 import pytest
+from huggingface_hub import constants
 from PIL import Image
 
 from engines import ConfigError, ModelSlot
@@ -18,8 +21,10 @@ from limits import Limits
 from webui.conversation import ChatSession, SavedToolCall, Turn, model_request, render, turn_of_message
 from webui.handlers import ChatHandlers, backend_options, message_box_for
 from webui.model_rights import ModelRights
+from webui.reply_stats import ReplyStats
 from webui.streaming import throttled
 from tests.held_load import load_held
+from tests.hub_cache import cache_model
 
 CONTROLS = ("temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty", "seed", "skip_special_tokens", "enable_thinking")
 
@@ -67,14 +72,22 @@ def image_file(tmp_path):
 
 async def test_send_streams_the_same_reply_as_the_engine(handlers, slot):
     session = ChatSession()
+    started = time.perf_counter()
     updates = await run(handlers.send(session, message("Name three colors."), **settings(24)))
+    elapsed = time.perf_counter() - started
     chats = [chat for chat, _ in updates]
     assert len(chats) >= 3, "the reply should arrive in several updates"
     assert chats[0][-1] == {"role": "user", "content": ["Name three colors."]}
     expected = slot.model.chat([{"role": "user", "content": "Name three colors."}], temperature=0, max_new_tokens=24)[0]
     assert [t.role for t in session.turns] == ["user", "assistant"]
     assert session.turns[1].content == expected.response_text
-    assert shown_text(chats[-1][-1]) == expected.response_text.strip()
+    assert shown_text(chats[-1][-2]) == expected.response_text.strip()
+    # Under the finished reply: how it was written.
+    stats = session.turns[1].stats
+    assert (stats.tokens, stats.finish_reason, stats.backend) == (expected.response_length, expected.finish_reason, "huggingface")
+    assert 0 < stats.first_token_seconds < elapsed and 0 < (stats.tokens - 1) / stats.tokens_per_second < elapsed
+    assert chats[-1][-1] == {"role": "assistant", "content": f'<span class="reply-stats">{stats.line()}</span>'}
+    assert all("reply-stats" not in shown_text(chat[-1]) for chat in chats[:-1]), "stats shown before the reply was finished"
     # The box is locked while the reply streams, then handed back empty.
     assert updates[0][1]["interactive"] is False
     assert updates[-1][1] == {"__type__": "update", "value": {"text": "", "files": []}, "interactive": True}
@@ -116,7 +129,8 @@ async def test_stop_keeps_the_partial_reply_and_frees_the_engine(handlers, slot)
     reply = session.turns[-1]
     assert reply.stopped and reply.content
     assert len(slot.model.engine.tokenizer(reply.content).input_ids) < 100
-    assert chat[-1]["content"] == "*■ Stopped*"
+    assert (reply.stats.finish_reason, reply.stats.tokens) == ("stopped", slot.model.count_tokens(reply.content))
+    assert f"■ stopped after {reply.stats.tokens} tokens · " in chat[-1]["content"]
     # The engine's generation slot is released only once the model thread really stopped.
     assert not slot.model.engine._semaphore.locked()
 
@@ -203,7 +217,8 @@ async def test_a_tool_call_streams_into_a_tool_call_block(handlers):
     updates = await run(handlers.regenerate(session, **settings(max_new_tokens=40, tools=tools)))
     reply = session.turns[-1]
     assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [("get_weather", {"city": "Oslo"})], reply
-    assert updates[-1][0][-1]["metadata"]["title"] == "⚙ Tool call: get_weather"
+    *_, call, stats = updates[-1][0]
+    assert call["metadata"]["title"] == "⚙ Tool call: get_weather" and "reply-stats" in stats["content"]
 
 
 def test_media_placeholders_stay_with_their_message(image_file):
@@ -416,3 +431,34 @@ async def test_a_message_while_a_model_loads_says_so_and_is_kept():
         assert asked.content == "Hello?" and "is loading" in asked.error and "Try again" in asked.error
         assert "Loading SmolLM2-135M-Instruct (embedded)" in loading_slot.describe()
     loading_slot.unload()
+
+
+def test_the_stats_line_says_how_a_reply_was_written():
+    stats = ReplyStats(tokens=42, tokens_per_second=118.25, first_token_seconds=0.0853, backend="llamacpp", finish_reason="stop")
+    assert stats.line() == "42 tokens · 118.2 tokens/s · first token 85 ms · llamacpp"
+    assert stats.model_copy(update={"finish_reason": "length", "first_token_seconds": 1.26}).line() == (
+        "42 tokens (max_new_tokens reached) · 118.2 tokens/s · first token 1.3 s · llamacpp")
+    one_token = ReplyStats(tokens=1, tokens_per_second=None, first_token_seconds=0.2, backend="vllm", finish_reason="stopped")
+    assert one_token.line() == "■ stopped after 1 tokens · first token 200 ms · vllm"
+    with pytest.raises(ValueError, match="backend"):  # what a conversation file may not slip into the page
+        ReplyStats(**{**one_token.model_dump(), "backend": "<img src=x>"})
+
+
+async def test_a_hub_model_not_on_this_machine_is_refused_at_once_and_a_cached_one_loads(handlers, slot, tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    engine = slot.model.engine
+    started = time.perf_counter()
+    status = handlers.load("auto", "HuggingFaceTB/SmolLM2-360M-Instruct", "auto", progress=no_progress)[0]
+    assert time.perf_counter() - started < 5, "an offline Hub load must fail at once"
+    assert "**Could not load:** HuggingFaceTB/SmolLM2-360M-Instruct is not on this machine" in status and "HF_HUB_OFFLINE is set" in status
+    assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status and slot.model.engine is engine
+    session = ChatSession()
+    await run(handlers.send(session, message("Still there?"), **settings(4)))
+    assert session.turns[-1].content and session.turns[-1].stats.backend == "huggingface"
+
+    # What the model picker lists from the Hugging Face cache loads by name, offline.
+    cache_model(tmp_path / "hub", "org/SmolLM2-cached", Path(engine.model_path))
+    status = handlers.load("auto", "org/SmolLM2-cached", "bfloat16", progress=no_progress)[0]
+    assert status.startswith("✓ Loaded org/SmolLM2-cached on huggingface (auto: not a GGUF file)"), status
+    assert slot.model.model_id == "org/SmolLM2-cached"

@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field
 from engines import ChatError, ToolCall
 from engines.media import PLACEHOLDERS
 
+from .reply_stats import ReplyStats
+
 MEDIA_EXTENSIONS = {
     "image": (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"),
     "video": (".mp4", ".webm", ".mov", ".mkv", ".avi"),
@@ -33,7 +35,8 @@ class Turn(BaseModel):
     """One message as the conversation keeps it. An assistant turn keeps its reply as the
     parser read it: ``reasoning``, ``content`` and ``tool_calls``. ``error`` on a user turn says
     why the model could not answer it, and such a turn is not sent to the model again until
-    regenerated. ``writing`` and ``tool_text`` exist only while the reply streams."""
+    regenerated. ``stats`` says how a finished reply was written. ``writing`` and ``tool_text``
+    exist only while the reply streams."""
 
     role: Literal["user", "assistant"]
     content: str = ""
@@ -42,6 +45,7 @@ class Turn(BaseModel):
     reasoning: str = ""
     tool_calls: list[SavedToolCall] = []
     stopped: bool = False
+    stats: ReplyStats | None = None
     writing: bool = Field(False, exclude=True)
     tool_text: str = Field("", exclude=True)
 
@@ -114,7 +118,9 @@ def render_turn(turn: Turn) -> list[dict[str, Any]]:
     if turn.tool_text:
         shown.append({"role": "assistant", "content": f"```\n{turn.tool_text.strip()}\n```",
                       "metadata": {"title": "⚙ Tool call", "status": "pending"}})
-    if turn.stopped:
+    if turn.stats:
+        shown.append({"role": "assistant", "content": f'<span class="reply-stats">{turn.stats.line()}</span>'})
+    elif turn.stopped:  # cut short by an error, or stopped in a file exported before replies had stats
         shown.append({"role": "assistant", "content": "*■ Stopped*"})
     return shown
 

@@ -25,6 +25,7 @@ from limits import Limits
 from .conversation import ChatSession, SavedToolCall, Turn, model_request, render, render_turn, turn_of_message
 from .conversation_file import export_json, read_conversation
 from .model_rights import ModelRights
+from .reply_stats import ReplyClock
 from .streaming import throttled
 
 MEDIA_KINDS = ("image", "video", "audio")
@@ -162,13 +163,15 @@ class ChatHandlers:
         system, tools = generation.pop("system", None), generation.pop("tools", None)
         try:
             messages, media = model_request(session.turns)
-            stream = self.slot.model.astream_reply(messages, system=system or None, tools=tools or None, **media, **generation)
+            clock = ReplyClock(self.slot.model)
+            stream = clock.watch(clock.model.astream_reply(messages, system=system or None, tools=tools or None, **media, **generation))
             session.turns.append(reply)
             async for items in throttled(stream, lambda: session.stop_requested):
                 for item in items:
                     _add_to_reply(reply, item)
                 yield before + render_turn(reply)
             reply.stopped = session.stop_requested
+            reply.stats = clock.stats(reply.reasoning + reply.content + reply.tool_text)
         except ChatError as error:
             if reply.content or reply.reasoning:
                 reply.stopped = True

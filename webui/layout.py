@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gradio as gr
 
 from engines import BACKEND_NAMES, GenerationArgs, ModelSlot
@@ -10,6 +12,7 @@ from limits import Limits
 
 from .conversation import ChatSession
 from .handlers import ENGINE_MODES, ChatHandlers
+from .model_picker import model_picker
 from .model_rights import ModelRights
 
 # System fonts only: the page must not fetch anything from outside this machine.
@@ -28,6 +31,8 @@ CSS = """
 #title p { margin: 0; opacity: 0.7; }
 #model-status { min-height: 2.5em; }
 #chat-buttons button { min-width: 0; }
+#chatbot .message:has(.reply-stats) { background: none; border: none; box-shadow: none; padding-top: 0; }
+.reply-stats { font-size: 0.78em; opacity: 0.65; }
 """
 
 # What launch() or gr.mount_gradio_app() need besides the Blocks.
@@ -37,9 +42,11 @@ TOOLS_EXAMPLE = """[{"type": "function", "function": {"name": "get_weather", "de
   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]"""
 
 
-def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Limits = Limits()) -> gr.Blocks:
+def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Limits = Limits(),
+               models_dir: Path | None = None) -> gr.Blocks:
     """The page; serve it with ``PAGE_KWARGS``, ``max_file_size=limits.max_upload_size`` and a
-    queue of ``limits.max_queue_size``."""
+    queue of ``limits.max_queue_size``. ``models_dir``: where the model picker looks besides the
+    Hugging Face cache."""
     # Until the page loads and asks the model for its own defaults.
     defaults = GenerationArgs()
     with gr.Blocks(title="anychat") as demo:
@@ -103,6 +110,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
                             placeholder="Local directory, .gguf file or Hub name (empty: embedded SmolLM2-135M-Instruct)",
                         )
                         dtype = gr.Dropdown(list(DTYPES), value="auto", label="dtype", elem_id="dtype")
+                    picker = model_picker(demo, models_dir, model_path)
                 with gr.Accordion("Backend options", open=False, elem_id="backend-options"):
                     gr.Markdown("Empty or 0: the backend's default. A backend refuses the options it does not take, and says which backends do.")
                     # Named as the ModelArgs settings they set.
@@ -170,7 +178,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         demo.load(handlers.model_status, None, model_outputs, api_visibility="private")
 
         # Others see the model settings read-only; the load and unload handlers check again.
-        management = [backend, model_path, dtype, *backend_options.values(), load_btn, unload_btn]
+        management = [backend, model_path, dtype, *picker, *backend_options.values(), load_btn, unload_btn]
 
         def show_rights(request: gr.Request) -> tuple:
             note = rights.note(request)

@@ -1,0 +1,74 @@
+"""The small line under each finished reply: its tokens, speed, time to first token and backend."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel
+
+from engines import BACKEND_NAMES, ChatModel, Response
+
+T = TypeVar("T")
+
+
+class ReplyStats(BaseModel):
+    """How a reply was written. ``finish_reason``: the model's own ("stop", "length"), or
+    "stopped" where the user stopped it. The rate counts the tokens after the first, over the
+    time after the first, so that it is the model's writing speed, apart from reading the prompt."""
+
+    tokens: int
+    tokens_per_second: float | None
+    first_token_seconds: float | None
+    # Conversation files bring stats from elsewhere, and the line is shown as HTML: names only.
+    backend: Literal[BACKEND_NAMES]
+    finish_reason: Literal["stop", "length", "stopped"]
+
+    def line(self) -> str:
+        if self.finish_reason == "stopped":
+            parts = [f"■ stopped after {self.tokens} tokens"]
+        else:
+            parts = [f"{self.tokens} tokens" + (" (max_new_tokens reached)" if self.finish_reason == "length" else "")]
+        if self.tokens_per_second is not None:
+            parts.append(f"{self.tokens_per_second:.1f} tokens/s")
+        if self.first_token_seconds is not None:
+            seconds = self.first_token_seconds
+            parts.append(f"first token {seconds * 1000:.0f} ms" if seconds < 1 else f"first token {seconds:.1f} s")
+        parts.append(self.backend)
+        return " · ".join(parts)
+
+
+class ReplyClock:
+    """Times one reply of ``model`` as it leaves the model, before the page's throttling holds it back."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self.model = model
+        self.started = time.perf_counter()
+        self.first: float | None = None
+        self.last: float | None = None
+        self.response: Response | None = None
+
+    async def watch(self, stream: AsyncIterator[T]) -> AsyncIterator[T]:
+        async for item in stream:
+            self.last = time.perf_counter()
+            if self.first is None:
+                self.first = self.last
+            if isinstance(item, Response):
+                self.response = item
+            yield item
+
+    def stats(self, text: str) -> ReplyStats:
+        """The finished reply's stats; ``text``, what a stopped reply had written, is counted in tokens."""
+        if self.response is not None:
+            tokens, finish_reason = self.response.response_length, self.response.finish_reason
+        else:
+            tokens, finish_reason = self.model.count_tokens(text), "stopped"
+        writing = (self.last or 0) - (self.first or 0)
+        return ReplyStats(
+            tokens=tokens,
+            tokens_per_second=(tokens - 1) / writing if tokens > 1 and writing > 0 else None,
+            first_token_seconds=None if self.first is None else self.first - self.started,
+            backend=self.model.backend,
+            finish_reason=finish_reason,
+        )
