@@ -75,9 +75,10 @@ async def test_send_streams_the_same_reply_as_the_engine(handlers, slot):
     assert [t.role for t in session.turns] == ["user", "assistant"]
     assert session.turns[1].content == expected.response_text
     assert shown_text(chats[-1][-1]) == expected.response_text.strip()
-    # The box is locked while the reply streams, then handed back empty.
-    assert updates[0][1]["interactive"] is False
-    assert updates[-1][1] == {"__type__": "update", "value": {"text": "", "files": []}, "interactive": True}
+    # The sent message leaves the box at once; the box stays editable, and later updates leave
+    # alone what is typed there meanwhile.
+    assert updates[0][1] == {"__type__": "update", "value": {"text": "", "files": []}, "interactive": True}
+    assert all(box == gr.skip() for _, box in updates[1:])
 
 
 async def test_media_a_text_model_cannot_read_is_refused_clearly_and_nothing_is_lost(handlers, image_file):
