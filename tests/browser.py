@@ -1,4 +1,5 @@
-"""Helpers for the browser tests: the real app in a subprocess, Debian's Chromium through Playwright."""
+"""Helpers for the browser tests: the real app in a subprocess, Debian's Chromium through Playwright,
+and what a test does on the page (send a message, wait for the reply)."""
 
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ class AppProcess:
     """``python app.py --port N [extra_args]`` (the default model unless they name one), until
     stopped. Its output goes to a file: a pipe nobody reads would fill up and block the server."""
 
-    def __init__(self, temp_dir: Path, extra_args: tuple[str, ...] = (), timeout: float = 300) -> None:
-        self.port = free_port()
+    def __init__(self, temp_dir: Path, extra_args: tuple[str, ...] = (), timeout: float = 300, port: int | None = None) -> None:
+        # The same port again for a restart: the browser keeps localStorage per origin.
+        self.port = port or free_port()
         self.log_path = temp_dir / "app.log"
         env = {
             **os.environ,
@@ -86,3 +88,77 @@ def chromium(timeout_ms: int) -> Iterator:
 def is_local(url: str) -> bool:
     parsed = urlparse(url)
     return parsed.scheme in ("data", "blob", "about") or parsed.hostname in LOCAL_HOSTS
+
+
+# Stop shows while a reply is written. Counting its appearances tells a test that its request
+# started even when a short reply is over before the test could look.
+COUNT_REPLIES = """() => {
+    window.replies = 0;
+    let shown = false;
+    new MutationObserver(() => {
+        const stop = document.querySelector("#stop-btn");
+        const now = stop !== null && stop.offsetParent !== null;
+        if (now && !shown) window.replies += 1;
+        shown = now;
+    }).observe(document.body, {subtree: true, childList: true, attributes: true, attributeFilter: ["class", "style", "hidden"]});
+}"""
+
+
+def open_chat(page, url: str) -> None:
+    """Open the page and wait until it is ready: the model said what it reads (text only, for
+    the default model) and the saved chats are restored."""
+    from playwright.sync_api import expect
+
+    page.goto(url)
+    expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile("reads text only"))
+    expect(page.locator("#saved-chats-note")).to_contain_text("in this browser")
+    page.evaluate(COUNT_REPLIES)
+
+
+def replies(page) -> int:
+    return page.evaluate("window.replies")
+
+
+def send(page, text: str) -> int:
+    """Send a message; returns the reply count to hand to wait_until_answered."""
+    before = replies(page)
+    box = page.locator("#chat-input textarea")
+    box.fill(text)
+    box.press("Enter")
+    return before
+
+
+def ask(page, text: str) -> None:
+    wait_until_answered(page, send(page, text))
+
+
+def click_and_wait(page, button_id: str) -> None:
+    before = replies(page)
+    page.locator(f"#{button_id}").click()
+    wait_until_answered(page, before)
+
+
+def wait_until_answered(page, replies_before: int) -> None:
+    from playwright.sync_api import expect
+
+    page.wait_for_function(f"window.replies > {replies_before}", timeout=10_000)
+    expect(page.locator("#stop-btn")).to_be_hidden()
+
+
+def bot_messages(page):
+    """The assistant's messages, without the stats line under each reply."""
+    return page.locator("#chatbot [data-testid=bot]").filter(has_not=page.locator(".reply-stats"))
+
+
+def user_messages(page):
+    return page.locator("#chatbot [data-testid=user]")
+
+
+def open_tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+
+
+def set_number(page, elem_id: str, value) -> None:
+    field = page.locator(f"#{elem_id} input[type=number]")
+    field.fill(str(value))
+    field.press("Enter")

@@ -35,12 +35,14 @@ class Turn(BaseModel):
     """One message as the conversation keeps it. An assistant turn keeps its reply as the
     parser read it: ``reasoning``, ``content`` and ``tool_calls``. ``error`` on a user turn says
     why the model could not answer it, and such a turn is not sent to the model again until
-    regenerated. ``stats`` says how a finished reply was written. ``writing`` and ``tool_text``
-    exist only while the reply streams."""
+    regenerated. ``stats`` says how a finished reply was written. ``missing_files`` names the files
+    of a saved chat that the server no longer has (shown as missing, not sent). ``writing`` and
+    ``tool_text`` exist only while the reply streams."""
 
     role: Literal["user", "assistant"]
     content: str = ""
     files: list[str] = []
+    missing_files: list[str] = []
     error: str | None = None
     reasoning: str = ""
     tool_calls: list[SavedToolCall] = []
@@ -53,10 +55,13 @@ class Turn(BaseModel):
 @dataclass
 class ChatSession:
     """Kept in gr.State, so one per browser tab. The object is mutated in place while a reply
-    streams: the Stop handler receives this same object and flips ``stop_requested``."""
+    streams: the Stop handler receives this same object and flips ``stop_requested``.
+    ``chat_id`` names the saved chat it shows; ``answering`` is true while a reply is written."""
 
     turns: list[Turn] = field(default_factory=list)
     stop_requested: bool = False
+    chat_id: str = ""
+    answering: bool = False
 
 
 def media_kind(path: str) -> str | None:
@@ -101,7 +106,12 @@ def render_turn(turn: Turn) -> list[dict[str, Any]]:
         content: list[Any] = [{"path": path} for path in turn.files]
         if turn.content:
             content.append(turn.content)
-        shown = [{"role": "user", "content": content}]
+        missing = ", ".join(turn.missing_files)
+        # A message whose only files are gone still needs something to show.
+        shown = [{"role": "user", "content": content or [f"📎 {missing}"]}]
+        if missing:
+            shown.append({"role": "assistant", "content": f"{missing}: no longer on the server, so neither shown nor sent to the model.",
+                          "metadata": {"title": "📎 Missing file" + ("s" if len(turn.missing_files) > 1 else "")}})
         if turn.error:
             shown.append({"role": "assistant", "content": turn.error, "metadata": {"title": "⚠ The model could not answer"}})
         return shown

@@ -26,6 +26,7 @@ from .conversation import ChatSession, SavedToolCall, Turn, model_request, rende
 from .conversation_file import export_json, read_conversation
 from .model_rights import ModelRights
 from .reply_stats import ReplyClock
+from .replying import one_reply_at_a_time
 from .streaming import throttled
 
 MEDIA_KINDS = ("image", "video", "audio")
@@ -91,6 +92,7 @@ class ChatHandlers:
 
     # ---- chat
 
+    @one_reply_at_a_time
     async def send(self, session: ChatSession, message: dict | None, **settings: Any) -> AsyncIterator[tuple]:
         text = ((message or {}).get("text") or "").strip()
         files = list((message or {}).get("files") or [])
@@ -98,9 +100,10 @@ class ChatHandlers:
             yield render(session.turns), box(True)
             return
         session.turns.append(Turn(role="user", content=text, files=files))
-        async for update in self._answer(session, settings):
+        async for update in self._answer(session, settings, emptied=box(True)):
             yield update
 
+    @one_reply_at_a_time
     async def regenerate(self, session: ChatSession, **settings: Any) -> AsyncIterator[tuple]:
         while session.turns and session.turns[-1].role == "assistant":
             session.turns.pop()
@@ -112,6 +115,7 @@ class ChatHandlers:
         async for update in self._answer(session, settings):
             yield update
 
+    @one_reply_at_a_time
     async def edit(self, session: ChatSession, edit: gr.EditData, **settings: Any) -> AsyncIterator[tuple]:
         """A past user message was edited in the Chatbot: answer it again from there."""
         index = turn_of_message(session.turns, edit.index)
@@ -141,14 +145,15 @@ class ChatHandlers:
         session.turns.clear()
         return [], box(True)
 
-    async def _answer(self, session: ChatSession, settings: dict[str, Any]) -> AsyncIterator[tuple]:
-        """The chat updates of one reply: the box is locked once at the start (later updates
-        leave it alone, to keep each update small) and unlocked at the end, also after Stop."""
-        locked = False
+    async def _answer(self, session: ChatSession, settings: dict[str, Any], emptied: dict[str, Any] | None = None) -> AsyncIterator[tuple]:
+        """The chat updates of one reply. The box stays editable (the next message may be typed
+        while the reply streams), so only the first update may touch it: ``emptied``, the sent
+        message taken out of it; later updates leave what is typed there alone."""
+        first = emptied or gr.skip()
         async for shown in self._reply(session, settings):
-            yield shown, (gr.skip() if locked else box(False))
-            locked = True
-        yield render(session.turns), box(True)
+            yield shown, first
+            first = gr.skip()
+        yield render(session.turns), gr.skip()
 
     async def _reply(self, session: ChatSession, settings: dict[str, Any]) -> AsyncIterator[list]:
         """Stream the model's answer to the conversation into a new assistant turn. A request the

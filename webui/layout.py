@@ -10,10 +10,13 @@ from engines import BACKEND_NAMES, GenerationArgs, ModelSlot
 from engines.model_args import AUTO, DTYPES
 from limits import Limits
 
+from . import replying
+from .chat_sidebar import SIDEBAR_HEAD, ChatSidebar
 from .conversation import ChatSession
 from .handlers import ENGINE_MODES, ChatHandlers
 from .model_picker import model_picker
 from .model_rights import ModelRights
+from .shortcuts import ESCAPE_STOPS
 
 # System fonts only: the page must not fetch anything from outside this machine.
 THEME = gr.themes.Soft(
@@ -36,7 +39,7 @@ CSS = """
 """
 
 # What launch() or gr.mount_gradio_app() need besides the Blocks.
-PAGE_KWARGS = {"theme": THEME, "css": CSS}
+PAGE_KWARGS = {"theme": THEME, "css": CSS, "head": SIDEBAR_HEAD}
 
 TOOLS_EXAMPLE = """[{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]"""
@@ -51,6 +54,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
     defaults = GenerationArgs()
     with gr.Blocks(title="anychat") as demo:
         session = gr.State(ChatSession())
+        sidebar = ChatSidebar()
         gr.Markdown("# anychat\nChat with local models, on any inference backend.", elem_id="title")
         with gr.Tabs():
             with gr.Tab("Chat", id="chat"):
@@ -76,7 +80,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
                             max_lines=12,
                         )
                         with gr.Row(elem_id="chat-buttons"):
-                            stop_btn = gr.Button("■ Stop", elem_id="stop-btn", variant="stop", size="sm")
+                            stop_btn = gr.Button("■ Stop", elem_id="stop-btn", variant="stop", size="sm", visible=False)
                             regenerate_btn = gr.Button("↻ Regenerate", elem_id="regenerate-btn", size="sm")
                             undo_btn = gr.Button("↶ Undo", elem_id="undo-btn", size="sm")
                             clear_btn = gr.Button("✕ Clear", elem_id="clear-btn", size="sm")
@@ -163,15 +167,26 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         # Generation is bounded by the engine's own queue; the page never serialises users.
         streaming = {"concurrency_limit": None, "show_progress": "minimal"}
 
-        message_box.submit(handlers.send, [session, message_box], chat_outputs, inputs_kwargs=chat_settings, api_name="chat", **streaming)
-        regenerate_btn.click(handlers.regenerate, [session], chat_outputs, inputs_kwargs=chat_settings, api_name="regenerate", **streaming)
-        chatbot.edit(handlers.edit, [session], chat_outputs, inputs_kwargs=chat_settings, api_visibility="private", **streaming)
+        # Stop shows while a reply is written; a send meanwhile gets a note and goes no further.
+        started = {"fn": replying.start, "inputs": [session], "outputs": stop_btn, "concurrency_limit": None, "api_visibility": "private"}
+        replies = [
+            message_box.submit(**started).success(handlers.send, [session, message_box], chat_outputs, inputs_kwargs=chat_settings, api_name="chat", **streaming),
+            regenerate_btn.click(**started).success(handlers.regenerate, [session], chat_outputs, inputs_kwargs=chat_settings, api_name="regenerate", **streaming),
+            chatbot.edit(handlers.edit, [session], chat_outputs, inputs_kwargs=chat_settings, api_visibility="private", **streaming),
+        ]
+        chatbot.edit(replying.show_stop, None, stop_btn, queue=False, api_visibility="private")
+        for reply in replies:
+            reply.then(replying.stop_button, [session], stop_btn, queue=False, api_visibility="private")
         stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
-        undo_btn.click(handlers.undo, [session], chat_outputs, api_name="undo")
-        clear_btn.click(handlers.clear, [session], chat_outputs, api_name="clear")
-        chatbot.clear(handlers.clear, [session], chat_outputs, api_visibility="private")
+        changes = [
+            undo_btn.click(handlers.undo, [session], chat_outputs, api_name="undo"),
+            clear_btn.click(handlers.clear, [session], chat_outputs, api_name="clear"),
+            chatbot.clear(handlers.clear, [session], chat_outputs, api_visibility="private"),
+        ]
         export_btn.click(handlers.export, [session, system], export_file, api_visibility="private")
-        import_btn.upload(handlers.import_, [session, import_btn], [chatbot, system], api_name="import_conversation")
+        imported = import_btn.upload(handlers.import_, [session, import_btn], [chatbot, system], api_name="import_conversation")
+        sidebar.wire(demo, session, chatbot, system, tools, replies, changes, imported)
+        demo.load(None, js=ESCAPE_STOPS)
         model_choice = {"infer_backend": backend, "model_name_or_path": model_path, "infer_dtype": dtype, **backend_options}
         load_btn.click(handlers.load, None, model_outputs, inputs_kwargs=model_choice, api_name="load", concurrency_limit=1)
         unload_btn.click(handlers.unload, None, model_outputs, api_name="unload", concurrency_limit=1)

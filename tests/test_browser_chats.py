@@ -1,0 +1,249 @@
+"""Saved chats, typing while a reply streams, and Escape, in a real headless Chromium against
+`python app.py` on the real default model (like tests/test_browser.py)."""
+
+import base64
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tests.browser import (
+    CHROMIUM, AppProcess, ask, bot_messages, free_port, open_chat, open_tab, send, set_number, user_messages, wait_until_answered,
+)
+from tests.test_browser import app, browser  # noqa: F401  (the same fixtures: an app of this module's own, a Chromium)
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
+
+TOOLS = '[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]'
+BUSY = re.compile("A reply is being written: wait for it, or press Stop")
+
+
+@pytest.fixture
+def context(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(app, context):
+    page = context.new_page()
+    open_chat(page, app.url)
+    return page
+
+
+def reply_length(page, tokens):
+    open_tab(page, "Settings")
+    set_number(page, "max-new-tokens", tokens)
+    open_tab(page, "Chat")
+
+
+def chat_list(page):
+    return page.locator("#chat-list label")
+
+
+def choose_chat(page, title):
+    page.locator("#chat-list").get_by_text(title, exact=True).click()
+    expect(textbox(page, "chat-title")).to_have_value(title)
+
+
+def textbox(page, elem_id):
+    return page.locator(f"#{elem_id} textarea")
+
+
+def test_typing_while_a_reply_streams_and_sending_after_it_ends(page):
+    reply_length(page, 600)
+    box = page.locator("#chat-input textarea")
+    send(page, "Write a very long story about a lighthouse keeper.")
+    expect(page.locator("#stop-btn")).to_be_visible()
+    expect(bot_messages(page).last).to_contain_text(" ")
+    box.fill("Now a haiku about the sea.")
+    expect(box).to_be_enabled()
+    # Enter while the reply streams: a note, nothing sent, the text kept.
+    box.press("Enter")
+    expect(page.get_by_text(BUSY).first).to_be_visible()
+    page.wait_for_timeout(1000)
+    expect(user_messages(page)).to_have_count(1)
+    expect(page.locator("#stop-btn")).to_be_visible()
+    # The reply's updates leave what is typed alone.
+    expect(box).to_have_value("Now a haiku about the sea.")
+    page.locator("#stop-btn").click()
+    expect(page.locator("#chatbot")).to_contain_text("Stopped")
+    expect(page.locator("#stop-btn")).to_be_hidden()
+    # Now Enter sends it.
+    sent = send(page, "Now a haiku about the sea.")
+    expect(user_messages(page)).to_have_count(2)
+    expect(user_messages(page).last).to_contain_text("a haiku about the sea")
+    expect(box).to_have_value("")
+    page.locator("#stop-btn").click()
+    wait_until_answered(page, sent)
+
+
+def test_escape_stops_the_reply(page):
+    reply_length(page, 600)
+    sent = send(page, "Write a very long story about a dragon.")
+    expect(bot_messages(page).last).to_contain_text(" ")
+    page.locator("#chatbot").click()  # Escape works wherever the focus is
+    page.keyboard.press("Escape")
+    wait_until_answered(page, sent)
+    expect(page.locator("#chatbot")).to_contain_text("Stopped")
+    partial = page.locator("#chatbot").inner_text()
+    page.wait_for_timeout(1000)
+    assert page.locator("#chatbot").inner_text() == partial, "the reply kept growing after Escape"
+
+
+def test_each_chat_keeps_its_messages_system_prompt_and_tools(page):
+    reply_length(page, 6)
+    page.get_by_text("Tools", exact=True).click()
+    textbox(page, "system-prompt").fill("You answer in French.")
+    textbox(page, "tools").fill(TOOLS)
+    ask(page, "Say apple.")
+    expect(chat_list(page)).to_have_text(["Say apple."])
+    expect(textbox(page, "chat-title")).to_have_value("Say apple.")
+
+    page.locator("#new-chat-btn").click()
+    expect(user_messages(page)).to_have_count(0)
+    expect(textbox(page, "system-prompt")).to_have_value("")
+    expect(textbox(page, "tools")).to_have_value("")
+    textbox(page, "system-prompt").fill("Be brief.")
+    ask(page, "Say banana.")
+    expect(chat_list(page)).to_have_text(["Say banana.", "Say apple."])
+
+    choose_chat(page, "Say apple.")
+    expect(user_messages(page)).to_have_count(1)
+    expect(user_messages(page).first).to_contain_text("Say apple.")
+    expect(bot_messages(page)).to_have_count(1)
+    expect(textbox(page, "system-prompt")).to_have_value("You answer in French.")
+    expect(textbox(page, "tools")).to_have_value(TOOLS)
+    choose_chat(page, "Say banana.")
+    expect(user_messages(page).first).to_contain_text("Say banana.")
+    expect(textbox(page, "system-prompt")).to_have_value("Be brief.")
+    expect(textbox(page, "tools")).to_have_value("")
+    # The conversation goes on in the chat shown.
+    ask(page, "And a cherry?")
+    expect(user_messages(page)).to_have_count(2)
+    choose_chat(page, "Say apple.")
+    expect(user_messages(page)).to_have_count(1)
+
+
+def test_rename_search_and_delete(page):
+    reply_length(page, 4)
+    for fruit in ("apple", "banana", "cherry"):
+        page.locator("#new-chat-btn").click()
+        expect(user_messages(page)).to_have_count(0)
+        ask(page, f"Say {fruit}.")
+    expect(chat_list(page)).to_have_text(["Say cherry.", "Say banana.", "Say apple."])
+
+    choose_chat(page, "Say banana.")
+    textbox(page, "chat-title").fill("Yellow fruit")
+    page.locator("#rename-chat-btn").click()
+    expect(chat_list(page)).to_have_text(["Say cherry.", "Yellow fruit", "Say apple."])
+    textbox(page, "chat-title").fill("   ")
+    textbox(page, "chat-title").press("Enter")
+    expect(page.get_by_text("A chat needs a title").first).to_be_visible()
+    expect(textbox(page, "chat-title")).to_have_value("Yellow fruit")
+
+    search = page.locator("#chat-search textarea, #chat-search input").first
+    search.fill("YELLOW")
+    expect(chat_list(page)).to_have_text(["Yellow fruit"])
+    search.fill("say")
+    expect(chat_list(page)).to_have_text(["Say cherry.", "Say apple."])
+    search.fill("")
+    expect(chat_list(page)).to_have_count(3)
+
+    page.locator("#delete-chat-btn").click()
+    expect(chat_list(page)).to_have_text(["Say cherry.", "Say apple."])
+    expect(user_messages(page).first).to_contain_text("Say cherry.")
+
+
+def test_switching_away_from_a_streaming_reply_stops_it_in_its_own_chat(page):
+    reply_length(page, 6)
+    ask(page, "Say apple.")
+    page.locator("#new-chat-btn").click()
+    reply_length(page, 600)
+    send(page, "Write a very long story about a lighthouse keeper.")
+    expect(bot_messages(page).last).to_contain_text(" ")
+    choose_chat(page, "Say apple.")
+    expect(user_messages(page)).to_have_count(1)
+    expect(user_messages(page).first).to_contain_text("Say apple.")
+    expect(page.locator("#stop-btn")).to_be_hidden()
+    shown = page.locator("#chatbot").inner_text()
+    page.wait_for_timeout(1500)
+    assert page.locator("#chatbot").inner_text() == shown, "the other chat's reply reached this one"
+    expect(chat_list(page)).to_have_text(["Write a very long story about a lighthouse keeper.", "Say apple."])
+    choose_chat(page, "Write a very long story about a lighthouse keeper.")
+    expect(user_messages(page).first).to_contain_text("lighthouse keeper")
+    expect(page.locator("#chatbot")).to_contain_text("Stopped")
+    assert len(bot_messages(page).first.inner_text()) > 0
+
+
+def conversation_file(path):
+    picture = io.BytesIO()
+    # Noise does not compress: embedded in what the browser keeps, it would show in its size.
+    Image.frombytes("RGB", (100, 100), os.urandom(30_000)).save(picture, format="PNG")
+    data = "data:image/png;base64," + base64.b64encode(picture.getvalue()).decode()
+    path.write_text(json.dumps({"system_prompt": "Be kind.", "turns": [
+        {"role": "user", "content": "Look at this sunset.", "files": [{"name": "sunset.png", "data": data}]},
+        {"role": "assistant", "content": "It is orange."},
+    ]}))
+    return str(path)
+
+
+def import_conversation(page, path):
+    page.get_by_text("Conversation file").click()
+    with page.expect_file_chooser() as chooser:
+        page.locator("#import-btn").click()
+    chooser.value.set_files(path)
+
+
+def test_chats_survive_a_reload_and_a_restart_and_a_lost_file_shows_as_missing(browser, context, tmp_path):
+    port = free_port()
+    app = AppProcess(tmp_path, port=port)
+    try:
+        page = context.new_page()
+        open_chat(page, app.url)
+        reply_length(page, 4)
+        ask(page, "Say apple.")
+        import_conversation(page, conversation_file(tmp_path / "sunset.json"))
+        expect(chat_list(page)).to_have_text(["Look at this sunset.", "Say apple."])
+        expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
+        expect(textbox(page, "system-prompt")).to_have_value("Be kind.")
+        stored = page.evaluate("localStorage.getItem('anychat-saved-chats')")
+        assert 0 < len(stored) < 10_000, "the browser should keep the media's paths, not the media"
+
+        page.reload()
+        open_chat(page, app.url)
+        expect(chat_list(page)).to_have_text(["Look at this sunset.", "Say apple."])
+        expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
+        choose_chat(page, "Say apple.")
+        expect(user_messages(page).first).to_contain_text("Say apple.")
+
+        app.stop()
+        app = AppProcess(tmp_path, port=port)
+        open_chat(page, app.url)
+        expect(chat_list(page)).to_have_text(["Look at this sunset.", "Say apple."])
+        expect(user_messages(page).first).to_contain_text("Say apple.")  # the chat shown last
+        choose_chat(page, "Look at this sunset.")
+        expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
+        expect(textbox(page, "system-prompt")).to_have_value("Be kind.")
+
+        [picture] = (tmp_path / "gradio").glob("anychat-import-*/*/sunset.png")
+        picture.unlink()
+        page.reload()
+        open_chat(page, app.url)
+        expect(page.locator("#chatbot")).to_contain_text("sunset.png: no longer on the server")
+        expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(0)
+        expect(user_messages(page).first).to_contain_text("Look at this sunset.")
+        # The chat goes on without it.
+        ask(page, "Thanks!")
+        expect(bot_messages(page).last).not_to_contain_text("could not answer")
+        expect(user_messages(page)).to_have_count(2)
+    finally:
+        app.stop()

@@ -1,0 +1,159 @@
+"""The sidebar of saved chats: new chat, the list (search by title), switch, rename, delete.
+
+Every handler that shows a chat hands the page the same things (VIEW): the tab's session, the
+Chatbot, the chat's system prompt and tools, which chat those belong to (``shown``, a hidden
+field, so that a save started before a switch still files them under the right chat), the
+list, the title, the note and the browser's copy. Switching away from a chat whose reply is
+being written stops that reply: the page drops its last updates (``cancels``) and the partial
+reply is saved, marked stopped, in the chat it belongs to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import gradio as gr
+from gradio.events import Dependency
+from gradio.utils import get_upload_folder
+
+from .browser_storage import saved_chats_storage
+from .conversation import ChatSession, render
+from .saved_chats import SavedChats
+
+# Gradio makes room for an open sidebar from where the page sits when it first draws, before the
+# page's own CSS has centred it, and so makes none; the room is made here. In <head> because
+# Gradio confines the page's CSS to its container, and the element that takes the room is
+# outside it. Narrow screens keep Gradio's own behaviour (the sidebar covers the page).
+SIDEBAR_HEAD = """<style>
+@media (min-width: 1024px) { .sidebar-parent:has(#chats-sidebar.open) { padding-left: calc(320px + 1rem) !important; } }
+</style>"""
+
+# How long a switch waits for a stopped reply to end before it saves what there is.
+STOP_WAIT_SECONDS = 10.0
+
+
+class ChatSidebar:
+    """Built inside the page's Blocks; ``wire`` once the chat controls exist."""
+
+    def __init__(self) -> None:
+        self.storage = saved_chats_storage()
+        self.chats = gr.State(SavedChats())
+        self.shown = gr.Textbox(visible=False)
+        with gr.Sidebar(label="Chats", elem_id="chats-sidebar"):
+            self.new_btn = gr.Button("+ New chat", elem_id="new-chat-btn", variant="primary", size="sm")
+            self.search = gr.Textbox(show_label=False, placeholder="Search chats by title", elem_id="chat-search", container=False)
+            self.list = gr.Radio([], show_label=False, elem_id="chat-list", container=False)
+            self.note = gr.Markdown(elem_id="saved-chats-note")
+            self.title = gr.Textbox(label="Title", placeholder="New chat", elem_id="chat-title")
+            with gr.Row():
+                self.rename_btn = gr.Button("Rename", elem_id="rename-chat-btn", size="sm")
+                self.delete_btn = gr.Button("Delete chat", elem_id="delete-chat-btn", variant="stop", size="sm")
+
+    def wire(self, demo: gr.Blocks, session: gr.State, chatbot: gr.Chatbot, system: gr.Textbox, tools: gr.Textbox,
+             replies: list[Dependency], changes: list[Dependency], imported: Dependency) -> None:
+        """``replies``: the events that write a reply; ``changes``: others that change the
+        conversation; ``imported``: a conversation file read into the session, kept as a new chat."""
+        view = [session, chatbot, system, tools, self.shown, self.list, self.title, self.note, self.search, self.storage]
+        shown = [self.chats, session, self.shown, system, tools]
+        # Each is quick and touches only its own tab's state: tabs need not wait in line for each other.
+        private = {"api_visibility": "private", "concurrency_limit": None}
+        leaving = {"cancels": replies, **private}
+        demo.load(restore, self.storage, [self.chats, *view], **private)
+        self.new_btn.click(new_chat, shown, view, **leaving)
+        self.list.input(switch_chat, [*shown, self.list], view, trigger_mode="always_last", **leaving)
+        self.delete_btn.click(delete_chat, [self.chats, session], view, **leaving)
+        gr.on([self.title.submit, self.rename_btn.click], rename_chat, [self.chats, session, self.title], [self.list, self.title, self.storage], **private)
+        self.search.change(search_chats, [self.chats, self.search], self.list, trigger_mode="always_last", **private)
+        for event in [*replies, *changes]:
+            event.success(keep_chat, shown, [self.list, self.title, self.note, self.storage], **private)
+        # Saved as they are typed (and on leaving the field, which a paste may not be told apart
+        # from), so a reload keeps them; not on every change: an import changes them for its new chat.
+        gr.on([system.input, tools.input, system.blur, tools.blur], keep_settings, [self.chats, self.shown, system, tools], self.storage,
+              trigger_mode="always_last", **private)
+        imported.success(keep_import, [self.chats, session, system], view, **private)
+
+
+def restore(stored: Any) -> tuple:
+    """The page opens on the chat it last showed in this browser."""
+    chats, problem = SavedChats.from_browser(stored)
+    session = chats.open(chats.current, get_upload_folder())
+    return chats, *show(chats, session, problem)
+
+
+async def new_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> tuple:
+    await leave(chats, session, shown, system, tools)
+    return show(chats, chats.new_session())
+
+
+async def switch_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str, chosen: str | None) -> tuple:
+    await leave(chats, session, shown, system, tools)
+    return show(chats, chats.open(chosen or "", get_upload_folder()))
+
+
+async def delete_chat(chats: SavedChats, session: ChatSession) -> tuple:
+    """Delete the chat shown, stopping its reply, and show the newest one left (or a new chat)."""
+    await stopped(session)
+    chats.delete(session.chat_id)
+    newest = chats.chats[0].id if chats.chats else ""
+    return show(chats, chats.open(newest, get_upload_folder()))
+
+
+def rename_chat(chats: SavedChats, session: ChatSession, title: str) -> tuple:
+    problem = chats.rename(session.chat_id, title)
+    chat = chats.find(session.chat_id)
+    if problem:
+        gr.Warning(problem)
+    return list_update(chats), (chat.title if chat else ""), chats.for_browser()
+
+
+def search_chats(chats: SavedChats, query: str) -> dict[str, Any]:
+    return list_update(chats, query)
+
+
+def keep_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> tuple:
+    chats.keep(session, shown, system, tools)
+    chat = chats.find(session.chat_id)
+    return list_update(chats), (chat.title if chat else ""), chats.note(), chats.for_browser()
+
+
+def keep_settings(chats: SavedChats, shown: str, system: str, tools: str) -> Any:
+    return chats.for_browser() if chats.set_settings(shown, system, tools) else gr.skip()
+
+
+def keep_import(chats: SavedChats, session: ChatSession, system: str) -> tuple:
+    """An imported conversation becomes a chat of its own; the one shown before stays as saved."""
+    session.chat_id = chats.new_session().chat_id
+    chats.keep(session, session.chat_id, system, "")
+    return show(chats, session)
+
+
+async def leave(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> None:
+    await stopped(session)
+    chats.keep(session, shown, system, tools)
+
+
+async def stopped(session: ChatSession) -> None:
+    """Stop the session's reply, if one is being written, and wait for it to end."""
+    if not session.answering:
+        return
+    session.stop_requested = True
+    deadline = asyncio.get_running_loop().time() + STOP_WAIT_SECONDS
+    while session.answering and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+    # Cancelled by the page rather than stopped, the reply was not marked: it was cut short all the same.
+    if session.turns and session.turns[-1].role == "assistant":
+        session.turns[-1].stopped = True
+
+
+def show(chats: SavedChats, session: ChatSession, problem: str = "") -> tuple:
+    """VIEW for ``session``, the chat ``chats`` now shows."""
+    chat = chats.find(session.chat_id)
+    system, tools, title = (chat.system, chat.tools, chat.title) if chat else ("", "", "")
+    return (session, render(session.turns), system, tools, session.chat_id, list_update(chats), title,
+            problem or chats.note(), "", chats.for_browser())
+
+
+def list_update(chats: SavedChats, query: str = "") -> dict[str, Any]:
+    choices = chats.choices(query)
+    return gr.update(choices=choices, value=chats.current if any(chat_id == chats.current for _, chat_id in choices) else None)

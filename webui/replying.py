@@ -1,0 +1,55 @@
+"""One reply at a time in a tab, as in the chat apps people know: while a reply is written the
+message box stays editable, but sending waits until the reply ends or Stop is pressed. A send
+meanwhile is refused with a short note and the text stays in the box, rather than queued: a
+queued message would go out after a reply its writer has not read yet, and could not be changed."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import gradio as gr
+
+from .conversation import ChatSession
+
+BUSY = "A reply is being written: wait for it, or press Stop (Esc). Your message stays in the box."
+
+
+def one_reply_at_a_time(handler: Callable[..., AsyncIterator[tuple]]) -> Callable[..., AsyncIterator[tuple]]:
+    """A chat handler that refuses, leaving the page as it is, while its session has a reply being
+    written (two replies at once would write into the same conversation)."""
+
+    @functools.wraps(handler)
+    async def guarded(self: Any, session: ChatSession, *args: Any, **kwargs: Any) -> AsyncIterator[tuple]:
+        if session.answering:
+            gr.Warning(BUSY)
+            yield gr.skip(), gr.skip()
+            return
+        session.answering = True
+        try:
+            async for update in handler(self, session, *args, **kwargs):
+                yield update
+        finally:
+            session.answering = False
+
+    return guarded
+
+
+def start(session: ChatSession) -> dict[str, Any]:
+    """Before a reply: show Stop, or, while a reply is written, say why nothing is sent and end
+    the event chain there (the error itself stays hidden: the note says it all)."""
+    if session.answering:
+        gr.Warning(BUSY)
+        raise gr.Error(BUSY, visible=False, print_exception=False)
+    return gr.update(visible=True)
+
+
+def show_stop() -> dict[str, Any]:
+    return gr.update(visible=True)
+
+
+def stop_button(session: ChatSession) -> dict[str, Any]:
+    """After a reply event: Stop stays only while a reply is still written (a refused send ends
+    while the reply it waited for goes on)."""
+    return gr.update(visible=session.answering)
