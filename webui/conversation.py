@@ -33,7 +33,8 @@ class Turn(BaseModel):
     """One message as the conversation keeps it. An assistant turn keeps its reply as the
     parser read it: ``reasoning``, ``content`` and ``tool_calls``. ``error`` on a user turn says
     why the model could not answer it, and such a turn is not sent to the model again until
-    regenerated. ``writing`` and ``tool_text`` exist only while the reply streams."""
+    regenerated. ``writing``, ``tool_text`` and ``waiting`` (how many requests must finish before
+    this reply starts) exist only while the reply streams."""
 
     role: Literal["user", "assistant"]
     content: str = ""
@@ -44,6 +45,7 @@ class Turn(BaseModel):
     stopped: bool = False
     writing: bool = Field(False, exclude=True)
     tool_text: str = Field("", exclude=True)
+    waiting: int | None = Field(None, exclude=True)
 
 
 class ConversationFile(BaseModel):
@@ -108,6 +110,9 @@ def render_turn(turn: Turn) -> list[dict[str, Any]]:
         if turn.error:
             shown.append({"role": "assistant", "content": turn.error, "metadata": {"title": "⚠ The model could not answer"}})
         return shown
+    if turn.waiting:
+        return [{"role": "assistant", "content": f"*Waiting for the model: {turn.waiting} ahead…*",
+                 "metadata": {"title": "⏳ In line", "status": "pending"}}]
     shown = []
     if turn.reasoning:
         thinking = turn.writing and not (turn.content or turn.tool_text or turn.tool_calls)
