@@ -69,6 +69,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a user of --auth who may load and unload models on the page (repeatable); other users see "
                              "the model settings read-only. Without --auth the one person on the page is the admin")
     server.add_argument("--api-key", default=os.environ.get("ANYCHAT_API_KEY"), help="key required on /v1 (env ANYCHAT_API_KEY)")
+    server.add_argument("--max-concurrent", type=int, default=None,
+                        help="requests the model answers at once; more wait in line (default: env MAX_CONCURRENT or 1)")
+    server.add_argument("--max-waiting", type=int, default=None,
+                        help="requests that may wait in line; more are refused, with 503 and Retry-After on /v1 (default: env MAX_WAITING or 32)")
     server.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
                         help="folder whose files API requests may name as file:// URLs (default: none; remote URLs are never fetched)")
     limits = parser.add_argument_group("limits (web, api; sizes like 100mb, 512kb, 2gb)")
@@ -89,10 +93,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def model_settings(args: argparse.Namespace) -> dict:
     settings = {"infer_backend": args.backend, "model_name_or_path": args.model, "infer_dtype": args.dtype,
                 "served_model_name": args.served_model_name, "trust_remote_code": args.trust_remote_code}
-    if args.temperature is not None:
-        settings["temperature"] = args.temperature
-    if args.max_new_tokens is not None:
-        settings["max_new_tokens"] = args.max_new_tokens
+    for name in ("temperature", "max_new_tokens", "max_concurrent", "max_waiting"):
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
     if args.engine_args:
         try:
             settings["engine_args"] = json.loads(args.engine_args)

@@ -11,14 +11,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
-from engines import ChatError, ModelLoadingError, ModelUnloadedError, UnsupportedError
+from engines import ChatError, ModelBusyError, ModelLoadingError, ModelUnloadedError, UnsupportedError
 
 logger = logging.getLogger(__name__)
 
 API_PREFIX = "/v1"
 # OpenAI's codes for the HTTP errors Starlette and our middleware raise.
 HTTP_ERROR_CODES = {404: "not_found", 413: "request_too_large"}
-# How long a client is asked to wait while a model loads.
+# How long a client is asked to wait while a model loads, or while too many requests wait for it.
 RETRY_AFTER_SECONDS = 5
 
 
@@ -43,8 +43,9 @@ def from_exception(error: Exception) -> APIError:
     """The APIError to answer with for anything a request raised."""
     if isinstance(error, APIError):
         return error
-    if isinstance(error, ModelLoadingError):
-        return APIError(503, str(error), type="server_error", code="model_loading", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+    for transient, code in ((ModelLoadingError, "model_loading"), (ModelBusyError, "model_busy")):
+        if isinstance(error, transient):
+            return APIError(503, str(error), type="server_error", code=code, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
     if isinstance(error, ModelUnloadedError):
         return APIError(503, str(error), type="server_error", code="model_not_loaded")
     if isinstance(error, UnsupportedError) and error.setting:
@@ -66,7 +67,7 @@ def _validation_message(error: RequestValidationError) -> tuple[str, str | None]
         elif item.get("type") == "extra_forbidden":
             problems.append(f"unrecognized parameter {param!r}")
         elif item.get("type") == "missing":
-            problems.append(f"missing required parameter {param!r}")
+            problems.append(f"missing required parameter {param!r}" if param else "the body is missing: send a JSON object")
         else:
             problems.append(f"{param or 'body'}: {item.get('msg')}")
     return "Invalid request: " + "; ".join(problems) + ".", first_param

@@ -3,19 +3,41 @@
 Requests are strict: an unknown field is an error naming it (as OpenAI's own API does), so a
 setting a client relies on is never dropped silently. Fields OpenAI defines that this server
 cannot honour are still declared, so the route can refuse them with a message that says why.
+Every number has the range the engines take (GenerationArgs), so a value out of it is a 400
+naming the API's own parameter, and NaN or infinity is no number at all. Text must be valid
+Unicode: JSON's \\u escapes can write a lone surrogate, which no tokenizer (nor our own JSON
+answers) can encode, so a body holding one is refused before anything reads it.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engines.generation_args import INT32_MAX, INT64_MAX
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict types, as OpenAI's API has them: "5" is no integer, 2.5 no count, "yes" no boolean.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
+class _RequestBody(_Strict):
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        try:
+            json.dumps(data, ensure_ascii=False, default=str).encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"the body holds a lone surrogate ({ascii(error.object[error.start:error.end])}), which is not "
+                "valid Unicode text; send text as UTF-8"
+            ) from None
+        return data
 
 
 # ---- content parts (OpenAI's names, plus vLLM's audio_url / video_url)
@@ -111,16 +133,16 @@ class StreamOptions(_Strict):
     include_obfuscation: bool | None = None
 
 
-class ChatCompletionRequest(_Strict):
+class ChatCompletionRequest(_RequestBody):
     model: str
     messages: list[Message] = Field(min_length=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
+    max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
     stop: str | list[str] | None = None
     n: int = Field(1, ge=1, le=16)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=INT64_MAX)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     tools: list[Tool] | None = None
@@ -130,7 +152,7 @@ class ChatCompletionRequest(_Strict):
     stream_options: StreamOptions | None = None
     # Declared so that they can be refused with a reason; see routes.unsupported_fields.
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     logit_bias: dict[str, float] | None = None
     response_format: dict[str, Any] | None = None
     # Accepted and ignored, as they do not change the reply.
@@ -140,12 +162,12 @@ class ChatCompletionRequest(_Strict):
     service_tier: str | None = None
     # Extensions that vLLM's API accepts as well.
     chat_template_kwargs: dict[str, Any] | None = Field(None, description='variables for the chat template, like {"enable_thinking": false}')
-    top_k: int | None = Field(None, ge=0)
-    repetition_penalty: float | None = Field(None, gt=0)
+    top_k: int | None = Field(None, ge=0, le=INT32_MAX)
+    repetition_penalty: float | None = Field(None, ge=0.01, le=2)
     min_p: float | None = Field(None, ge=0, le=1)
 
 
-class ScoreRequest(_Strict):
+class ScoreRequest(_RequestBody):
     model: str
     input: str | list[str] = Field(description="the texts to score")
 

@@ -1,5 +1,6 @@
 """The backend-agnostic chat layer: ``ChatModel`` over one engine per backend."""
 
+from .admission import QueuePlace
 from .base import BaseEngine, Response
 from .reply_parser import ReplyChunk, ReplyParts, ToolCall
 from .chat_model import ChatModel
@@ -9,6 +10,7 @@ from .errors import (
     ChatTemplateError,
     ConfigError,
     MediaError,
+    ModelBusyError,
     ModelLoadError,
     ModelLoadingError,
     ModelUnloadedError,
@@ -29,10 +31,12 @@ __all__ = [
     "GenerationArgs",
     "MediaError",
     "ModelArgs",
+    "ModelBusyError",
     "ModelLoadError",
     "ModelLoadingError",
     "ModelSlot",
     "ModelUnloadedError",
+    "QueuePlace",
     "ReplyChunk",
     "ReplyParts",
     "Response",

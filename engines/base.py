@@ -1,20 +1,23 @@
 """The contract every backend implements, the reply it returns, and the request path they share.
 
 ``BaseEngine`` does everything that is the same on every backend: checking a request, rendering
-and tokenizing the prompt, regularising media, fitting the context, parsing the reply into
-reasoning, content and tool calls. A backend implements only its own part: ``_complete`` (whole
-replies), ``_stream`` (one reply, piece by piece), ``close``, and ``_score`` if it scores.
+and tokenizing the prompt, regularising media, fitting the context, waiting in line for the
+model (engines/admission.py), parsing the reply into reasoning, content and tool calls. A backend
+implements only its own part: ``_complete`` (whole replies), ``_stream`` (one reply, piece by
+piece), ``close``, and ``_score`` if it scores.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from .admission import QueuePlace, WaitingLine
 from .errors import UnsupportedError
 from .generation_args import GenerationArgs
 from .media import AudioInput, ImageInput, VideoInput
@@ -71,6 +74,11 @@ class BaseEngine(ABC):
     def generation_defaults(self) -> GenerationArgs:
         return self.prompts.defaults
 
+    @functools.cached_property
+    def line(self) -> WaitingLine:
+        """The requests this engine is answering and those waiting for it."""
+        return WaitingLine(self.model_args.max_concurrent, self.model_args.max_waiting)
+
     # ---- the request path shared by every backend
 
     async def prepare(
@@ -104,7 +112,8 @@ class BaseEngine(ABC):
         args = prompt.generation
         # Greedy decoding gives n identical replies; generating them once is the same answer.
         copies = args.num_return_sequences if args.greedy else 1
-        responses = await self._complete(prompt, args.replace(num_return_sequences=args.num_return_sequences // copies))
+        async with self._turn():
+            responses = await self._complete(prompt, args.replace(num_return_sequences=args.num_return_sequences // copies))
         return [_with_parts(prompt, response) for response in responses for _ in range(copies)]
 
     async def stream_chat(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
@@ -115,7 +124,7 @@ class BaseEngine(ABC):
         iterator cancels generation. ``on_finish`` gets the whole reply (its token counts and
         finish reason) once the model has finished on its own, before the iterator ends."""
         prompt = await self.prepare(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
-        async with self._run(prompt) as items:
+        async with self._turn(), self._run(prompt) as items:
             async for item in items:
                 if isinstance(item, Response):
                     if on_finish is not None:
@@ -126,30 +135,46 @@ class BaseEngine(ABC):
     async def stream_reply(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
                            images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
                            audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                           **generation: Any) -> AsyncIterator[ReplyChunk | Response]:
+                           queue_places: bool = False, **generation: Any) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
         """The first reply as typed chunks (reasoning, content, tool-call text) as it is written,
-        then the finished Response, whose ``parts`` hold the parsed tool calls."""
+        then the finished Response, whose ``parts`` hold the parsed tool calls. With
+        ``queue_places``, a request that has to wait for the model first yields its QueuePlace
+        each time the line moves, the last one (``ahead == 0``) as it starts."""
         prompt = await self.prepare(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
         parser = ReplyParser(prompt.parse_tools, prompt.opens_reasoning)
-        async with self._run(prompt) as items:
-            async for item in items:
-                if isinstance(item, Response):
-                    held, calls = parser.finish()
-                    for chunk in held:
-                        yield chunk
-                    yield dataclasses.replace(item, parts=parser.parts(calls))
-                else:
-                    for chunk in parser.push(item):
-                        yield chunk
+        with self.line.join() as ticket:
+            async with contextlib.aclosing(ticket.places()) as places:
+                async for place in places:
+                    if queue_places:
+                        yield place
+            async with self._run(prompt) as items:
+                async for item in items:
+                    if isinstance(item, Response):
+                        held, calls = parser.finish()
+                        for chunk in held:
+                            yield chunk
+                        yield dataclasses.replace(item, parts=parser.parts(calls))
+                    else:
+                        for chunk in parser.push(item):
+                            yield chunk
 
     def _run(self, prompt: Prompt) -> contextlib.aclosing:
         """The backend's stream of the first reply, closed (so the model stops) however the caller leaves."""
         return contextlib.aclosing(self._stream(prompt, prompt.generation.replace(num_return_sequences=1)))
 
+    @contextlib.asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """Wait in line for the model; the slot (or the place in line, if the caller gives up
+        first) is freed when the block ends."""
+        with self.line.join() as ticket:
+            await ticket.wait()
+            yield
+
     async def get_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
         """Reward scores of whole texts, for reward (sequence-classification) models."""
         check_scores_request(self.can_generate, batch_input, kwargs)
-        return await self._score(batch_input)
+        async with self._turn():
+            return await self._score(batch_input)
 
     # ---- what each backend implements
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from .admission import QueuePlace, WaitingLine
 from .backends import engine_class
 from .base import BaseEngine, MediaKind, Response
 from .errors import ConfigError, ModelUnloadedError
@@ -146,6 +147,11 @@ class ChatModel:
         """How many tokens the model's tokenizer makes of ``text``, without special tokens."""
         return len(self._engine().tokenizer(text, add_special_tokens=False).input_ids)
 
+    @property
+    def line(self) -> WaitingLine:
+        """The requests being answered (``line.running``) and those waiting (``line.waiting``)."""
+        return self._engine().line
+
     def render_prompt(self, messages: Messages, system: str | None = None, tools: Tools = None,
                       chat_template_kwargs: dict[str, Any] | None = None, **generation: Any) -> str:
         """The exact prompt text the model would see for these messages."""
@@ -172,10 +178,11 @@ class ChatModel:
     def astream_reply(self, messages: Messages, system: str | None = None, tools: Tools = None,
                       images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
                       audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                      **generation: Any) -> AsyncIterator[ReplyChunk | Response]:
+                      queue_places: bool = False, **generation: Any) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
         """The reply as typed chunks (reasoning, content, tool-call text), then the finished
-        Response with its parsed parts (tool calls included)."""
-        stream = self._engine().stream_reply(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
+        Response with its parsed parts (tool calls included). With ``queue_places``, a request
+        that waits for the model first yields its place in line as it changes."""
+        stream = self._engine().stream_reply(messages, system, tools, images, videos, audios, chat_template_kwargs, queue_places, **generation)
         return self._relay(stream)
 
     async def aget_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:

@@ -45,3 +45,8 @@ class ModelUnloadedError(ChatError):
 
 class ModelLoadingError(ModelUnloadedError):
     """No model can answer yet: one is being loaded. Asking again shortly will work."""
+
+
+class ModelBusyError(ChatError):
+    """Too many requests wait for the model already; this one was refused rather than queued.
+    Asking again shortly will work."""

@@ -13,6 +13,9 @@ from .settings import Settings
 # Bounds that keep every runtime's integer types safe (torch and llama.cpp take 64/32-bit values).
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+# Below this temperature sampling is greedy, as in vLLM: dividing the logits by a smaller one
+# overflows them to infinity, and the sampler then draws from NaN probabilities.
+GREEDY_BELOW = 1e-5
 
 
 class GenerationArgs(Settings):
@@ -22,12 +25,13 @@ class GenerationArgs(Settings):
 
     kind = "generation"
 
-    temperature: float = Field(0.7, ge=0, le=2, description="0 means greedy")
+    temperature: float = Field(0.7, ge=0, le=2, description=f"0 (or below {GREEDY_BELOW}) means greedy")
     top_p: float = Field(0.9, gt=0, le=1, description="1 turns it off")
     top_k: int = Field(50, ge=0, le=INT32_MAX, description="0 turns it off")
     min_p: float = Field(0.0, ge=0, le=1, description="0 turns it off")
     max_new_tokens: int = Field(1024, ge=1, le=INT32_MAX, description="the reply's length limit in tokens")
-    repetition_penalty: float = Field(1.0, gt=0, le=2, description="1 means none")
+    # Not near 0: the penalty divides the logits, and a tiny one overflows them.
+    repetition_penalty: float = Field(1.0, ge=0.01, le=2, description="1 means none")
     presence_penalty: float = Field(0.0, ge=-2, le=2, description="0 means none")
     frequency_penalty: float = Field(0.0, ge=-2, le=2, description="0 means none")
     num_return_sequences: int = Field(1, ge=1, le=16, description="replies to write; streams show the first")
@@ -60,7 +64,7 @@ class GenerationArgs(Settings):
 
     @property
     def greedy(self) -> bool:
-        return not self.do_sample or self.temperature == 0
+        return not self.do_sample or self.temperature < GREEDY_BELOW
 
     @classmethod
     def from_model_dir(cls, model_dir: str | os.PathLike | None) -> GenerationArgs:

@@ -55,9 +55,9 @@ class HuggingFaceEngine(BaseEngine):
         if not self.can_generate:
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
         self._eos_ids = _eos_token_ids(self.model.generation_config, self.tokenizer) if self.can_generate else []
-        # One long-lived thread per slot: torch's per-thread OpenMP pools are set up once, not per request.
+        # One long-lived thread per slot of the waiting line (BaseEngine.line): torch's per-thread
+        # OpenMP pools are set up once, not per request.
         self._executor = ThreadPoolExecutor(model_args.max_concurrent, thread_name_prefix="hf-generate")
-        self._semaphore = asyncio.Semaphore(model_args.max_concurrent)
 
     async def _inputs(self, prompt: Prompt, args: GenerationArgs) -> tuple[torch.Tensor, dict[str, torch.Tensor], GenerationArgs]:
         """Prompt ids and, for media, the processor's tensors for generate; ``args`` fitted to the
@@ -75,35 +75,33 @@ class HuggingFaceEngine(BaseEngine):
     async def _complete(self, prompt: Prompt, args: GenerationArgs) -> list[Response]:
         prompt_ids, media_inputs, args = await self._inputs(prompt, args)
         cancel = threading.Event()
-        async with self._semaphore:
-            sequences = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, None, media_inputs))
+        sequences = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, None, media_inputs))
         prompt_length = prompt_ids.shape[1]
         return [self._response(row[prompt_length:].tolist(), prompt_length, args) for row in sequences]
 
     async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
         prompt_ids, media_inputs, args = await self._inputs(prompt, args)
         cancel = threading.Event()
-        async with self._semaphore:
-            loop = asyncio.get_running_loop()
-            streamer = _LoopStreamer(loop)
-            worker = self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer, media_inputs))
-            worker_task = asyncio.ensure_future(worker)
-            decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
-            new_ids: list[int] = []
-            try:
-                while (ids := await streamer.queue.get()) is not None:
-                    new_ids.extend(ids)
-                    if piece := decoder.push(ids):
-                        yield piece
-                    if decoder.stopped:
-                        break
-                if tail := decoder.flush():
-                    yield tail
-                yield self._response(new_ids, prompt_ids.shape[1], args)
-            finally:
-                cancel.set()
-                # The slot is released only once the model has really stopped.
-                await asyncio.shield(worker_task)
+        loop = asyncio.get_running_loop()
+        streamer = _LoopStreamer(loop)
+        worker = self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer, media_inputs))
+        worker_task = asyncio.ensure_future(worker)
+        decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
+        new_ids: list[int] = []
+        try:
+            while (ids := await streamer.queue.get()) is not None:
+                new_ids.extend(ids)
+                if piece := decoder.push(ids):
+                    yield piece
+                if decoder.stopped:
+                    break
+            if tail := decoder.flush():
+                yield tail
+            yield self._response(new_ids, prompt_ids.shape[1], args)
+        finally:
+            cancel.set()
+            # The slot is released only once the model has really stopped.
+            await asyncio.shield(worker_task)
 
     async def _in_worker(self, cancel: threading.Event, job: Callable[[], Any]) -> Any:
         """Run ``job`` on a generation thread; if the awaiting task is cancelled, stop the model
@@ -180,8 +178,7 @@ class HuggingFaceEngine(BaseEngine):
     # ---- scores
 
     async def _score(self, batch_input: list[str]) -> list[float]:
-        async with self._semaphore:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, self._score_batch, batch_input)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._score_batch, batch_input)
 
     def _score_batch(self, batch_input: list[str]) -> list[float]:
         inputs = self.tokenizer(batch_input, padding=True, return_tensors="pt").to(self.device)

@@ -101,7 +101,6 @@ class LlamaCppEngine(BaseEngine):
         self._generator = _Generator(self.model)
         self.prompts.context_length = self._generator.n_ctx
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="llamacpp")
-        self._turn = asyncio.Semaphore(1)
 
     def _llama_args(self) -> dict[str, Any]:
         args = self.model_args
@@ -145,33 +144,32 @@ class LlamaCppEngine(BaseEngine):
 
     async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
         cancel = threading.Event()
-        async with self._turn:
-            tokens: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
-            loop = asyncio.get_running_loop()
-            hand_over = lambda item: loop.call_soon_threadsafe(tokens.put_nowait, item)  # noqa: E731
-            worker = loop.run_in_executor(self._executor, self._generator.run, prompt.ids, args, cancel, hand_over)
-            decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
-            text, count, ended = "", 0, False
-            try:
-                while (token := await tokens.get()) is not None:
-                    if isinstance(token, BaseException):
-                        raise token
-                    count += 1
-                    ended = self._generator.is_end(token)
-                    if piece := decoder.push([token]):
-                        text += piece
-                        yield piece
-                    if decoder.stopped:
-                        break
-                if tail := decoder.flush():
-                    text += tail
-                    yield tail
-                finish = "length" if count >= args.max_new_tokens and not (ended or decoder.stopped) else "stop"
-                yield Response(response_text=text, response_length=count, prompt_length=len(prompt.ids), finish_reason=finish)
-            finally:
-                cancel.set()
-                # The context is free for the next request only once the worker has let go of it.
-                await asyncio.shield(worker)
+        tokens: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        hand_over = lambda item: loop.call_soon_threadsafe(tokens.put_nowait, item)  # noqa: E731
+        worker = loop.run_in_executor(self._executor, self._generator.run, prompt.ids, args, cancel, hand_over)
+        decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
+        text, count, ended = "", 0, False
+        try:
+            while (token := await tokens.get()) is not None:
+                if isinstance(token, BaseException):
+                    raise token
+                count += 1
+                ended = self._generator.is_end(token)
+                if piece := decoder.push([token]):
+                    text += piece
+                    yield piece
+                if decoder.stopped:
+                    break
+            if tail := decoder.flush():
+                text += tail
+                yield tail
+            finish = "length" if count >= args.max_new_tokens and not (ended or decoder.stopped) else "stop"
+            yield Response(response_text=text, response_length=count, prompt_length=len(prompt.ids), finish_reason=finish)
+        finally:
+            cancel.set()
+            # The context is free for the next request only once the worker has let go of it.
+            await asyncio.shield(worker)
 
     # ---- lifetime
 

@@ -29,7 +29,7 @@ def llama_model():
 
 
 def turn_is_free(model: ChatModel) -> bool:
-    return not model.engine._turn.locked()
+    return model.line.running == 0
 
 
 class TestLlamaCppContract(EngineContract):

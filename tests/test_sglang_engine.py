@@ -96,7 +96,7 @@ def test_sampled_settings_and_extra_penalties_reach_sglang(sglang_model):
 def test_out_of_range_values_come_back_as_clear_errors(sglang_model):
     with pytest.raises(ConfigError, match=r"presence_penalty must be in \[-2, 2\]"):
         sglang_model.chat(QUESTION, presence_penalty=3.0)
-    with pytest.raises(ConfigError, match=r"repetition_penalty must be in \(0, 2\]"):
+    with pytest.raises(ConfigError, match=r"repetition_penalty must be in \[0.01, 2\]"):
         sglang_model.chat(QUESTION, repetition_penalty=2.5)
     assert runtime(sglang_model).tokenizer_manager.rid_to_state == {}
 

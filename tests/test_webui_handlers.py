@@ -133,7 +133,7 @@ async def test_stop_keeps_the_partial_reply_and_frees_the_engine(handlers, slot)
     assert (reply.stats.finish_reason, reply.stats.tokens) == ("stopped", slot.model.count_tokens(reply.content))
     assert f"■ stopped after {reply.stats.tokens} tokens · " in chat[-1]["content"]
     # The engine's generation slot is released only once the model thread really stopped.
-    assert not slot.model.engine._semaphore.locked()
+    assert slot.model.line.running == 0
 
 
 async def test_closing_the_throttled_stream_cancels_the_model_stream():
@@ -463,3 +463,26 @@ async def test_a_hub_model_not_on_this_machine_is_refused_at_once_and_a_cached_o
     status = handlers.load("auto", "org/SmolLM2-cached", "bfloat16", progress=no_progress)[0]
     assert status.startswith("✓ Loaded org/SmolLM2-cached on huggingface (auto: not a GGUF file)"), status
     assert slot.model.model_id == "org/SmolLM2-cached"
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "named"),
+    [("temperature", -1, "temperature must be in [0, 2]"), ("top_p", 5, "top_p must be in (0, 1]"),
+     ("top_k", -1, "top_k must be in [0, "), ("max_new_tokens", -3, "max_new_tokens must be in [1, "),
+     ("repetition_penalty", 0, "repetition_penalty must be in [0.01, 2]"), ("seed", 2**80, "seed must be in [0, "),
+     ("max_new_tokens", 2.5, "max_new_tokens must be a whole number"), ("temperature", float("nan"), "temperature must be")],
+)
+async def test_out_of_range_settings_are_explained_on_the_message(handlers, setting, value, named):
+    session = ChatSession()
+    await run(handlers.send(session, message("Hi"), **{**settings(), setting: value}))
+    [asked] = session.turns
+    assert named in asked.error
+
+
+def test_out_of_range_backend_options_are_explained_and_the_model_kept(handlers, slot):
+    engine = slot.model.engine
+    for options, named in [({"max_concurrent": -2}, "max_concurrent must be in [1, 1024]"),
+                           ({"max_model_len": 2**40}, "max_model_len must be in [1, "),
+                           ({"max_concurrent": 2.5}, "max_concurrent must be a whole number")]:
+        status = handlers.load("huggingface", "", "bfloat16", progress=lambda *a, **k: None, **options)[0]
+        assert named in status and slot.model.engine is engine

@@ -36,8 +36,9 @@ class Turn(BaseModel):
     parser read it: ``reasoning``, ``content`` and ``tool_calls``. ``error`` on a user turn says
     why the model could not answer it, and such a turn is not sent to the model again until
     regenerated. ``stats`` says how a finished reply was written. ``missing_files`` names the files
-    of a saved chat that the server no longer has (shown as missing, not sent). ``writing`` and
-    ``tool_text`` exist only while the reply streams."""
+    of a saved chat that the server no longer has (shown as missing, not sent). ``writing``,
+    ``tool_text`` and ``waiting`` (how many requests must finish before this reply starts) exist
+    only while the reply streams."""
 
     role: Literal["user", "assistant"]
     content: str = ""
@@ -50,6 +51,7 @@ class Turn(BaseModel):
     stats: ReplyStats | None = None
     writing: bool = Field(False, exclude=True)
     tool_text: str = Field("", exclude=True)
+    waiting: int | None = Field(None, exclude=True)
 
 
 @dataclass
@@ -115,6 +117,9 @@ def render_turn(turn: Turn) -> list[dict[str, Any]]:
         if turn.error:
             shown.append({"role": "assistant", "content": turn.error, "metadata": {"title": "⚠ The model could not answer"}})
         return shown
+    if turn.waiting:
+        return [{"role": "assistant", "content": f"*Waiting for the model: {turn.waiting} ahead…*",
+                 "metadata": {"title": "⏳ In line", "status": "pending"}}]
     shown = []
     if turn.reasoning:
         thinking = turn.writing and not (turn.content or turn.tool_text or turn.tool_calls)

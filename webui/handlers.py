@@ -19,7 +19,7 @@ import gradio as gr
 import psutil
 from gradio.utils import get_upload_folder
 
-from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, ReplyChunk
+from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk
 from limits import Limits
 
 from .conversation import ChatSession, SavedToolCall, Turn, model_request, render, render_turn, turn_of_message
@@ -156,9 +156,10 @@ class ChatHandlers:
         yield render(session.turns), gr.skip()
 
     async def _reply(self, session: ChatSession, settings: dict[str, Any]) -> AsyncIterator[list]:
-        """Stream the model's answer to the conversation into a new assistant turn. A request the
-        model cannot take (no model, bad tools JSON, media it cannot read) marks the user turn
-        with the reason; the conversation itself stays as it was."""
+        """Stream the model's answer to the conversation into a new assistant turn, which shows
+        its place in line while other requests keep the model busy. A request the model cannot
+        take (no model, bad tools JSON, media it cannot read, too many waiting) marks the user
+        turn with the reason; the conversation itself stays as it was."""
         session.stop_requested = False
         asked = session.turns[-1]
         before = render(session.turns)
@@ -169,7 +170,8 @@ class ChatHandlers:
         try:
             messages, media = model_request(session.turns)
             clock = ReplyClock(self.slot.model)
-            stream = clock.watch(clock.model.astream_reply(messages, system=system or None, tools=tools or None, **media, **generation))
+            stream = clock.watch(clock.model.astream_reply(messages, system=system or None, tools=tools or None, queue_places=True,
+                                                           **media, **generation))
             session.turns.append(reply)
             async for items in throttled(stream, lambda: session.stop_requested):
                 for item in items:
@@ -186,7 +188,7 @@ class ChatHandlers:
                     session.turns.remove(reply)
                 asked.error = str(error)
         finally:
-            reply.writing, reply.tool_text = False, ""
+            reply.writing, reply.tool_text, reply.waiting = False, "", None
 
     # ---- conversation files
 
@@ -248,7 +250,9 @@ class ChatHandlers:
 
 def _add_to_reply(reply: Turn, item: Any) -> None:
     """One item of ChatModel.astream_reply into the assistant turn being written."""
-    if not isinstance(item, ReplyChunk):  # the finished Response: its tool calls are parsed now
+    if isinstance(item, QueuePlace):
+        reply.waiting = item.ahead
+    elif not isinstance(item, ReplyChunk):  # the finished Response: its tool calls are parsed now
         reply.tool_calls = [SavedToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in item.parts.tool_calls]
         reply.tool_text = ""
     elif item.kind == "reasoning":

@@ -8,7 +8,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel
 
-from engines import BACKEND_NAMES, ChatModel, Response
+from engines import BACKEND_NAMES, ChatModel, QueuePlace, Response
 
 T = TypeVar("T")
 
@@ -51,6 +51,10 @@ class ReplyClock:
 
     async def watch(self, stream: AsyncIterator[T]) -> AsyncIterator[T]:
         async for item in stream:
+            if isinstance(item, QueuePlace):  # waiting behind others is not the model's time
+                self.started = time.perf_counter()
+                yield item
+                continue
             self.last = time.perf_counter()
             if self.first is None:
                 self.first = self.last

@@ -1,0 +1,145 @@
+"""Waiting in line for the model: requests beyond max_concurrent wait in order, see their place
+(the page shows it), leave at once when their caller gives up, and beyond max_waiting are
+refused (the API answers 503 with Retry-After). On the real default model with one slot."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+from fastapi import FastAPI
+
+from api import add_api
+from engines import ModelSlot, QueuePlace, ReplyChunk
+from tests.test_api import COUNTING, QUESTION, running_server
+from tests.test_webui_handlers import CONTROLS, message, settings
+from webui.conversation import ChatSession
+from webui.handlers import ChatHandlers
+
+MAX_WAITING = 2
+ENDLESS = {"temperature": 0, "max_new_tokens": 3000}
+
+
+@pytest.fixture(scope="module")
+def slot():
+    slot = ModelSlot()
+    slot.load({"infer_backend": "huggingface", "max_concurrent": 1, "max_waiting": MAX_WAITING})
+    yield slot
+    slot.unload()
+
+
+async def generating(model):
+    """A reply of thousands of tokens, once it is being written: it holds the only slot."""
+    stream = model.astream_reply(COUNTING, queue_places=True, **ENDLESS)
+    first = await anext(stream)
+    assert isinstance(first, ReplyChunk), f"the first request had to wait: {first}"
+    return stream
+
+
+def wait_until(condition, what: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.02)
+
+
+async def test_waiting_requests_see_their_place_move_and_leaving_frees_it_at_once(slot):
+    model = slot.model
+    running = await generating(model)
+    second = model.astream_reply(QUESTION, queue_places=True, temperature=0, max_new_tokens=8)
+    third = model.astream_reply(QUESTION, queue_places=True, temperature=0, max_new_tokens=8)
+    assert await anext(second) == QueuePlace(1)
+    assert await anext(third) == QueuePlace(2)
+    assert (model.line.running, model.line.waiting) == (1, 2)
+
+    await second.aclose()
+    assert model.line.waiting == 1, "a request that left still holds its place"
+    assert await anext(third) == QueuePlace(1), "the line moved but the place did not"
+
+    await running.aclose()
+    assert await anext(third) == QueuePlace(0)
+    rest = [item async for item in third]
+    assert rest and all(not isinstance(item, QueuePlace) for item in rest)
+    assert "Paris" in rest[-1].parts.content
+    assert (model.line.running, model.line.waiting) == (0, 0)
+
+
+async def test_a_request_admitted_at_once_reports_no_place(slot):
+    items = [item async for item in slot.model.astream_reply(QUESTION, queue_places=True, temperature=0, max_new_tokens=4)]
+    assert not any(isinstance(item, QueuePlace) for item in items)
+
+
+async def test_the_page_shows_the_place_in_line_then_the_reply(slot):
+    handlers = ChatHandlers(slot, CONTROLS)
+    first, second = ChatSession(), ChatSession()
+    running = handlers.send(first, message("Write the numbers from 1 to 1000, separated by commas."), **settings(3000))
+    async for _ in running:
+        if first.turns[-1].role == "assistant" and first.turns[-1].content:
+            break
+    shown = []
+    async for chat, _ in handlers.send(second, message("What is the capital of France?"), **settings(12)):
+        shown.append(chat[-1]["content"] if chat and chat[-1]["role"] == "assistant" else None)
+        if len(shown) == 2:
+            assert shown[-1] == "*Waiting for the model: 1 ahead…*", shown
+            assert second.turns[-1].waiting == 1
+            handlers.stop(first)
+            await running.aclose()
+    assert "Paris" in second.turns[-1].content
+    assert second.turns[-1].waiting is None and not any("Waiting" in text for text in shown[2:] if isinstance(text, str))
+    assert (slot.model.line.running, slot.model.line.waiting) == (0, 0)
+
+
+async def test_the_page_says_when_too_many_wait(slot):
+    model = slot.model
+    running = await generating(model)
+    waiting = [model.astream_reply(QUESTION, queue_places=True, max_new_tokens=4) for _ in range(MAX_WAITING)]
+    for stream in waiting:
+        assert isinstance(await anext(stream), QueuePlace)
+    session = ChatSession()
+    try:
+        async for _ in ChatHandlers(slot, CONTROLS).send(session, message("Hello?"), **settings()):
+            pass
+    finally:
+        for stream in [running, *waiting]:
+            await stream.aclose()
+    [asked] = session.turns
+    assert "The model is busy" in asked.error and f"max_waiting={MAX_WAITING}" in asked.error
+
+
+def test_the_api_refuses_beyond_the_bound_with_retry_after_then_answers(slot):
+    model = slot.model
+    with running_server(add_api(FastAPI(), slot)) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        body = {"model": model.model_id, "messages": QUESTION, "max_tokens": 8, "temperature": 0}
+        running = client.chat.completions.create(model=model.model_id, messages=COUNTING, max_tokens=3000, temperature=0, stream=True)
+        assert next(running).choices[0].delta.role == "assistant"
+        # Clients that give up after a second, while they are still in line.
+        impatient = [threading.Thread(target=_gives_up, args=(url, {**body, "stream": stream})) for stream in (False, True)]
+        for thread in impatient:
+            thread.start()
+        wait_until(lambda: model.line.waiting == MAX_WAITING, "both wait")
+
+        for stream in (False, True):
+            refused = httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": stream}, timeout=60)
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["retry-after"] == "5"
+            error = refused.json()["error"]
+            assert error["code"] == "model_busy" and error["type"] == "server_error"
+            assert f"max_waiting={MAX_WAITING}" in error["message"] and "--max-waiting" in error["message"]
+
+        for thread in impatient:
+            thread.join(60)
+        wait_until(lambda: model.line.waiting == 0, "the requests whose clients left are out of the line", seconds=10)
+        assert model.line.running == 1, "the running reply should be unaffected"
+        running.close()
+        wait_until(lambda: model.line.running == 0, "the running reply stops after its client left")
+        answer = client.chat.completions.create(**body)
+        assert "Paris" in answer.choices[0].message.content
+
+
+def _gives_up(url: str, body: dict) -> None:
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{url}/v1/chat/completions", json=body, timeout=httpx.Timeout(60, read=8))
