@@ -42,7 +42,7 @@ def tiny_vision_model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def models_folder(tmp_path_factory, tiny_vision_model):
     """The app's --models-dir: the embedded GGUF under another name, and a HF model directory."""
-    folder = tmp_path_factory.mktemp("models", numbered=False)
+    folder = tmp_path_factory.mktemp("models")
     (folder / "gguf").mkdir()
     (folder / "gguf" / "SmolLM2-copy.gguf").symlink_to(default_gguf())
     (folder / "tiny-qwen2-vl").symlink_to(tiny_vision_model)
@@ -140,7 +140,7 @@ def test_a_finished_reply_says_how_it_was_written(page):
     set_number(page, "max-new-tokens", 200)
     open_tab(page, "Chat")
     sent = send(page, "Give me three tips for sleeping well.")
-    page.wait_for_function(f"window.boxLocks > {sent}")
+    page.wait_for_function(f"window.replies > {sent}")
     # No stats while the reply is written: they come with the finished reply.
     expect(reply_stats(page)).to_have_count(0)
     wait_until_answered(page, sent)

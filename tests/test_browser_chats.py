@@ -14,7 +14,7 @@ from PIL import Image
 from tests.browser import (
     CHROMIUM, AppProcess, ask, bot_messages, free_port, open_chat, open_tab, send, set_number, user_messages, wait_until_answered,
 )
-from tests.test_browser import app, browser  # noqa: F401  (the same fixtures: an app of this module's own, a Chromium)
+from tests.test_browser import app, browser, models_folder, tiny_vision_model  # noqa: F401  (the same fixtures: an app of this module's own, a Chromium)
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -75,7 +75,7 @@ def test_typing_while_a_reply_streams_and_sending_after_it_ends(page):
     # The reply's updates leave what is typed alone.
     expect(box).to_have_value("Now a haiku about the sea.")
     page.locator("#stop-btn").click()
-    expect(page.locator("#chatbot")).to_contain_text("Stopped")
+    expect(page.locator("#chatbot")).to_contain_text("■ stopped after")
     expect(page.locator("#stop-btn")).to_be_hidden()
     # Now Enter sends it.
     sent = send(page, "Now a haiku about the sea.")
@@ -93,7 +93,7 @@ def test_escape_stops_the_reply(page):
     page.locator("#chatbot").click()  # Escape works wherever the focus is
     page.keyboard.press("Escape")
     wait_until_answered(page, sent)
-    expect(page.locator("#chatbot")).to_contain_text("Stopped")
+    expect(page.locator("#chatbot")).to_contain_text("■ stopped after")
     partial = page.locator("#chatbot").inner_text()
     page.wait_for_timeout(1000)
     assert page.locator("#chatbot").inner_text() == partial, "the reply kept growing after Escape"
@@ -180,7 +180,7 @@ def test_switching_away_from_a_streaming_reply_stops_it_in_its_own_chat(page):
     expect(chat_list(page)).to_have_text(["Write a very long story about a lighthouse keeper.", "Say apple."])
     choose_chat(page, "Write a very long story about a lighthouse keeper.")
     expect(user_messages(page).first).to_contain_text("lighthouse keeper")
-    expect(page.locator("#chatbot")).to_contain_text("Stopped")
+    expect(page.locator("#chatbot")).to_contain_text("■ stopped after")
     assert len(bot_messages(page).first.inner_text()) > 0
 
 

@@ -16,8 +16,9 @@ from gradio_client.exceptions import AppError
 from gradio_client.utils import QueueError, Status
 
 from engines import ModelSlot
-from tests.browser import CHROMIUM, AppProcess, chromium, free_port
+from tests.browser import CHROMIUM, AppProcess, free_port
 from tests.held_load import load_held
+from tests.test_browser import browser  # noqa: F401  (the same Chromium fixture)
 from webui import build_demo
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -25,7 +26,6 @@ expect = playwright_api.expect
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
 
-LONG = 120_000  # ms
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 NEEDS_ADMIN = "Model management needs an admin"
 # /load's empty fields have no default: they are sent as the page sends them.
@@ -43,12 +43,6 @@ def app(tmp_path_factory):
                                   "--max-upload-size", "2kb", "--max-request-size", "1kb"))
     yield process
     process.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium(LONG) as browser:
-        yield browser
 
 
 @pytest.fixture
@@ -153,7 +147,7 @@ def test_a_full_queue_says_the_server_is_busy(slot, browser):
             with pytest.raises(QueueError, match="Queue is full"):
                 client.submit(api_name="/unload").result(timeout=60)  # a queue with room would leave it waiting
             page.locator("#unload-btn").click()
-            expect(page.get_by_text(re.compile("This application is currently busy"))).to_be_visible()
+            expect(page.get_by_text(re.compile("This application is currently busy")).first).to_be_visible()
         running.result(timeout=300)
         waiting.result(timeout=300)
         page.close()
