@@ -11,16 +11,21 @@ from limits import Limits
 if TYPE_CHECKING:
     from webui import ModelRights
 
+# Model settings from the command line that belong to the server, not to the model it starts
+# with, so that models loaded from the page get them too. (--served-model-name names the
+# command line's model; another model loaded from the page is served under its own name.)
+SERVER_WIDE = ("max_concurrent", "max_waiting")
+
 
 def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:
     """The page at / and the API at /v1, both on the one loaded model, until interrupted."""
     import gradio as gr
 
     from engines import ModelSlot
-    from webui import PAGE_KWARGS, ModelRights, build_demo
+    from webui import PAGE_KWARGS, build_demo
 
     users = page_users(args)
-    rights = ModelRights(admins=None if users is None else frozenset(args.admin or ()), trust_remote_code=args.trust_remote_code)
+    rights = page_rights(args, settings, users)
     check_admins(rights, users)
     limits = limits_of(args)
     slot = ModelSlot()
@@ -94,6 +99,14 @@ def page_users(args: argparse.Namespace) -> list[tuple[str, str]] | None:
             raise SystemExit(f"{source}: the user {user} is given twice.")
         users.append((user, password))
     return users or None
+
+
+def page_rights(args: argparse.Namespace, settings: dict[str, Any], users: list[tuple[str, str]] | None) -> ModelRights:
+    """Who may manage models from the page, and what the command line gives every load from it."""
+    from webui import ModelRights
+
+    return ModelRights(admins=None if users is None else frozenset(args.admin or ()), trust_remote_code=args.trust_remote_code,
+                       server_settings={name: settings[name] for name in SERVER_WIDE if name in settings})
 
 
 def check_admins(rights: ModelRights, users: list[tuple[str, str]] | None) -> None:

@@ -61,13 +61,16 @@ def backends_taking() -> dict[str, list[str]]:
     return taking
 
 
-def choose_backend(infer_backend: str, model_name_or_path: str | None) -> tuple[str, str | None]:
+def choose_backend(infer_backend: str, model_name_or_path: str | None, max_concurrent: int = 1) -> tuple[str, str | None]:
     """The backend that runs a model, and why where the app chose it: a GGUF file (the embedded
-    default is one) runs on llama.cpp where it is installed, anything else on transformers."""
+    default is one) runs on llama.cpp where it is installed, anything else on transformers, as
+    does a GGUF file asked to answer several requests at once (llama.cpp answers one at a time)."""
     if infer_backend != AUTO:
         return infer_backend, None
     if model_name_or_path is not None and not model_name_or_path.lower().endswith(".gguf"):
         return "huggingface", "auto: not a GGUF file"
+    if max_concurrent > 1:
+        return "huggingface", f"auto: max_concurrent {max_concurrent}, and llama.cpp answers one request at a time"
     if not missing_packages("llamacpp"):
         return "llamacpp", "auto: a GGUF file, and llama.cpp is installed"
     return "huggingface", (

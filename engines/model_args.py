@@ -130,14 +130,14 @@ class ModelArgs(Settings):
         """The backend that runs the model: ``infer_backend``, or the one auto chooses."""
         from .backends import choose_backend
 
-        return choose_backend(self.infer_backend, self.model_name_or_path)[0]
+        return choose_backend(self.infer_backend, self.model_name_or_path, self.max_concurrent)[0]
 
     @property
     def backend_reason(self) -> str | None:
         """Why auto chose the backend (None when the user chose it)."""
         from .backends import choose_backend
 
-        return choose_backend(self.infer_backend, self.model_name_or_path)[1]
+        return choose_backend(self.infer_backend, self.model_name_or_path, self.max_concurrent)[1]
 
     @property
     def display_name(self) -> str:

@@ -5,7 +5,7 @@ import pytest
 
 from app import model_settings, parse_args
 from limits import parse_size, size_text
-from server import check_admins, limits_of, models_dir, page_users
+from server import check_admins, limits_of, models_dir, page_rights, page_users
 from webui import ModelRights
 
 
@@ -51,6 +51,16 @@ def test_an_admin_must_be_a_user(capsys):
 def test_trust_remote_code_is_a_command_line_flag():
     assert model_settings(parse_args(["--trust-remote-code"]))["trust_remote_code"] is True
     assert model_settings(parse_args([]))["trust_remote_code"] is False
+
+
+def test_server_wide_flags_reach_every_load_from_the_page():
+    args = parse_args(["--max-concurrent", "4", "--max-waiting", "7", "--served-model-name", "first"])
+    rights = page_rights(args, model_settings(args), users=None)
+    loaded = rights.page_settings({"model_name_or_path": "other"})
+    assert (loaded["max_concurrent"], loaded["max_waiting"]) == (4, 7)
+    assert "served_model_name" not in loaded, "the command line's name is its own model's, not every model's"
+    assert rights.page_settings({"max_concurrent": 2})["max_concurrent"] == 2, "the page's own choice comes first"
+    assert page_rights(parse_args([]), model_settings(parse_args([])), None).page_settings({}) == {"trust_remote_code": False}
 
 
 def test_limits_take_sizes_with_units(capsys):

@@ -201,6 +201,8 @@ def test_auto_chooses_llamacpp_for_a_gguf_where_installed_and_says_why(monkeypat
     from engines.model_args import ModelArgs
 
     assert ModelArgs.build(model_name_or_path=default_model_dir).backend == "huggingface"
+    several = ModelArgs.build(max_concurrent=4)
+    assert several.backend == "huggingface" and "llama.cpp answers one request at a time" in several.backend_reason
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real_find_spec(name, *a))
     without = ModelArgs.build()

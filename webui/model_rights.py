@@ -23,12 +23,15 @@ REMOTE_CODE_REFUSED = (
 class ModelRights(BaseModel):
     """``admins``: the users who may load and unload models, or None for a page without login
     (the one person at it is the admin). ``trust_remote_code``: the server's command-line
-    choice, which every load from the page gets and none can change."""
+    choice, which every load from the page gets and none can change. ``server_settings``: the
+    command line's other server-wide settings (how many requests run and wait at once), which a
+    load from the page keeps unless it sets them itself."""
 
     model_config = ConfigDict(frozen=True)
 
     admins: frozenset[str] | None = None
     trust_remote_code: bool = False
+    server_settings: dict[str, Any] = {}
 
     def is_admin(self, request: gr.Request | None) -> bool:
         return self.admins is None or (request is not None and request.username in self.admins)
@@ -39,11 +42,11 @@ class ModelRights(BaseModel):
             raise gr.Error(f"{who} may not load or unload models. {NEEDS_ADMIN}", title="Not an admin", print_exception=False)
 
     def page_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
-        """The settings of a load from the page, with the server's trust_remote_code. (engine_args
-        holding it are refused by ModelArgs itself, for every way a model is loaded.)"""
+        """The settings of a load from the page, with the server's own. (engine_args holding
+        trust_remote_code are refused by ModelArgs itself, for every way a model is loaded.)"""
         if "trust_remote_code" in settings:
             raise ConfigError(REMOTE_CODE_REFUSED)
-        return settings | {"trust_remote_code": self.trust_remote_code}
+        return self.server_settings | settings | {"trust_remote_code": self.trust_remote_code}
 
     def note(self, request: gr.Request | None) -> str:
         """What the Settings tab tells a user who may not manage models (empty for an admin)."""
