@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -207,9 +208,17 @@ def _sample_count(total_frames: int, native_fps: float, fps: float, max_frames: 
     return max(1, min(max_frames, total_frames, math.floor(duration * fps)))
 
 
+# decord's messages start with its log prefix and C++ source place ("[12:19:10] /src/video/video_reader.cc:83: ").
+_DECODER_LOG_PREFIX = re.compile(r"\[[\d:]+\] \S+:\d+: ")
+
+
 def _unreadable_video(name: str, source: Any, error: BaseException) -> MediaError:
+    """The decoder's reason, without its source places or the file's path on the server (the name says which file)."""
+    reason = _DECODER_LOG_PREFIX.sub("", _reason(error))
+    if isinstance(source, (str, os.PathLike)):
+        reason = reason.replace(os.fspath(source), Path(source).name)
     return MediaError(
-        f"The {name} could not be opened as a video ({_reason(error)[:200]}). "
+        f"The {name} could not be opened as a video ({reason[:200]}). "
         f"Send an MP4, WebM, MKV, AVI or MOV file.{_wrong_kind_hint('video', source)}"
     )
 
