@@ -92,7 +92,10 @@ async def audio_chat(tmp_path_factory):
     chat.slot.unload()
 
 
-CHATS = {"text": "text_chat", "vision": "vision_chat", "audio": "audio_chat"}
+@pytest.fixture
+def chat(request, case):
+    """The model the case is sent to (loaded once for the module, the first time a case needs it)."""
+    return request.getfixturevalue(f"{case.model}_chat")
 
 
 # ---- bad files, written on the fly
@@ -147,23 +150,23 @@ class Sent:
 TOOLS_HINT = r"\[\{\"type\": \"function\""
 SENT = [
     # Images, to Qwen2-VL.
-    Sent("corrupt image", "vision", r"The image 1 \(photo.jpg\) is not an image this app can read\. Send a PNG, JPEG",
+    Sent("corrupt image", "vision", r"The image 2 \(photo.jpg\) is not an image this app can read\. Send a PNG, JPEG",
          files=(write("photo.jpg", b"\xff\xd8\xff\xe0 not a picture at all " * 40),)),
-    Sent("truncated image", "vision", r"The image 1 \(cut.png\) could not be decoded \(.*truncated.*\): the file is damaged or incomplete\. Upload it again",
+    Sent("truncated image", "vision", r"The image 2 \(cut.png\) could not be decoded \(.*truncated.*\): the file is damaged or incomplete\. Upload it again",
          files=(write("cut.png", noise_png()[: len(noise_png()) // 2]),)),
-    Sent("zero-byte image", "vision", r"The image 1 \(empty.png\) is an empty file \(0 bytes\)\. Upload the file again",
+    Sent("zero-byte image", "vision", r"The image 2 \(empty.png\) is an empty file \(0 bytes\)\. Upload the file again",
          files=(write("empty.png", b""),)),
-    Sent("decompression-bomb image", "vision", r"The image 1 \(bomb.png\) .*larger than the \d+ million pixels.*decompression bombs\)\. Downscale it",
+    Sent("decompression-bomb image", "vision", r"The image 2 \(bomb.png\) .*larger than the \d+ million pixels.*decompression bombs\)\. Downscale it",
          files=(write("bomb.png", bomb_png()),)),
-    Sent("unsupported image type (SVG)", "vision", r"The image 1 \(drawing.svg\) is not an image this app can read\. Send a PNG, JPEG",
+    Sent("unsupported image type (SVG)", "vision", r"The image 2 \(drawing.svg\) is not an image this app can read\. Send a PNG, JPEG",
          files=(write("drawing.svg", SVG),)),
-    Sent("audio file named .png", "vision", r"The image 1 \(sound.png\) is not an image this app can read",
+    Sent("audio file named .png", "vision", r"The image 2 \(sound.png\) is not an image this app can read",
          files=(write("sound.png", wav_bytes(1.0)),)),
     Sent("file that is not media", "vision", r"notes.txt is not an image, video or audio file; remove it",
          files=(write("notes.txt", b"just some notes"),)),
     Sent("audio to an image-and-video model", "vision", r"This model does not accept audios\. Remove the audio or load a model that takes audios",
          files=(write("beep.wav", wav_bytes(1.0)),)),
-    Sent("image placeholder typed without an image", "vision", r"The prompt holds 1 image token.* for 0 image\(s\): remove <image> \(or <\|image_pad\|>\) from the message text",
+    Sent("image placeholder typed in the text", "vision", r"The messages hold 2 <image> placeholder\(s\) but 1 image file\(s\) were given: use one <image> per image",
          text="Describe <image> please."),
     # Video, to Qwen2-VL (transformers' video processors need torchvision).
     Sent("corrupt video", "vision", r"The video 1 \(party.mp4\) could not be opened as a video .*Send an MP4, WebM",
@@ -175,15 +178,15 @@ SENT = [
     Sent("audio sent as video", "vision", r"The video 1 \(song.mp4\) could not be opened as a video .*Send an MP4, WebM",
          files=(write("song.mp4", wav_bytes(1.0)),), marks=video),
     # Audio, to Qwen2-Audio.
-    Sent("corrupt audio", "audio", r"The audio 1 \(voice.wav\) is not an audio file this app can read .*Send a WAV, FLAC, OGG or MP3",
+    Sent("corrupt audio", "audio", r"The audio 2 \(voice.wav\) is not an audio file this app can read .*Send a WAV, FLAC, OGG or MP3",
          files=(write("voice.wav", b"RIFF\x10\x00\x00\x00WAVEjunk" * 30),)),
-    Sent("zero-byte audio", "audio", r"The audio 1 \(empty.wav\) is an empty file \(0 bytes\)\. Upload the file again",
+    Sent("zero-byte audio", "audio", r"The audio 2 \(empty.wav\) is an empty file \(0 bytes\)\. Upload the file again",
          files=(write("empty.wav", b""),)),
-    Sent("over-long audio", "audio", r"The audio 1 \(speech.wav\) is 45 s long; the limit is 30 s .*Trim it or send a shorter clip",
+    Sent("over-long audio", "audio", r"The audio 2 \(speech.wav\) is 45 s long; the limit is 30 s \(this model hears at most that much per clip\)\. Trim it or send a shorter clip",
          files=(write("speech.wav", wav_bytes(45.0)),)),
-    Sent("audio without a readable header", "audio", r"The audio 1 \(raw.wav\) is not an audio file this app can read",
+    Sent("audio without a readable header", "audio", r"The audio 2 \(raw.wav\) is not an audio file this app can read",
          files=(write("raw.wav", RAW_PCM),)),
-    Sent("image named .wav", "audio", r"The audio 1 \(picture.wav\) is not an audio file this app can read",
+    Sent("image named .wav", "audio", r"The audio 2 \(picture.wav\) is not an audio file this app can read",
          files=(write("picture.wav", png_bytes(solid_image((0, 255, 0)))),)),
     Sent("video to an audio model", "audio", r"This model does not accept videos\. Remove the video or load a model that takes videos",
          files=(mp4_file("clip.mp4"),)),
@@ -218,8 +221,7 @@ async def answered_next(chat: Chat, session: ChatSession) -> None:
 
 
 @pytest.mark.parametrize("case", [pytest.param(case, id=case.kind, marks=case.marks) for case in SENT])
-async def test_a_bad_message_is_shown_as_a_clear_message_and_the_chat_stays(case, request, tmp_path):
-    chat = request.getfixturevalue(CHATS[case.model])
+async def test_a_bad_message_is_shown_as_a_clear_message_and_the_chat_stays(case, chat, tmp_path):
     session = chat.session()
     files = [make(tmp_path) for make in case.files]
     updates = await run(chat.handlers.send(session, message(case.text, files), **{**settings(6), **case.settings}))
