@@ -105,6 +105,8 @@ def test_a_corrupt_image_for_a_multimodal_model_is_named_under_the_message(page,
         expect(refusal).to_contain_text(REFUSED)
         expect(refusal).to_contain_text("The image 1 (holiday.png) is not an image this app can read. Send a PNG, JPEG")
         expect(user_messages(page).last).to_contain_text("What is in this picture?")
-        still_there(page, "Say hello.", reply, users=2)
+        # The Chatbot shows each part of a message (the image, the text) as its own element.
+        expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
+        still_there(page, "Say hello.", reply, users=3)
     finally:
         load_model(page, "", "Loaded SmolLM2-135M-Instruct (embedded) on")

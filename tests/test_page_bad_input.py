@@ -27,7 +27,7 @@ from PIL import Image
 from engines import ModelSlot
 from limits import Limits
 from tests.media_samples import bomb_png, png_bytes, solid_image, tone, write_audio, write_video
-from tests.test_webui_handlers import CONTROLS, message, run, settings, written_imports
+from tests.test_webui_handlers import CONTROLS, message, run, settings, upload_folder, written_imports  # noqa: F401  (upload_folder: a fixture)
 from tests.tiny_models import build_qwen2_audio, build_qwen2_vl
 from webui.conversation import ChatSession, Turn, render, render_turn
 from webui.handlers import ChatHandlers
@@ -296,14 +296,6 @@ IMPORTED = [
              r"The file is [\d.]+ KB, over this server's limit of 4 KB for files put on the page \(--max-upload-size\)",
              Limits(max_upload_size=4096)),
 ]
-
-
-@pytest.fixture
-def upload_folder(tmp_path, monkeypatch):
-    """Gradio's own upload storage for this test (where imports write their media)."""
-    folder = tmp_path / "gradio"
-    monkeypatch.setenv("GRADIO_TEMP_DIR", str(folder))
-    return folder
 
 
 @pytest.mark.parametrize("case", [pytest.param(case, id=case.kind) for case in IMPORTED])
