@@ -1,18 +1,21 @@
 """Bad input that only a browser shows, in a real headless Chromium against `python app.py` (like
-tests/test_browser.py, whose app and browser fixtures this module shares): a giant paste, invalid
-tools JSON, a broken conversation file imported with the Import button, and a corrupt image
-uploaded for a multimodal model. Each shows a clear message and leaves the conversation as it was.
-The same kinds and many more are checked on the handlers in tests/test_page_bad_input.py.
+tests/test_browser.py, whose browser and page fixtures this module shares, on an app of its own
+with a small upload limit): a giant paste, invalid tools JSON, broken conversation files imported
+with the Import button, and a corrupt image and one over the upload limit attached for a
+multimodal model. Each shows a clear message and leaves the conversation as it was. The same kinds
+and many more are checked on the handlers in tests/test_page_bad_input.py.
 """
 
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
-from tests.browser import CHROMIUM, ask, bot_messages, open_tab, set_number, user_messages
-from tests.test_browser import (  # noqa: F401  (the same fixtures: an app of this module's own, a Chromium)
-    app, browser, load_model, models_folder, open_page, page, requests_seen, tiny_vision_model,
+from tests.browser import CHROMIUM, AppProcess, ask, bot_messages, open_tab, set_number, user_messages
+from tests.test_browser import (  # noqa: F401  (the same fixtures: a Chromium, a page on this module's app)
+    browser, load_model, models_folder, open_page, page, requests_seen, tiny_vision_model,
 )
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -21,7 +24,16 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
 
 REFUSED = "The model could not answer"
+UPLOAD_LIMIT = "1mb"
 STACK_TRACE = re.compile(r'Traceback|File "')
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, models_folder):
+    """test_browser's app, with a small upload limit (--max-upload-size) to show what a larger file gets."""
+    process = AppProcess(tmp_path_factory.mktemp("app"), ("--models-dir", str(models_folder), "--max-upload-size", UPLOAD_LIMIT))
+    yield process
+    process.stop()
 
 
 def start_chat(page, first="Name a color."):
@@ -93,7 +105,7 @@ def test_a_broken_conversation_file_shows_a_toast_and_the_chat_stays(page, tmp_p
     still_there(page, "Name a color.", reply, users=1)
 
 
-def test_a_corrupt_image_for_a_multimodal_model_is_named_under_the_message(page, tiny_vision_model, tmp_path):
+def test_a_corrupt_or_huge_image_for_a_multimodal_model_is_named(page, tiny_vision_model, tmp_path):
     load_model(page, str(tiny_vision_model), f"Loaded {tiny_vision_model} on huggingface")
     try:
         reply = start_chat(page, "Say hello.")
@@ -108,5 +120,15 @@ def test_a_corrupt_image_for_a_multimodal_model_is_named_under_the_message(page,
         # The Chatbot shows each part of a message (the image, the text) as its own element.
         expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
         still_there(page, "Say hello.", reply, users=3)
+
+        # A file over the page's upload limit is refused by the page itself, before it is sent.
+        huge = tmp_path / "panorama.png"
+        Image.fromarray(np.random.default_rng(0).integers(0, 256, (800, 800, 3), dtype=np.uint8)).save(huge)
+        page.locator("#chat-input input[type=file]").set_input_files(str(huge))
+        toast = page.get_by_test_id("toast-body").filter(has_text="panorama.png")
+        expect(toast).to_contain_text('File(s) exceed the maximum allowed size of 1.0 Mb: "panorama.png"')
+        expect(page.locator("#chat-input img")).to_have_count(0)
+        expect(user_messages(page)).to_have_count(4)
+        expect(user_messages(page).first).to_contain_text("Say hello.")
     finally:
         load_model(page, "", "Loaded SmolLM2-135M-Instruct (embedded) on")
