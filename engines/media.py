@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -207,9 +208,20 @@ def _sample_count(total_frames: int, native_fps: float, fps: float, max_frames: 
     return max(1, min(max_frames, total_frames, math.floor(duration * fps)))
 
 
+# decord's messages start with its log prefix and C++ source place ("[12:19:10] /src/video/video_reader.cc:83: ").
+_DECODER_LOG_PREFIX = re.compile(r"\[[\d:]+\] \S+:\d+: ")
+
+
+def _decoder_reason(error: BaseException, source: Any) -> str:
+    """A decoder's reason, without its log prefix or the file's path on the server (the message names the file)."""
+    reason = _DECODER_LOG_PREFIX.sub("", _reason(error))
+    return reason.replace(os.fspath(source), Path(source).name) if isinstance(source, (str, os.PathLike)) else reason
+
+
 def _unreadable_video(name: str, source: Any, error: BaseException) -> MediaError:
+    reason = _decoder_reason(error, source)
     return MediaError(
-        f"The {name} could not be opened as a video ({_reason(error)[:200]}). "
+        f"The {name} could not be opened as a video ({reason[:200]}). "
         f"Send an MP4, WebM, MKV, AVI or MOV file.{_wrong_kind_hint('video', source)}"
     )
 
@@ -313,7 +325,7 @@ def _read_audio_file(readable, name: str, source: Any, max_seconds: float, limit
         raise
     except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as error:
         raise MediaError(
-            f"The {name} is not an audio file this app can read ({_reason(error)}). "
+            f"The {name} is not an audio file this app can read ({_decoder_reason(error, source)}). "
             f"Send a WAV, FLAC, OGG or MP3 file.{_wrong_kind_hint('audio', source)}"
         ) from None
 

@@ -169,7 +169,7 @@ class MediaProcessor:
                         f"the chat template dropped some {kind}s (it may not take them in every role). Put each "
                         f"{PLACEHOLDERS[kind]} in a user message."
                         if placed < given
-                        else f"remove {token} from the message text, or give one {kind} for each."
+                        else f"remove {_typed(kind, token)} from the message text, or give one {kind} for each."
                     )
                 )
 
@@ -182,6 +182,12 @@ class MediaProcessor:
         if window and window / rate < self.model_args.audio_max_seconds:
             return rate, window / rate, "this model hears at most that much per clip"
         return rate, self.model_args.audio_max_seconds, "the audio_max_seconds setting"
+
+
+def _typed(kind: str, token: str) -> str:
+    """What to look for in the text: the placeholder people type, and the model's own token where it differs."""
+    placeholder = PLACEHOLDERS[kind]
+    return placeholder if token == placeholder else f"{placeholder} (or {token})"
 
 
 def _template_takes_part(tokenizer: Any, template: str, kind: str, token: str) -> bool:

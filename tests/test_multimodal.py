@@ -203,6 +203,11 @@ def test_a_media_token_typed_without_a_file_is_refused(llava):
         llava.chat([{"role": "user", "content": "What does the <image> tag do in HTML?"}])
 
 
+def test_a_typed_placeholder_is_named_as_typed_where_the_model_token_differs(qwen2_vl):
+    with pytest.raises(MediaError, match=r"remove <image> \(or <\|image_pad\|>\) from the message text, or give one image for each"):
+        qwen2_vl.chat([{"role": "user", "content": "What does the <image> tag do?"}])
+
+
 def test_bad_image_is_a_clear_error_and_the_model_keeps_serving(llava, received, tmp_path):
     broken = tmp_path / "holiday.jpg"
     broken.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")

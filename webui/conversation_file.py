@@ -76,6 +76,8 @@ def read_conversation(path: str, limits: Limits, media_root: str) -> tuple[list[
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ChatError(f"This is not an anychat conversation file: it is not JSON text ({error}).") from None
+    except RecursionError:  # a few kilobytes of "[[[[…" exhaust the JSON parser's stack
+        raise ChatError("This is not an anychat conversation file: it is nested too deeply to be one.") from None
     _refuse_server_paths(raw)
     try:
         conversation = ConversationFile.model_validate(raw)
