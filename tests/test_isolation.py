@@ -16,7 +16,9 @@ session's reply is in flight (its Stop button shown) before any of them has fini
   waits and the 8 together take less time than they took one by one. vLLM runs in float32 here:
   in bf16 a batch can round differently from a lone request, and greedy decoding then picks the
   other token at a near-tie (see test_bf16_greedy_parity_differs_only_at_near_ties in
-  tests/test_vllm_engine.py); a run here in bf16 had such a divergence after 16 tokens.
+  tests/test_vllm_engine.py). In bf16, 4 of these 8 questions got another reply at once than
+  alone (the same 4 in three runs), each at a near-tie: in HF's own bf16 forward pass the two
+  tokens' logits were equal or one bf16 step apart (10.31/10.31, 11.31/11.19, 21.25/21.0, 15.5/15.44).
 """
 
 from __future__ import annotations
@@ -126,12 +128,6 @@ def pages(app, browser):
     yield pages
     for context in contexts:
         context.close()
-
-
-def press_send(page, text: str) -> None:
-    box = page.locator("#chat-input textarea")
-    expect(box).to_have_value(text)
-    box.press("Enter")
 
 
 def spans(page) -> list[list[int | None]]:
