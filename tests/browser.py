@@ -105,11 +105,16 @@ COUNT_REPLIES = """() => {
 
 
 def open_chat(page, url: str) -> None:
-    """Open the page and wait until it is ready: the model said what it reads (text only, for
-    the default model) and the saved chats are restored."""
+    """Open the page and wait until it is ready."""
+    page.goto(url)
+    wait_until_ready(page)
+
+
+def wait_until_ready(page) -> None:
+    """Until the page is ready: the model said what it reads (text only, for the default model)
+    and the saved chats are restored."""
     from playwright.sync_api import expect
 
-    page.goto(url)
     expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile("reads text only"))
     expect(page.locator("#saved-chats-note")).to_contain_text("in this browser")
     page.evaluate(COUNT_REPLIES)
