@@ -59,6 +59,7 @@ BAD_INPUTS = [
     ("model not a string", "/v1/chat/completions", chat(model=7), 400, "model"),
     ("a model not served", "/v1/chat/completions", chat(model="gpt-5"), 404, "not served here"),
     ("an unknown field", "/v1/chat/completions", chat(frobnicate=1), 400, "frobnicate"),
+    ("trust_remote_code asked for in a request", "/v1/chat/completions", chat(trust_remote_code=True), 400, "trust_remote_code"),
     ("an unknown field in a message", "/v1/chat/completions", chat(messages=[{"role": "user", "content": "hi", "mood": "sad"}]), 400, "mood"),
     # ---- messages
     ("empty messages", "/v1/chat/completions", chat(messages=[]), 400, "messages"),
