@@ -14,24 +14,30 @@ if TYPE_CHECKING:
 
 def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:
     """The page at / and the API at /v1, both on the one loaded model, until interrupted."""
+    from engines import ModelSlot
+
+    slot = ModelSlot()
+    app = web_app(slot, args)  # checks the flags before the slow load
+    load_slot(slot, settings)
+    try:
+        run(app, args, page=True)
+    finally:
+        slot.unload()
+
+
+def web_app(slot, args: argparse.Namespace):
+    """The page at / and the API at /v1 over ``slot``, as a FastAPI app not yet served."""
     import gradio as gr
 
-    from engines import ModelSlot
     from webui import PAGE_KWARGS, ModelRights, build_demo
 
     users = page_users(args)
     rights = ModelRights(admins=None if users is None else frozenset(args.admin or ()), trust_remote_code=args.trust_remote_code)
     check_admins(rights, users)
     limits = limits_of(args)
-    slot = ModelSlot()
-    load_slot(slot, settings)
-    try:
-        app = api_app(slot, args)  # /v1 first: the page mounted at / takes every path added after it
-        demo = build_demo(slot, rights, limits, models_dir(args)).queue(max_size=limits.max_queue_size)
-        gr.mount_gradio_app(app, demo, path="/", auth=users, max_file_size=limits.max_upload_size, footer_links=[], show_error=True, **PAGE_KWARGS)
-        run(app, args, page=True)
-    finally:
-        slot.unload()
+    app = api_app(slot, args)  # /v1 first: the page mounted at / takes every path added after it
+    demo = build_demo(slot, rights, limits, models_dir(args)).queue(max_size=limits.max_queue_size)
+    return gr.mount_gradio_app(app, demo, path="/", auth=users, max_file_size=limits.max_upload_size, footer_links=[], show_error=True, **PAGE_KWARGS)
 
 
 def serve_api(settings: dict[str, Any], args: argparse.Namespace) -> None:
