@@ -13,6 +13,7 @@ still holding the model would cost a whole long reply (tens of seconds)."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -147,7 +148,7 @@ def test_killed_vllm_engine_is_told_to_the_user_and_a_reload_serves(slot, url, o
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")
         core.kill()
-        rest = list(lines)  # the stream ends: a hang would raise httpx's ReadTimeout
+        rest = [line for line in lines if line]  # the stream ends: a hang would raise httpx's ReadTimeout
     [error] = [line for line in rest if '"error"' in line]
     assert ENGINE_STOPPED.search(error) and "Traceback" not in error, error
     assert rest[-1] == "data: [DONE]"
@@ -157,7 +158,13 @@ def test_killed_vllm_engine_is_told_to_the_user_and_a_reload_serves(slot, url, o
     refused = httpx.post(f"{url}v1/chat/completions", json=body | {"stream": False}, timeout=60)
     assert refused.status_code == 503 and ENGINE_STOPPED.search(refused.json()["error"]["message"]), refused.text
 
+    dead = slot.model
     load_in_page(page, VLLM)
+    # The status line named the dead model as loaded already: wait for the new one to take its place.
+    deadline = time.monotonic() + 300
+    while slot.model is dead:
+        assert time.monotonic() < deadline, "loading again from the page did not finish"
+        time.sleep(0.2)
     expect(page.locator("#model-status")).to_contain_text("Loaded SmolLM2-135M-Instruct (embedded) on vllm in")
     open_tab(page, "Chat")
     click_and_wait(page, "regenerate-btn")
