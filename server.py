@@ -19,24 +19,30 @@ SERVER_WIDE = ("max_concurrent", "max_waiting")
 
 def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:
     """The page at / and the API at /v1, both on the one loaded model, until interrupted."""
-    import gradio as gr
-
     from engines import ModelSlot
-    from webui import PAGE_KWARGS, build_demo
 
-    users = page_users(args)
-    rights = page_rights(args, settings, users)
-    check_admins(rights, users)
-    limits = limits_of(args)
     slot = ModelSlot()
+    app = web_app(slot, args)  # checks the flags before the slow load
     load_slot(slot, settings)
     try:
-        app = api_app(slot, args)  # /v1 first: the page mounted at / takes every path added after it
-        demo = build_demo(slot, rights, limits, models_dir(args)).queue(max_size=limits.max_queue_size)
-        gr.mount_gradio_app(app, demo, path="/", auth=users, max_file_size=limits.max_upload_size, footer_links=[], show_error=True, **PAGE_KWARGS)
         run(app, args, page=True)
     finally:
         slot.unload()
+
+
+def web_app(slot, args: argparse.Namespace):
+    """The page at / and the API at /v1 over ``slot``, as a FastAPI app not yet served."""
+    import gradio as gr
+
+    from webui import PAGE_KWARGS, build_demo
+
+    users = page_users(args)
+    rights = page_rights(args, users)
+    check_admins(rights, users)
+    limits = limits_of(args)
+    app = api_app(slot, args)  # /v1 first: the page mounted at / takes every path added after it
+    demo = build_demo(slot, rights, limits, models_dir(args)).queue(max_size=limits.max_queue_size)
+    return gr.mount_gradio_app(app, demo, path="/", auth=users, max_file_size=limits.max_upload_size, footer_links=[], show_error=True, **PAGE_KWARGS)
 
 
 def serve_api(settings: dict[str, Any], args: argparse.Namespace) -> None:
@@ -101,12 +107,12 @@ def page_users(args: argparse.Namespace) -> list[tuple[str, str]] | None:
     return users or None
 
 
-def page_rights(args: argparse.Namespace, settings: dict[str, Any], users: list[tuple[str, str]] | None) -> ModelRights:
+def page_rights(args: argparse.Namespace, users: list[tuple[str, str]] | None) -> ModelRights:
     """Who may manage models from the page, and what the command line gives every load from it."""
     from webui import ModelRights
 
     return ModelRights(admins=None if users is None else frozenset(args.admin or ()), trust_remote_code=args.trust_remote_code,
-                       server_settings={name: settings[name] for name in SERVER_WIDE if name in settings})
+                       server_settings={name: getattr(args, name) for name in SERVER_WIDE if getattr(args, name) is not None})
 
 
 def check_admins(rights: ModelRights, users: list[tuple[str, str]] | None) -> None:

@@ -247,7 +247,8 @@ def _visible_accelerators() -> int:
 
 def _engine_died() -> ModelUnloadedError:
     return ModelUnloadedError(
-        "vLLM's engine process stopped (the server log has the cause), so this model cannot answer. Load it again."
+        "vLLM's engine process stopped (the server log says why), so this model cannot answer until it is loaded "
+        "again: press Load in the Settings tab."
     )
 
 

@@ -39,7 +39,8 @@ WEATHER_TOOL = {
 @contextmanager
 def running_server(app: FastAPI) -> Iterator[str]:
     """Serve ``app`` with uvicorn on a free localhost port in a thread; yields the base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    # A page's open event streams would hold a graceful shutdown until the join below gives up.
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

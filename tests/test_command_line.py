@@ -55,12 +55,12 @@ def test_trust_remote_code_is_a_command_line_flag():
 
 def test_server_wide_flags_reach_every_load_from_the_page():
     args = parse_args(["--max-concurrent", "4", "--max-waiting", "7", "--served-model-name", "first"])
-    rights = page_rights(args, model_settings(args), users=None)
+    rights = page_rights(args, users=None)
     loaded = rights.page_settings({"model_name_or_path": "other"})
     assert (loaded["max_concurrent"], loaded["max_waiting"]) == (4, 7)
     assert "served_model_name" not in loaded, "the command line's name is its own model's, not every model's"
     assert rights.page_settings({"max_concurrent": 2})["max_concurrent"] == 2, "the page's own choice comes first"
-    assert page_rights(parse_args([]), model_settings(parse_args([])), None).page_settings({}) == {"trust_remote_code": False}
+    assert page_rights(parse_args([]), None).page_settings({}) == {"trust_remote_code": False}
 
 
 def test_limits_take_sizes_with_units(capsys):
