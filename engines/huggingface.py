@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from transformers import (
+    DynamicCache,
     AutoModelForCausalLM,
     AutoModelForMultimodalLM,
     AutoModelForSequenceClassification,
@@ -27,6 +28,11 @@ from .model_args import ModelArgs
 from .model_files import Progress, resolve_model_path
 from .prompt import LOAD_HINT, Prompt, PromptBuilder
 from .text_stream import IncrementalDecoder, find_stop
+
+# generate() evaluates the whole prompt in one forward pass, which nothing can interrupt, so a
+# long prompt would hold the model for as long again after Stop (15 s for 3,500 tokens here).
+# Evaluated in chunks of this many tokens, Stop takes effect between two chunks.
+PREFILL_CHUNK_TOKENS = 512
 
 _DTYPES = {"auto": "auto", "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -121,6 +127,12 @@ class HuggingFaceEngine(BaseEngine):
             if args.seed is not None:
                 torch.manual_seed(args.seed)
             with torch.inference_mode():
+                prefilled = {}
+                if self._prefills_in_chunks(prompt_ids, args, media_inputs):
+                    cache = self._prefill(prompt_ids, cancel)
+                    if cache is None:  # stopped while the prompt was evaluated
+                        return prompt_ids
+                    prefilled["past_key_values"] = cache
                 return self.model.generate(
                     input_ids=prompt_ids,
                     attention_mask=torch.ones_like(prompt_ids),
@@ -128,11 +140,28 @@ class HuggingFaceEngine(BaseEngine):
                     stopping_criteria=StoppingCriteriaList([_CancelCriteria(cancel)]),
                     streamer=streamer,
                     tokenizer=self.tokenizer if args.stop else None,
+                    **prefilled,
                     **media_inputs,
                 )
         finally:
             if streamer is not None:
                 streamer.end()
+
+    def _prefills_in_chunks(self, prompt_ids: torch.Tensor, args: GenerationArgs, media_inputs: dict[str, torch.Tensor]) -> bool:
+        """Long prompts of text-only models for one reply. (Multimodal models place their media
+        and positions inside generate, and several replies would need the cache copied per row.)"""
+        return prompt_ids.shape[1] > PREFILL_CHUNK_TOKENS and not self.media_kinds and args.num_return_sequences == 1
+
+    def _prefill(self, prompt_ids: torch.Tensor, cancel: threading.Event) -> DynamicCache | None:
+        """The KV cache of every prompt token but the last, evaluated chunk by chunk; None if
+        Stop came first. generate() then evaluates only the last token, from this cache."""
+        cache = DynamicCache(config=self.model.config)
+        cached_length = prompt_ids.shape[1] - 1
+        for start in range(0, cached_length, PREFILL_CHUNK_TOKENS):
+            if cancel.is_set():
+                return None
+            self.model(input_ids=prompt_ids[:, start:min(start + PREFILL_CHUNK_TOKENS, cached_length)], past_key_values=cache, use_cache=True)
+        return cache
 
     def _generation_config(self, args: GenerationArgs) -> GenerationConfig:
         settings: dict[str, Any] = {

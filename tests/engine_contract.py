@@ -15,6 +15,8 @@ from engines import ChatModel, ConfigError, MediaError, UnsupportedError
 
 QUESTION = [{"role": "user", "content": "Name three colors."}]
 LONG_REQUEST = [{"role": "user", "content": "Write a very long story about a dragon, in many chapters."}]
+# About 3,500 tokens: seconds of prefill on this machine.
+LONG_PROMPT = [{"role": "user", "content": " ".join(f"Item {i} weighs {i * 7 % 13} kilograms." for i in range(400)) + " Which item is heaviest?"}]
 
 
 class EngineContract:

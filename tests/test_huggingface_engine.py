@@ -19,7 +19,7 @@ from engines import (
     UnsupportedError,
 )
 from engines.backends import missing_packages
-from tests.engine_contract import LONG_REQUEST, QUESTION, EngineContract
+from tests.engine_contract import LONG_PROMPT, LONG_REQUEST, QUESTION, EngineContract
 
 
 class TestHuggingFaceContract(EngineContract):
@@ -59,6 +59,35 @@ async def test_cancel_ends_generation_within_a_few_tokens(chat_model):
     assert generated[0] <= 5 + 5, f"generation went on for {generated[0]} tokens after the consumer left"
     assert closing_seconds < 5
     assert engine.line.running == 0
+
+
+async def test_stop_while_a_long_prompt_is_evaluated_frees_the_model_within_a_chunk(chat_model, monkeypatch):
+    """The prompt is evaluated in chunks (engines/huggingface.py), which gives the same reply as
+    one pass, and a Stop during it takes effect at the next chunk rather than after the prompt."""
+    import engines.huggingface
+
+    started = time.perf_counter()
+    [chunked] = await chat_model.achat(LONG_PROMPT, temperature=0, max_new_tokens=12)
+    whole_prompt = time.perf_counter() - started
+    monkeypatch.setattr(engines.huggingface, "PREFILL_CHUNK_TOKENS", 100_000)
+    [one_pass] = await chat_model.achat(LONG_PROMPT, temperature=0, max_new_tokens=12)
+    monkeypatch.undo()
+    assert chunked.prompt_length > 3 * engines.huggingface.PREFILL_CHUNK_TOKENS
+    assert chunked.response_text == one_pass.response_text
+
+    stream = chat_model.astream_chat(LONG_PROMPT, temperature=0, max_new_tokens=200)
+    first = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.3)
+    assert not first.done(), "the prompt was evaluated already"
+    stopped = time.perf_counter()
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await stream.aclose()
+    freed = time.perf_counter() - stopped
+    print(f"\nStop while a {chunked.prompt_length}-token prompt was evaluated: model free after {freed * 1000:.0f} ms "
+          f"(the prompt and 12 tokens take {whole_prompt:.1f} s)")
+    assert chat_model.line.running == 0
+    assert freed < whole_prompt / 3, f"the prompt went on for {freed:.1f} s after Stop"
 
 
 async def test_one_slot_runs_requests_one_after_another_and_loop_stays_responsive(chat_model):

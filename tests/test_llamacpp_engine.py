@@ -14,12 +14,10 @@ llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not ins
 
 from engines import ChatModel, ConfigError, MediaError, ModelLoadError, ModelSlot  # noqa: E402
 from engines.model_files import default_gguf  # noqa: E402
-from tests.engine_contract import LONG_REQUEST, QUESTION, EngineContract  # noqa: E402
+from tests.engine_contract import LONG_PROMPT, LONG_REQUEST, QUESTION, EngineContract  # noqa: E402
 from tests.test_vllm_engine import PARITY_PROMPTS  # noqa: E402
 
 LLAMACPP = {"infer_backend": "llamacpp"}
-# About 3,500 tokens: seconds of prefill on this machine.
-LONG_PROMPT = [{"role": "user", "content": " ".join(f"Item {i} weighs {i * 7 % 13} kilograms." for i in range(400)) + " Which item is heaviest?"}]
 
 
 @pytest.fixture(scope="module")
