@@ -195,21 +195,34 @@ def page_stop_regenerate(page, cycles: int, trace: Trace | None = None) -> None:
         # The old reply and its stats line go as the new reply starts; the stats line comes back when it ends.
         expect(stats).to_have_count(0)
         expect(bot_messages(page).last).to_contain_text(re.compile(r"\d"))
-        page.locator("#stop-btn").click()
-        expect(page.locator("#stop-btn")).to_be_hidden()
+        click_stop(page)
         expect(stats.last).to_contain_text("stopped after")
         if trace is not None:
             trace.sample()
 
 
 def start_long_reply(page) -> None:
-    """Ask for the long reply in the page, and stop it once it is written."""
+    """Ask for the long reply in the page, and stop it once it is written. Greedy: sampled, the
+    model often answers the request in a dozen tokens instead, over before Stop can be clicked."""
     from playwright.sync_api import expect
 
+    open_tab(page, "Settings")
+    set_number(page, "temperature", 0)
+    set_number(page, "max-new-tokens", 4000)  # the whole count; the context cuts it first
+    open_tab(page, "Chat")
     before = send(page, COUNTING)
     page.wait_for_function(f"window.replies > {before}", timeout=60_000)
     expect(bot_messages(page).last).to_contain_text(re.compile(r"\d"))
-    page.locator("#stop-btn").click()
+    click_stop(page)
+
+
+def click_stop(page) -> None:
+    """Press Stop and wait until the reply has stopped. The click is dispatched to the button:
+    while a fast reply streams, Gradio re-renders the button row with every update, and
+    Playwright's click, waiting for the button to hold still, can wait until the reply is over."""
+    from playwright.sync_api import expect
+
+    page.locator("#stop-btn").dispatch_event("click")
     expect(page.locator("#stop-btn")).to_be_hidden()
 
 
