@@ -98,7 +98,7 @@ def assert_flat(trace: Trace, what: str) -> None:
 def test_stop_and_disconnect_cycles_leave_nothing_behind(backend, slot, url, open_page, client):
     """Stop/Regenerate in the page and streams cut by the client: memory, threads and vLLM's
     unfinished requests stay flat, and the next request is answered at once. On vLLM the page
-    cycles run in bench/soak.py only: in two full CI runs the regenerated reply was gone before
+    cycles run in bench/soak.py only: in a full CI run the regenerated reply was gone before
     Stop could be pressed (the cause is not found yet), while 100 cycles passed in the bench."""
     needs(backend)
     assert page_load(client, BACKENDS[backend]).startswith("✓ Loaded"), "the model did not load"
