@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 from transformers import (
-    DynamicCache,
     AutoModelForCausalLM,
     AutoModelForMultimodalLM,
     AutoModelForSequenceClassification,
+    DynamicCache,
     GenerationConfig,
     StoppingCriteria,
     StoppingCriteriaList,
@@ -128,7 +128,7 @@ class HuggingFaceEngine(BaseEngine):
                 torch.manual_seed(args.seed)
             with torch.inference_mode():
                 prefilled = {}
-                if self._prefills_in_chunks(prompt_ids, args, media_inputs):
+                if self._prefills_in_chunks(prompt_ids, args):
                     cache = self._prefill(prompt_ids, cancel)
                     if cache is None:  # stopped while the prompt was evaluated
                         return prompt_ids
@@ -147,7 +147,7 @@ class HuggingFaceEngine(BaseEngine):
             if streamer is not None:
                 streamer.end()
 
-    def _prefills_in_chunks(self, prompt_ids: torch.Tensor, args: GenerationArgs, media_inputs: dict[str, torch.Tensor]) -> bool:
+    def _prefills_in_chunks(self, prompt_ids: torch.Tensor, args: GenerationArgs) -> bool:
         """Long prompts of text-only models for one reply. (Multimodal models place their media
         and positions inside generate, and several replies would need the cache copied per row.)"""
         return prompt_ids.shape[1] > PREFILL_CHUNK_TOKENS and not self.media_kinds and args.num_return_sequences == 1
