@@ -76,11 +76,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     server.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
                         help="folder whose files API requests may name as file:// URLs (default: none; remote URLs are never fetched)")
     limits = parser.add_argument_group("limits (web, api; sizes like 100mb, 512kb, 2gb)")
-    for name in ("max_upload_size", "max_import_media_size", "max_request_size"):
-        limits.add_argument(f"--{name.replace('_', '-')}", type=size, default=DEFAULT_LIMITS[name], metavar="SIZE",
-                            help=f"{Limits.model_fields[name].description} (default {size_text(DEFAULT_LIMITS[name])})")
-    limits.add_argument("--max-queue-size", type=count, default=DEFAULT_LIMITS["max_queue_size"], metavar="N",
-                        help=f"{Limits.model_fields['max_queue_size'].description} (default {DEFAULT_LIMITS['max_queue_size']})")
+    for name, field in Limits.model_fields.items():
+        default = DEFAULT_LIMITS[name]
+        shown, kind = (size_text(default), size) if Limits.in_bytes(name) else (default, count)
+        limits.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default, metavar="SIZE" if kind is size else "N",
+                            help=f"{field.description} (default {shown})")
     chat = parser.add_argument_group("chat")
     chat.add_argument("--system", default=None, help="system prompt for the terminal chat")
     args = parser.parse_args(argv)

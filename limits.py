@@ -10,13 +10,23 @@ from pydantic import BaseModel, Field
 UNITS = {"b": 1, "kb": 2**10, "mb": 2**20, "gb": 2**30}
 
 
+def byte_size(default: int, description: str) -> int:
+    """A limit in bytes: its flag takes sizes like 100mb, and messages say them so."""
+    return Field(default, gt=0, description=description, json_schema_extra={"unit": "bytes"})
+
+
 class Limits(BaseModel):
     """What one request or upload may take, so that nobody can fill the server's memory, disk or queue."""
 
-    max_upload_size: int = Field(100 * 2**20, gt=0, description="each file put on the page: attachments and conversation files")
-    max_import_media_size: int = Field(100 * 2**20, gt=0, description="each image, video or audio embedded in an imported conversation")
-    max_request_size: int = Field(50 * 2**20, gt=0, description="the body of one API request, as in OpenAI's API")
+    max_upload_size: int = byte_size(100 * 2**20, "each file put on the page: attachments and conversation files")
+    max_import_media_size: int = byte_size(100 * 2**20, "each image, video or audio embedded in an imported conversation")
+    max_request_size: int = byte_size(50 * 2**20, "the body of one API request, as in OpenAI's API")
     max_queue_size: int = Field(64, gt=0, description="page requests waiting for their turn; more are told the server is busy")
+
+    @classmethod
+    def in_bytes(cls, name: str) -> bool:
+        """Whether limit ``name`` is a size in bytes (written like 100mb) rather than a count."""
+        return (cls.model_fields[name].json_schema_extra or {}).get("unit") == "bytes"
 
 
 def parse_size(text: str) -> int:
