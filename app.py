@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from engines import BACKEND_NAMES, ChatError  # noqa: E402
-from engines.model_args import AUTO  # noqa: E402
+from engines.model_args import AUTO, MediaSettings  # noqa: E402
 from limits import Limits, parse_size, size_text  # noqa: E402
 
 
@@ -81,6 +81,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         shown, kind = (size_text(default), size) if Limits.in_bytes(name) else (default, count)
         limits.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default, metavar="SIZE" if kind is size else "N",
                             help=f"{field.description} (default {shown})")
+    media = parser.add_argument_group("media (every model this server loads; per request unless said otherwise)")
+    for name, field in MediaSettings.model_fields.items():
+        shown = f"{field.default:,}" if field.annotation is int else f"{field.default:g}"
+        media.add_argument(f"--{name.replace('_', '-')}", type=field.annotation, default=None, metavar="N",
+                           help=f"{field.description} (default {shown})")
     chat = parser.add_argument_group("chat")
     chat.add_argument("--system", default=None, help="system prompt for the terminal chat")
     args = parser.parse_args(argv)
@@ -93,7 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def model_settings(args: argparse.Namespace) -> dict:
     settings = {"infer_backend": args.backend, "model_name_or_path": args.model, "infer_dtype": args.dtype,
                 "served_model_name": args.served_model_name, "trust_remote_code": args.trust_remote_code}
-    for name in ("temperature", "max_new_tokens", "max_concurrent", "max_waiting"):
+    for name in ("temperature", "max_new_tokens", "max_concurrent", "max_waiting", *MediaSettings.model_fields):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     if args.engine_args:

@@ -6,15 +6,17 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engines.model_args import MediaSettings
 from limits import Limits
 
 if TYPE_CHECKING:
     from webui import ModelRights
 
 # Model settings from the command line that belong to the server, not to the model it starts
-# with, so that models loaded from the page get them too. (--served-model-name names the
-# command line's model; another model loaded from the page is served under its own name.)
-SERVER_WIDE = ("max_concurrent", "max_waiting")
+# with, so that models loaded from the page get them too: how many requests run and wait, and
+# what media a request may make it decode. (--served-model-name names the command line's model;
+# another model loaded from the page is served under its own name.)
+SERVER_WIDE = ("max_concurrent", "max_waiting", *MediaSettings.model_fields)
 
 
 def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:

@@ -2,11 +2,18 @@
 PIL image, frames, samples) becomes an RGB image, sampled video frames, or mono audio at the
 model's rate, or a MediaError that names the file and says what to do.
 
-Heavy decoders (pillow, decord / PyAV, soundfile, soxr) are imported when first needed.
+Each file is read in two steps: ``open_*`` reads its header and charges it to the request's
+MediaBudget (engines/media_budget.py), so that a request whose files are too big, too long or
+too many is refused before any of them is decoded; ``read()`` then decodes it, at the size the
+model needs rather than the size it is stored at, and never holding more than one full-size
+picture (or one block of audio) at a time. ``load_*`` do both for one file.
+
+Heavy decoders (pillow, PyAV / decord, soundfile, soxr) are imported when first needed.
 """
 
 from __future__ import annotations
 
+import bisect
 import io
 import math
 import os
@@ -18,6 +25,7 @@ from typing import Any, Union
 import numpy as np
 
 from .errors import MediaError
+from .media_budget import MediaBudget
 
 # A path, raw bytes, or a PIL.Image.Image.
 ImageInput = Union[str, os.PathLike, bytes, Any]
@@ -83,54 +91,72 @@ def _wrong_kind_hint(kind: str, source: Any) -> str:
 # ---- images
 
 
-def load_image(source: ImageInput, name: str, max_pixels: int) -> Any:
+def load_image(source: ImageInput, name: str, max_pixels: int, budget: MediaBudget | None = None) -> Any:
     """An RGB PIL image, EXIF-rotated, transparent areas on white, at most ``max_pixels`` pixels."""
-    from PIL import Image, ImageOps
+    return open_image(source, name, max_pixels, budget or MediaBudget()).read()
 
-    if isinstance(source, Image.Image):
-        image = source
-    else:
-        readable = _read_source("image", name, source)
+
+@dataclass
+class ImageFile:
+    """An image whose header is read (and charged), not yet decoded."""
+
+    image: Any
+    name: str
+    max_pixels: int
+    from_file: bool = True
+
+    def read(self) -> Any:
+        from PIL import ImageOps
+
+        image = self.image
         try:
-            image = Image.open(readable)
-        except Image.DecompressionBombError:
-            raise MediaError(_bomb_message(name)) from None
-        except (OSError, SyntaxError, ValueError):
+            image.load()
+            # Downscaled before anything else, so that only the decoded picture is ever full size.
+            if image.mode in ("1", "P", "PA"):  # palette images resize only to nearest neighbours
+                image = _to_rgb(image)
+            image = _shrink(image, self.max_pixels)
+            image = ImageOps.exif_transpose(image)
+        except (OSError, SyntaxError, ValueError) as error:
             raise MediaError(
-                f"The {name} is not an image this app can read. "
-                f"Send a PNG, JPEG, GIF, BMP or WebP file.{_wrong_kind_hint('image', source)}"
+                f"The {self.name} could not be decoded ({_reason(error)}): the file is damaged or incomplete. "
+                "Upload it again or export it anew."
             ) from None
-    width, height = image.size
-    # Checked before decoding: a small file can declare billions of pixels.
-    if width * height > Image.MAX_IMAGE_PIXELS:
-        raise MediaError(_bomb_message(name, width, height))
-    try:
-        # JPEG can decode at a fraction of its size, which saves most of the work for big photos.
-        target = _fit(width, height, max_pixels)
-        if target != (width, height):
-            image.draft("RGB", target)
-        image.load()
-        image = ImageOps.exif_transpose(image)
-    except (OSError, SyntaxError, ValueError) as error:
-        raise MediaError(
-            f"The {name} could not be decoded ({_reason(error)}): the file is damaged or incomplete. "
-            "Upload it again or export it anew."
-        ) from None
-    image = _to_rgb(image)
-    target = _fit(*image.size, max_pixels)
-    if target != image.size:
-        image = image.resize(target, Image.Resampling.BICUBIC)
-    return image
+        return _to_rgb(image)
+
+    def close(self) -> None:
+        """Let go of the file of an image that will not be read (an image given as a PIL image stays the caller's)."""
+        if self.from_file:
+            self.image.close()
 
 
-def _bomb_message(name: str, width: int | None = None, height: int | None = None) -> str:
+def open_image(source: ImageInput, name: str, max_pixels: int, budget: MediaBudget) -> ImageFile:
+    """The image's header, its size charged to ``budget``. A PIL image is taken as it is."""
     from PIL import Image
 
-    size = f" is {width}x{height} pixels, which" if width else ""
-    return (
-        f"The {name}{size} is larger than the {Image.MAX_IMAGE_PIXELS / 1e6:.0f} million pixels this app decodes "
-        "(a guard against decompression bombs). Downscale it before sending."
-    )
+    if isinstance(source, Image.Image):
+        return ImageFile(source, name, max_pixels, from_file=False)
+    readable = _read_source("image", name, source)
+    try:
+        image = Image.open(readable)
+    except Image.DecompressionBombError:
+        # Pillow's own guard, for sizes far beyond ours: it refuses them before we see the size.
+        raise budget.image_too_large(name) from None
+    except (OSError, SyntaxError, ValueError):
+        raise MediaError(
+            f"The {name} is not an image this app can read. "
+            f"Send a PNG, JPEG, GIF, BMP or WebP file.{_wrong_kind_hint('image', source)}"
+        ) from None
+    declared = image.size
+    # JPEG can decode at a fraction of its size, which saves most of the work for big photos.
+    target = _fit(*declared, max_pixels)
+    if target != declared:
+        image.draft("RGB", target)
+    try:
+        budget.image(name, declared, image.size)
+    except MediaError:
+        image.close()
+        raise
+    return ImageFile(image, name, max_pixels)
 
 
 def _to_rgb(image: Any) -> Any:
@@ -152,6 +178,14 @@ def _fit(width: int, height: int, max_pixels: int) -> tuple[int, int]:
     return max(1, int(width * scale)), max(1, int(height * scale))
 
 
+def _shrink(image: Any, max_pixels: int) -> Any:
+    from PIL import Image
+
+    target = _fit(*image.size, max_pixels)
+    # reducing_gap: a fast integer reduction first, as Image.thumbnail does, then the fine resize.
+    return image if target == image.size else image.resize(target, Image.Resampling.BICUBIC, reducing_gap=2.0)
+
+
 def _reason(error: BaseException) -> str:
     return str(error).strip().rstrip(".") or type(error).__name__
 
@@ -159,26 +193,176 @@ def _reason(error: BaseException) -> str:
 # ---- video
 
 
-def load_video(source: VideoInput, name: str, fps: float, max_frames: int, max_pixels: int) -> Video:
+def load_video(source: VideoInput, name: str, fps: float, max_frames: int, max_pixels: int,
+               budget: MediaBudget | None = None) -> Video:
     """Frames sampled at ``fps`` (at most ``max_frames``, spread over the whole video), each
     downscaled to ``max_pixels``. A list of frames is taken as already sampled at ``fps``."""
+    return open_video(source, name, fps, max_frames, max_pixels, budget or MediaBudget()).read()
+
+
+@dataclass
+class VideoFile:
+    """A video whose header and packet index are read (and charged), and the frames to sample."""
+
+    readable: io.BytesIO | str
+    name: str
+    source: Any
+    total: int
+    fps: float
+    indices: list[int]
+    size: tuple[int, int]
+    max_source_pixels: int
+
+    def close(self) -> None:
+        """Nothing is held open between reading the header and decoding."""
+
+    def read(self) -> Video:
+        if isinstance(self.readable, io.BytesIO):
+            self.readable.seek(0)
+        if _has_decord():
+            frames, backend = self._read_with_decord(), "decord"
+        else:
+            frames, backend = self._read_with_pyav(), "pyav"
+        metadata = {"total_num_frames": self.total, "fps": self.fps, "frames_indices": self.indices, "video_backend": backend}
+        return Video(frames, metadata)
+
+    def _read_with_decord(self) -> np.ndarray:
+        import decord
+
+        try:
+            # decord scales each frame as it is decoded: the full-size frames never reach memory.
+            reader = decord.VideoReader(self.readable, ctx=decord.cpu(0), width=self.size[0], height=self.size[1], num_threads=1)
+            last = len(reader) - 1
+            return reader.get_batch([min(index, last) for index in self.indices]).asnumpy()
+        except Exception as error:  # decord raises its own DECORDError (a RuntimeError) and others
+            raise _unreadable_video(self.name, self.source, error) from None
+
+    def _read_with_pyav(self) -> np.ndarray:
+        wanted = set(self.indices)
+        kept: dict[int, np.ndarray] = {}
+        width, height = self.size
+        try:
+            with _open_container(self.readable, self.max_source_pixels) as container:
+                stream = container.streams.video[0]
+                # Read from the start (PyAV does not seek here); each sampled frame is scaled as it is
+                # converted, the others are dropped as they come.
+                for position, frame in enumerate(container.decode(stream)):
+                    if position in wanted:
+                        kept[position] = frame.to_ndarray(width=width, height=height, format="rgb24", interpolation="AREA")
+                    if position >= self.indices[-1]:
+                        break
+        except Exception as error:  # av.error.* and codec errors
+            raise _unreadable_video(self.name, self.source, error) from None
+        if not kept:
+            raise MediaError(f"The {self.name} has no video frames.")
+        # A header that counted more frames than the stream holds: the last frames stand in.
+        return np.stack([kept[max(i for i in kept if i <= index)] for index in self.indices])
+
+
+def open_video(source: VideoInput, name: str, fps: float, max_frames: int, max_pixels: int, budget: MediaBudget) -> FrameList | VideoFile:
+    """The video's header and packet index (no frame decoded), its size, length and the decoding
+    its sampled frames take charged to ``budget``."""
     if isinstance(source, (list, tuple)):
         if not source:
             raise MediaError(f"The {name} is an empty list of frames.")
-        frames = [load_image(_frame_image(frame, name), name, max_pixels) for frame in source]
-        metadata = {"total_num_frames": len(frames), "fps": fps, "frames_indices": list(range(len(frames)))}
-        return Video(np.stack([np.asarray(frame) for frame in _same_size(frames)]), metadata)
+        return FrameList([_frame_image(frame, name) for frame in source], fps, max_pixels)
     readable = _read_source("video", name, source)
+    max_source_pixels = budget.settings.video_max_source_pixels
     try:
-        import decord  # noqa: F401  (decord first: it seeks straight to the sampled frames)
-    except ImportError:
-        raw, metadata = _read_with_pyav(readable, name, source, fps, max_frames)
-    else:
-        raw, metadata = _read_with_decord(readable, name, source, fps, max_frames)
-    from PIL import Image
+        with _open_container(readable, max_source_pixels) as container:
+            if not container.streams.video:
+                raise _unreadable_video(name, source, "it holds no video stream")
+            stream = container.streams.video[0]
+            width, height = stream.codec_context.width, stream.codec_context.height
+            native_fps = float(stream.average_rate or stream.guessed_rate or fps)
+            declared = stream.frames or int(float(stream.duration * stream.time_base) * native_fps if stream.duration else 0)
+            # Checked from the header first, so that the packets of an absurdly long video are not read.
+            budget.video(name, width, height, declared / native_fps)
+            budget.video_frames(name, declared)
+            keyframes, total = _packet_index(container, stream, budget.most_video_frames + 1)
+    except MediaError:
+        raise
+    except Exception as error:  # av.error.* and codec errors
+        raise _unreadable_video(name, source, error) from None
+    if total == 0 or not width or not height:
+        raise MediaError(f"The {name} has no video frames.")
+    # The frames counted, where the header said fewer or nothing.
+    budget.video(name, width, height, total / native_fps)
+    budget.video_frames(name, total)
+    indices = _sample_indices(total, native_fps, fps, max_frames)
+    budget.video_decoding(name, _frames_decoded(keyframes, indices, seeks=_has_decord()), width, height)
+    return VideoFile(readable, name, source, total, native_fps, indices, _fit(width, height, max_pixels), max_source_pixels)
 
-    frames = [_shrink(Image.fromarray(frame), max_pixels) for frame in raw]
-    return Video(np.stack([np.asarray(frame) for frame in frames]), metadata)
+
+@dataclass
+class FrameList:
+    """Frames the caller decoded already, taken as sampled."""
+
+    frames: list
+    fps: float
+    max_pixels: int
+
+    def close(self) -> None:
+        """The frames are the caller's."""
+
+    def read(self) -> Video:
+        frames = _same_size([_shrink(_to_rgb(frame), self.max_pixels) for frame in self.frames])
+        metadata = {"total_num_frames": len(frames), "fps": self.fps, "frames_indices": list(range(len(frames)))}
+        return Video(np.stack([np.asarray(frame) for frame in frames]), metadata)
+
+
+def _has_decord() -> bool:
+    """decord first where installed: it seeks straight to the sampled frames."""
+    try:
+        import decord  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _open_container(readable: io.BytesIO | str, max_pixels: int) -> Any:
+    """A PyAV container whose decoders refuse frames over ``max_pixels``: reading the header
+    decodes a frame or two, and a stream may change its size after the header."""
+    try:
+        import av
+    except ImportError:
+        raise MediaError("Reading video needs PyAV: pip install av.") from None
+    return av.open(readable, options={"max_pixels": str(max_pixels)})
+
+
+def _packet_index(container: Any, stream: Any, most: int) -> tuple[list[int], int]:
+    """The positions of the keyframes among the frames in showing order, and the frame count,
+    from the packets alone (nothing is decoded); reading stops after ``most`` frames."""
+    packets = []
+    for packet in container.demux(stream):
+        if packet.size:
+            packets.append((packet.pts, packet.is_keyframe))
+            if len(packets) >= most:
+                break
+    order = sorted(range(len(packets)), key=lambda i: (packets[i][0] is None, packets[i][0] or 0, i))
+    keyframes = [position for position, i in enumerate(order) if packets[i][1]]
+    return keyframes or [0], len(packets)
+
+
+def _sample_indices(total_frames: int, native_fps: float, fps: float, max_frames: int) -> list[int]:
+    """``fps`` frames per second of video, at most ``max_frames``, spread over the whole of it."""
+    duration = total_frames / native_fps if native_fps > 0 else total_frames / fps
+    count = max(1, min(max_frames, total_frames, math.floor(duration * fps)))
+    return np.linspace(0, total_frames - 1, count).round().astype(int).tolist()
+
+
+def _frames_decoded(keyframes: list[int], indices: list[int], seeks: bool) -> int:
+    """How many frames a reader decodes to reach ``indices``: from the start when it does not
+    seek; else, as decord does, from each frame's keyframe unless it is reading that stretch already."""
+    if not seeks:
+        return indices[-1] + 1
+    decoded, position = 0, -1
+    for index in indices:
+        keyframe = keyframes[max(0, bisect.bisect_right(keyframes, index) - 1)]
+        start = position + 1 if keyframe <= position < index else min(keyframe, index)
+        decoded += index - start + 1
+        position = index
+    return decoded
 
 
 def _frame_image(frame: Any, name: str) -> Any:
@@ -196,107 +380,112 @@ def _same_size(frames: list) -> list:
     return [frame if frame.size == size else frame.resize(size) for frame in frames]
 
 
-def _shrink(image: Any, max_pixels: int) -> Any:
-    from PIL import Image
-
-    target = _fit(*image.size, max_pixels)
-    return image if target == image.size else image.resize(target, Image.Resampling.BICUBIC)
-
-
-def _sample_count(total_frames: int, native_fps: float, fps: float, max_frames: int) -> int:
-    duration = total_frames / native_fps if native_fps > 0 else total_frames / fps
-    return max(1, min(max_frames, total_frames, math.floor(duration * fps)))
-
-
 # decord's messages start with its log prefix and C++ source place ("[12:19:10] /src/video/video_reader.cc:83: ").
 _DECODER_LOG_PREFIX = re.compile(r"\[[\d:]+\] \S+:\d+: ")
+# How Python names an in-memory file in a decoder's message.
+_IN_MEMORY_FILE = re.compile(r"<_io\.BytesIO object at 0x[0-9a-f]+>")
 
 
 def _decoder_reason(error: BaseException, source: Any) -> str:
     """A decoder's reason, without its log prefix or the file's path on the server (the message names the file)."""
-    reason = _DECODER_LOG_PREFIX.sub("", _reason(error))
+    reason = _IN_MEMORY_FILE.sub("the file", _DECODER_LOG_PREFIX.sub("", _reason(error)))
     return reason.replace(os.fspath(source), Path(source).name) if isinstance(source, (str, os.PathLike)) else reason
 
 
-def _unreadable_video(name: str, source: Any, error: BaseException) -> MediaError:
-    reason = _decoder_reason(error, source)
+def _unreadable_video(name: str, source: Any, error: BaseException | str) -> MediaError:
+    reason = error if isinstance(error, str) else _decoder_reason(error, source)
     return MediaError(
         f"The {name} could not be opened as a video ({reason[:200]}). "
         f"Send an MP4, WebM, MKV, AVI or MOV file.{_wrong_kind_hint('video', source)}"
     )
 
 
-def _read_with_decord(readable, name, source, fps, max_frames) -> tuple[np.ndarray, dict[str, Any]]:
-    import decord
-
-    try:
-        reader = decord.VideoReader(readable, ctx=decord.cpu(0), num_threads=1)
-        total, native_fps = len(reader), float(reader.get_avg_fps())
-        if total == 0:
-            raise MediaError(f"The {name} has no video frames.")
-        count = _sample_count(total, native_fps, fps, max_frames)
-        indices = np.linspace(0, total - 1, count).round().astype(int).tolist()
-        frames = reader.get_batch(indices).asnumpy()
-    except MediaError:
-        raise
-    except Exception as error:  # decord raises its own DECORDError (a RuntimeError) and others
-        raise _unreadable_video(name, source, error) from None
-    return frames, {"total_num_frames": total, "fps": native_fps, "frames_indices": indices, "video_backend": "decord"}
-
-
-def _read_with_pyav(readable, name, source, fps, max_frames) -> tuple[np.ndarray, dict[str, Any]]:
-    try:
-        import av
-    except ImportError:
-        raise MediaError("Reading video needs decord or PyAV: pip install decord (or pip install av).") from None
-    try:
-        with av.open(readable) as container:
-            if not container.streams.video:
-                raise MediaError(f"The {name} has no video stream.{_wrong_kind_hint('video', source)}")
-            stream = container.streams.video[0]
-            native_fps = float(stream.average_rate or fps)
-            # PyAV cannot always tell the frame count without decoding; the frames are decoded
-            # once and sampled from memory as small RGB arrays.
-            decoded = [frame.to_ndarray(format="rgb24") for frame in container.decode(stream)]
-    except MediaError:
-        raise
-    except Exception as error:  # av.error.* and codec errors
-        raise _unreadable_video(name, source, error) from None
-    if not decoded:
-        raise MediaError(f"The {name} has no video frames.")
-    count = _sample_count(len(decoded), native_fps, fps, max_frames)
-    indices = np.linspace(0, len(decoded) - 1, count).round().astype(int).tolist()
-    metadata = {"total_num_frames": len(decoded), "fps": native_fps, "frames_indices": indices, "video_backend": "pyav"}
-    return np.stack([decoded[i] for i in indices]), metadata
-
-
 # ---- audio
 
+# Frames read and mixed down at a time: memory stays at one block, however many channels.
+_AUDIO_BLOCK = 1 << 16
 
-def load_audio(
-    source: AudioInput, name: str, sampling_rate: int, max_seconds: float, limit: str = "the audio_max_seconds setting"
-) -> np.ndarray:
+
+def load_audio(source: AudioInput, name: str, sampling_rate: int, max_seconds: float,
+               limit: str = "the audio_max_seconds setting", budget: MediaBudget | None = None) -> np.ndarray:
     """Mono float32 samples at ``sampling_rate``. Audio longer than ``max_seconds`` is refused
     before it is decoded; ``limit`` says where that maximum comes from."""
+    return open_audio(source, name, sampling_rate, max_seconds, limit, budget or MediaBudget()).read()
+
+
+@dataclass
+class AudioFile:
+    """Audio whose header is read (and charged): a file, or samples already in memory."""
+
+    readable: io.BytesIO | str | None
+    name: str
+    source: Any
+    sampling_rate: int
+    samples: np.ndarray | None = None
+    rate: int = 0
+
+    def close(self) -> None:
+        """Nothing is held open between reading the header and decoding."""
+
+    def read(self) -> np.ndarray:
+        if self.samples is not None:
+            return _mono_at_rate(_blocks_of(self.samples), self.rate, self.sampling_rate)
+        import soundfile
+
+        if isinstance(self.readable, io.BytesIO):
+            self.readable.seek(0)
+        try:
+            with soundfile.SoundFile(self.readable) as audio:
+                blocks = audio.blocks(blocksize=_AUDIO_BLOCK, dtype="float32", always_2d=True)
+                return _mono_at_rate(blocks, audio.samplerate, self.sampling_rate)
+        except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as error:
+            raise _unreadable_audio(self.name, self.source, error) from None
+
+
+def open_audio(source: AudioInput, name: str, sampling_rate: int, max_seconds: float, limit: str, budget: MediaBudget) -> AudioFile:
+    """The audio's header (or the samples given), its channels, rate and length charged to
+    ``budget``, to be read at ``sampling_rate``; longer than ``max_seconds`` is refused, ``limit``
+    saying where that comes from."""
     if isinstance(source, dict) and "array" in source:
         source = (source["array"], source.get("sampling_rate"))
     if isinstance(source, tuple):
         samples, rate = _samples_and_rate(source, name)
-        _check_duration(name, len(samples) / rate, max_seconds, limit)
-    else:
-        if isinstance(source, np.ndarray):
-            raise MediaError(
-                f"The {name} is a bare array; give (samples, sample_rate) so its rate is known, e.g. (array, 16000)."
-            )
-        samples, rate = _read_audio_file(_read_source("audio", name, source), name, source, max_seconds, limit)
-    if samples.ndim == 2:
-        samples = samples.mean(axis=1)
-    samples = samples.astype(np.float32, copy=False)
-    if rate != sampling_rate:
-        import soxr
+        budget.audio(name, samples.shape[1] if samples.ndim == 2 else 1, rate, len(samples) / rate, max_seconds, limit)
+        return AudioFile(None, name, source, sampling_rate, samples, rate)
+    if isinstance(source, np.ndarray):
+        raise MediaError(
+            f"The {name} is a bare array; give (samples, sample_rate) so its rate is known, e.g. (array, 16000)."
+        )
+    readable = _read_source("audio", name, source)
+    import soundfile
 
-        samples = soxr.resample(samples, rate, sampling_rate).astype(np.float32, copy=False)
-    return samples
+    try:
+        info = soundfile.info(readable)
+    except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as error:
+        raise _unreadable_audio(name, source, error) from None
+    if info.frames <= 0:
+        raise MediaError(f"The {name} holds no audio samples.")
+    budget.audio(name, info.channels, info.samplerate, info.frames / info.samplerate, max_seconds, limit)
+    return AudioFile(readable, name, source, sampling_rate)
+
+
+def _blocks_of(samples: np.ndarray) -> Any:
+    samples = samples if samples.ndim == 2 else samples[:, None]
+    return (samples[start:start + _AUDIO_BLOCK] for start in range(0, len(samples), _AUDIO_BLOCK))
+
+
+def _mono_at_rate(blocks: Any, rate: int, sampling_rate: int) -> np.ndarray:
+    """Blocks of (frames, channels) samples mixed down to mono and resampled as they come."""
+    import soxr
+
+    resampler = soxr.ResampleStream(rate, sampling_rate, 1, dtype="float32") if rate != sampling_rate else None
+    pieces = []
+    for block in blocks:
+        mono = block.mean(axis=1, dtype=np.float32)
+        pieces.append(resampler.resample_chunk(mono) if resampler else mono)
+    if resampler:
+        pieces.append(resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+    return np.concatenate(pieces).astype(np.float32, copy=False)
 
 
 def _samples_and_rate(source: tuple, name: str) -> tuple[np.ndarray, int]:
@@ -312,34 +501,8 @@ def _samples_and_rate(source: tuple, name: str) -> tuple[np.ndarray, int]:
     return samples, int(source[1])
 
 
-def _read_audio_file(readable, name: str, source: Any, max_seconds: float, limit: str) -> tuple[np.ndarray, int]:
-    import soundfile
-
-    try:
-        with soundfile.SoundFile(readable) as audio:
-            if audio.frames <= 0:
-                raise MediaError(f"The {name} holds no audio samples.")
-            _check_duration(name, audio.frames / audio.samplerate, max_seconds, limit)
-            return audio.read(dtype="float32", always_2d=True), audio.samplerate
-    except MediaError:
-        raise
-    except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as error:
-        raise MediaError(
-            f"The {name} is not an audio file this app can read ({_decoder_reason(error, source)}). "
-            f"Send a WAV, FLAC, OGG or MP3 file.{_wrong_kind_hint('audio', source)}"
-        ) from None
-
-
-def _check_duration(name: str, seconds: float, max_seconds: float, limit: str) -> None:
-    if seconds > max_seconds:
-        raise MediaError(
-            f"The {name} is {_duration(seconds)} long; the limit is {_duration(max_seconds)} ({limit}). "
-            "Trim it or send a shorter clip."
-        )
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    minutes = seconds / 60
-    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+def _unreadable_audio(name: str, source: Any, error: BaseException) -> MediaError:
+    return MediaError(
+        f"The {name} is not an audio file this app can read ({_decoder_reason(error, source)}). "
+        f"Send a WAV, FLAC, OGG or MP3 file.{_wrong_kind_hint('audio', source)}"
+    )

@@ -25,11 +25,40 @@ def _default_max_waiting() -> int:
     return int(os.environ.get("MAX_WAITING", "32"))
 
 
-class ModelArgs(Settings):
+class MediaSettings(Settings):
+    """How media are read, the same way on every backend (engines/media.py, within the limits of
+    engines/media_budget.py): the size they reach the model at, and what one request may make the
+    server decode. Sizes and lengths are checked from each file's header before it is decoded;
+    counts and totals are per request, the files of earlier messages included."""
+
+    kind = "media"
+
+    image_max_pixels: int = Field(768 * 768, gt=0, description="images are downscaled to at most this many pixels")
+    image_max_count: int = Field(32, gt=0, description="images per request at most")
+    image_max_source_pixels: int = Field(50_000_000, gt=0, description="pixels of one image as decoded (width x height); a larger image is refused")
+    image_max_total_pixels: int = Field(200_000_000, gt=0, description="pixels decoded for one request's images together")
+    video_fps: float = Field(2.0, gt=0, description="frames sampled per second of video")
+    video_max_frames: int = Field(32, gt=0, description="frames per video at most, spread over its length")
+    video_max_pixels: int = Field(256 * 256, gt=0, description="pixel budget of each video frame")
+    video_max_count: int = Field(4, gt=0, description="videos per request at most")
+    video_max_source_pixels: int = Field(7680 * 4320, gt=0, description="pixels of a video's frames as stored (width x height); larger is refused")
+    video_max_seconds: float = Field(600.0, gt=0, description="longer video is refused")
+    video_max_total_pixels: int = Field(
+        4_000_000_000, gt=0,
+        description="pixels decoded for one request's videos together: every frame decoded to reach the sampled ones, times its size",
+    )
+    audio_max_seconds: float = Field(600.0, gt=0, description="longer audio is refused")
+    audio_max_count: int = Field(8, gt=0, description="audio clips per request at most")
+    audio_max_channels: int = Field(8, gt=0, description="channels of one audio clip at most")
+    audio_max_sample_rate: int = Field(192_000, gt=0, description="samples per second of one audio clip at most")
+    audio_max_total_seconds: float = Field(1200.0, gt=0, description="seconds of audio in one request together")
+
+
+class ModelArgs(MediaSettings):
     """What to load and how. Settings under "serving" are taken by some backends only (each
     backend lists its own in engines/backends.py); giving one to a backend that does not take
-    it is an error rather than a setting silently dropped. The media settings are applied by
-    engines/media.py the same way on every backend."""
+    it is an error rather than a setting silently dropped. The media settings (MediaSettings)
+    are applied by engines/media.py the same way on every backend."""
 
     kind = "model"
 
@@ -55,13 +84,6 @@ class ModelArgs(Settings):
     threads: int | None = Field(None, ge=1, le=1024, description="CPU threads; None: the physical cores")
     batch_size: int | None = Field(None, ge=1, le=INT32_MAX, description="prompt tokens processed per step")
     gpu_layers: int | None = Field(None, ge=-1, le=100_000, description="layers offloaded to the GPU; -1 all, 0 none")
-    # ---- media
-    image_max_pixels: int = Field(768 * 768, gt=0, description="images are downscaled to at most this many pixels")
-    video_fps: float = Field(2.0, gt=0, description="frames sampled per second of video")
-    video_max_frames: int = Field(32, gt=0, description="frames per video at most, spread over its length")
-    video_max_pixels: int = Field(256 * 256, gt=0, description="pixel budget of each video frame")
-    audio_max_seconds: float = Field(600.0, gt=0, description="longer audio is refused")
-
     @field_validator("infer_backend", "infer_dtype")
     @classmethod
     def _one_of_the_choices(cls, value: str, info: ValidationInfo) -> str:

@@ -9,11 +9,13 @@ No per-model code: what differs between models lives in their processor and temp
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 
 from .errors import MediaError, ModelLoadError
-from .media import PLACEHOLDERS, describe, load_audio, load_image, load_video
+from .media import PLACEHOLDERS, describe, open_audio, open_image, open_video
+from .media_budget import MediaBudget
 from .model_args import ModelArgs
 
 KINDS = ("image", "video", "audio")
@@ -106,24 +108,27 @@ class MediaProcessor:
 
     def load_media(self, media: dict[str, list]) -> dict[str, list]:
         """Each file regularised by engines/media.py, in the order of its placeholder: RGB images,
-        sampled videos (engines.media.Video), and mono audio at ``sampling_rate``."""
+        sampled videos (engines.media.Video), and mono audio at ``sampling_rate``. Every file's
+        header is read and charged to the request's MediaBudget before any file is decoded."""
         settings = self.model_args
-        loaded: dict[str, list] = {}
-        if images := media.get("image"):
-            loaded["image"] = [
-                load_image(source, describe("image", i, source), settings.image_max_pixels) for i, source in enumerate(images)
-            ]
-        if videos := media.get("video"):
-            loaded["video"] = [
-                load_video(source, describe("video", i, source), settings.video_fps, settings.video_max_frames, settings.video_max_pixels)
-                for i, source in enumerate(videos)
-            ]
-        if audios := media.get("audio"):
-            rate, max_seconds, why = self._audio_limits()
-            loaded["audio"] = [
-                load_audio(source, describe("audio", i, source), rate, max_seconds, why) for i, source in enumerate(audios)
-            ]
-        return loaded
+        budget = MediaBudget(settings)
+        budget.check_counts(media)
+        openers = {
+            "image": lambda source, name: open_image(source, name, settings.image_max_pixels, budget),
+            "video": lambda source, name: open_video(
+                source, name, settings.video_fps, settings.video_max_frames, settings.video_max_pixels, budget
+            ),
+            "audio": lambda source, name: open_audio(source, name, self.sampling_rate, *self._audio_limits(), budget),
+        }
+        opened: dict[str, list] = {}
+        with contextlib.ExitStack() as unread:
+            for kind, files in media.items():
+                opened[kind] = []
+                for i, source in enumerate(files):
+                    opened[kind].append(file := openers[kind](source, describe(kind, i, source)))
+                    unread.callback(file.close)
+            unread.pop_all()
+        return {kind: [file.read() for file in files] for kind, files in opened.items()}
 
     @property
     def sampling_rate(self) -> int:
@@ -173,16 +178,15 @@ class MediaProcessor:
                     )
                 )
 
-    def _audio_limits(self) -> tuple[int, float, str]:
+    def _audio_limits(self) -> tuple[float, str]:
+        """The longest clip the model takes, and where that limit comes from."""
         extractor = self.processor.feature_extractor
-        rate = self.sampling_rate
         # Whisper-style extractors pad or cut every clip to one window: longer audio would be
         # truncated without a word, so it is refused instead.
         window = getattr(extractor, "n_samples", None)
-        if window and window / rate < self.model_args.audio_max_seconds:
-            return rate, window / rate, "this model hears at most that much per clip"
-        return rate, self.model_args.audio_max_seconds, "the audio_max_seconds setting"
-
+        if window and window / self.sampling_rate < self.model_args.audio_max_seconds:
+            return window / self.sampling_rate, "this model hears at most that much per clip"
+        return self.model_args.audio_max_seconds, "the audio_max_seconds setting"
 
 def _typed(kind: str, token: str) -> str:
     """What to look for in the text: the placeholder people type, and the model's own token where it differs."""

