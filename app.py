@@ -61,14 +61,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--temperature", type=float, default=None, help="default temperature (0: greedy; default: the model's own)")
     model.add_argument("--max-new-tokens", type=int, default=None, help="default reply length limit in tokens")
     server = parser.add_argument_group("server (web, api)")
-    server.add_argument("--host", default="127.0.0.1", help="address to bind (default: only this machine)")
+    server.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default: only this machine; beyond it without logins, nobody may manage models)")
     server.add_argument("--port", type=int, default=7860)
-    server.add_argument("--auth", action="append", metavar="USER:PASS", help="a user who may open the page (repeatable)")
-    server.add_argument("--auth-file", metavar="FILE", help="users who may open the page, one USER:PASS a line")
+    server.add_argument("--allowed-hosts", action="append", metavar="NAME",
+                        help="a name requests may address this server by (its Host header; repeatable; *.example.com takes "
+                             "subdomains, * any), besides localhost, this machine's own names and IP addresses; pages of "
+                             "these names may also send requests (behind a proxy that rewrites Host)")
+    server.add_argument("--auth", action="append", metavar="USER:PASS",
+                        help="a user who may open the page and use the API (repeatable; the process list shows it: prefer --auth-file)")
+    server.add_argument("--auth-file", metavar="FILE", help="users who may open the page and use the API, one USER:PASS a line")
     server.add_argument("--admin", action="append", metavar="NAME",
                         help="a user of --auth who may load and unload models on the page (repeatable); other users see "
-                             "the model settings read-only. Without --auth the one person on the page is the admin")
-    server.add_argument("--api-key", default=os.environ.get("ANYCHAT_API_KEY"), help="key required on /v1 (env ANYCHAT_API_KEY)")
+                             "the model settings read-only. Without --auth the one person on the page is the admin, if only this "
+                             "machine can reach it (--host), else nobody")
+    server.add_argument("--api-key", default=None,
+                        help="key required on /v1 (the process list shows it: prefer the environment variable ANYCHAT_API_KEY)")
     server.add_argument("--max-concurrent", type=int, default=None,
                         help="requests the model answers at once; more wait in line (default: env MAX_CONCURRENT or 1)")
     server.add_argument("--max-waiting", type=int, default=None,
@@ -89,6 +97,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     chat = parser.add_argument_group("chat")
     chat.add_argument("--system", default=None, help="system prompt for the terminal chat")
     args = parser.parse_args(argv)
+    args.secret_flags = [flag for flag, value in (("--auth", args.auth), ("--api-key", args.api_key)) if value is not None]
+    if args.api_key is None:
+        args.api_key = os.environ.get("ANYCHAT_API_KEY")
+    if args.api_key is not None and not args.api_key.strip():
+        parser.error("the API key (--api-key or ANYCHAT_API_KEY) is empty, which would let in requests that send an empty one. "
+                     "Set a key, or leave ANYCHAT_API_KEY unset to serve /v1 without one.")
     if args.admin and not (args.auth or args.auth_file):
         parser.error("--admin names users of --auth, and there is no --auth: without a login page, whoever opens the page "
                      "(on this machine) is the admin already. Add --auth USER:PASS for each user, or leave out --admin.")

@@ -22,6 +22,8 @@ class Limits(BaseModel):
     max_import_media_size: int = byte_size(100 * 2**20, "each image, video or audio embedded in an imported conversation")
     max_request_size: int = byte_size(50 * 2**20, "the body of one API request, as in OpenAI's API")
     max_queue_size: int = Field(64, gt=0, description="page requests waiting for their turn; more are told the server is busy")
+    max_login_wait: int = Field(30, gt=0, description="longest wait in seconds before the next try after repeated failed logins "
+                                                      "(page and API) from one address or for one user name")
 
     @classmethod
     def in_bytes(cls, name: str) -> bool:

@@ -10,6 +10,7 @@ from engines.model_args import MediaSettings
 from limits import Limits
 
 if TYPE_CHECKING:
+    from access import Logins
     from webui import ModelRights
 
 # Model settings from the command line that belong to the server, not to the model it starts
@@ -42,9 +43,11 @@ def web_app(slot, args: argparse.Namespace):
     rights = page_rights(args, users)
     check_admins(rights, users)
     limits = limits_of(args)
-    app = api_app(slot, args)  # /v1 first: the page mounted at / takes every path added after it
+    logins = server_logins(users, args)
+    app = api_app(slot, args, logins)  # /v1 first: the page mounted at / takes every path added after it
     demo = build_demo(slot, rights, limits, models_dir(args)).queue(max_size=limits.max_queue_size)
-    return gr.mount_gradio_app(app, demo, path="/", auth=users, max_file_size=limits.max_upload_size, footer_links=[], show_error=True, **PAGE_KWARGS)
+    return gr.mount_gradio_app(app, demo, path="/", auth=logins.page_login if logins else None, max_file_size=limits.max_upload_size,
+                               footer_links=[], show_error=True, **PAGE_KWARGS)
 
 
 def serve_api(settings: dict[str, Any], args: argparse.Namespace) -> None:
@@ -54,7 +57,7 @@ def serve_api(settings: dict[str, Any], args: argparse.Namespace) -> None:
     slot = ModelSlot()
     load_slot(slot, settings)
     try:
-        run(api_app(slot, args), args, page=False)
+        run(api_app(slot, args, server_logins(page_users(args), args)), args, page=False)
     finally:
         slot.unload()
 
@@ -66,12 +69,19 @@ def load_slot(slot, settings: dict[str, Any]) -> None:
     print(slot.describe(), flush=True)
 
 
-def api_app(slot, args: argparse.Namespace):
+def api_app(slot, args: argparse.Namespace, logins: Logins):
+    """/v1 over ``slot``, with every request to the app (the page mounted on it later included)
+    checked for who sends it; says at startup who can reach it."""
     from fastapi import FastAPI
 
+    from access import AllowedHosts, exposure_warnings, guard
     from api import add_api
 
-    return add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args), args.max_request_size)
+    app = add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args), args.max_request_size, logins)
+    guard(app, AllowedHosts(args.allowed_hosts or (), bound=args.host))
+    for warning in exposure_warnings(args.host, args.port, bool(logins), args.api_key is not None, args.secret_flags):
+        print(warning, flush=True)
+    return app
 
 
 def run(app, args: argparse.Namespace, page: bool) -> None:
@@ -84,9 +94,16 @@ def run(app, args: argparse.Namespace, page: bool) -> None:
                 url = f"http://{args.host}:{args.port}"
                 if page:
                     print(f"Running on local URL:  {url}/", flush=True)
-                print(f"OpenAI-compatible API on {url}/v1{' (API key required)' if args.api_key else ''}", flush=True)
+                print(f"OpenAI-compatible API on {url}/v1 ({app.state.api_access.describe()})", flush=True)
 
     Server(uvicorn.Config(app, host=args.host, port=args.port)).run()
+
+
+def server_logins(users: list[tuple[str, str]] | None, args: argparse.Namespace) -> Logins:
+    """``users``' logins, for the page and the API alike, failed tries slowed down."""
+    from access import LoginThrottle, Logins
+
+    return Logins(users, LoginThrottle(args.max_login_wait))
 
 
 def page_users(args: argparse.Namespace) -> list[tuple[str, str]] | None:
@@ -111,15 +128,22 @@ def page_users(args: argparse.Namespace) -> list[tuple[str, str]] | None:
 
 def page_rights(args: argparse.Namespace, users: list[tuple[str, str]] | None) -> ModelRights:
     """Who may manage models from the page, and what the command line gives every load from it."""
+    from access import beyond_loopback
     from webui import ModelRights
 
-    return ModelRights(admins=None if users is None else frozenset(args.admin or ()), trust_remote_code=args.trust_remote_code,
+    # Without logins, the one person at the page is the admin, as long as only this machine reaches it; else nobody is.
+    without_logins = users is None and beyond_loopback(args.host)
+    admins = None if users is None and not without_logins else frozenset(args.admin or ())
+    return ModelRights(admins=admins, without_logins=without_logins, trust_remote_code=args.trust_remote_code,
                        server_settings={name: getattr(args, name) for name in SERVER_WIDE if getattr(args, name) is not None})
 
 
 def check_admins(rights: ModelRights, users: list[tuple[str, str]] | None) -> None:
     """Every --admin must be a user who can log in; say who may manage models."""
     if rights.admins is None:
+        return
+    if users is None:
+        print("Model management on the page: nobody (no logins, and other machines can reach this server).", flush=True)
         return
     names = [user for user, _ in users]
     unknown = sorted(rights.admins - set(names))

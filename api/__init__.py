@@ -6,21 +6,27 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from access import Logins
 from engines import ModelSlot
 from limits import Limits
 
+from .auth import ApiAccess, ApiAccessCheck
 from .body_limit import BodyLimit
 from .errors import install_error_handlers
 from .routes import create_router
 
 
 def add_api(app: FastAPI, slot: ModelSlot, api_key: str | None = None, local_media_dir: Path | None = None,
-            max_request_size: int = Limits().max_request_size) -> FastAPI:
-    """Serve /v1 on ``app``, taking request bodies of at most ``max_request_size`` bytes. Call it
-    before mounting anything at "/": a mount there takes every path registered after it."""
+            max_request_size: int = Limits().max_request_size, logins: Logins | None = None) -> FastAPI:
+    """Serve /v1 on ``app`` to holders of ``api_key`` and users of ``logins`` (anyone, when both
+    are empty; ``app.state.api_access`` says which), taking request bodies of at most
+    ``max_request_size`` bytes. Call it before mounting anything at "/": a mount there takes
+    every path registered after it."""
+    app.state.api_access = ApiAccess(api_key, logins)
     app.add_middleware(BodyLimit, limit=max_request_size)
+    app.add_middleware(ApiAccessCheck, access=app.state.api_access)
     install_error_handlers(app)
-    app.include_router(create_router(slot, api_key, local_media_dir))
+    app.include_router(create_router(slot, local_media_dir))
     return app
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from engines import ChatModel, ModelSlot
@@ -44,23 +43,10 @@ async def _disconnected(http: Request) -> None:
         pass
 
 
-def create_router(slot: ModelSlot, api_key: str | None = None, local_media_dir: Path | None = None) -> APIRouter:
-    """``api_key``: when set, every /v1 request must send it as a Bearer token.
-    ``local_media_dir``: the folder whose files content parts may name (none: no local files)."""
-
-    def check_api_key(request: Request) -> None:
-        if api_key is None:
-            return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), api_key.encode()):
-            raise APIError(
-                401,
-                "Incorrect or missing API key. Send the key this server was started with "
-                "(--api-key or ANYCHAT_API_KEY) as 'Authorization: Bearer <key>'.",
-                code="invalid_api_key",
-            )
-
-    router = APIRouter(prefix=API_PREFIX, dependencies=[Depends(check_api_key)])
+def create_router(slot: ModelSlot, local_media_dir: Path | None = None) -> APIRouter:
+    """``local_media_dir``: the folder whose files content parts may name (none: no local files).
+    Who may send requests is checked before they get here (ApiAccessCheck)."""
+    router = APIRouter(prefix=API_PREFIX)
 
     def serving(requested: str) -> ChatModel:
         model = slot.model

@@ -32,13 +32,14 @@ def bomb_png(width: int = 30000, height: int = 30000) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
 
 
-def write_video(path: Path, seconds: float = 3.0, fps: int = 10, size: tuple[int, int] = (64, 48)) -> Path:
-    """An MPEG-4 clip whose frame i is filled with gray level 8*i, so sampled frames can be identified."""
+def write_video(path: Path, seconds: float = 3.0, fps: int = 10, size: tuple[int, int] = (64, 48), codec: str = "mpeg4") -> Path:
+    """A clip whose frame i is filled with gray level 8*i, so sampled frames can be identified.
+    MPEG-4 by default; a browser plays "vp8" (in a .webm file)."""
     import av
 
     width, height = size
     with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=fps)
+        stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for index in range(int(seconds * fps)):
             frame = av.VideoFrame.from_ndarray(np.full((height, width, 3), 8 * index, np.uint8), format="rgb24")

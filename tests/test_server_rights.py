@@ -114,7 +114,7 @@ def test_an_upload_over_the_limit_is_refused_in_the_page(log_in, tmp_path):
 
 def test_an_api_body_over_the_limit_gets_413(app):
     body = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "x" * 2000}]}
-    answer = httpx.post(f"{app.url}v1/chat/completions", json=body, timeout=60)
+    answer = httpx.post(f"{app.url}v1/chat/completions", json=body, auth=("bob", USERS["bob"]), timeout=60)
     assert answer.status_code == 413
     assert "over this server's limit of 1 KB (set with --max-request-size)" in answer.json()["error"]["message"]
 

@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict
 from engines import ConfigError
 
 NEEDS_ADMIN = "Model management needs an admin: ask one of this server's admins (those it names with --admin) to load or unload a model."
+NEEDS_LOGINS = (
+    "Model management needs a login: this server has none, and other machines can reach it, so nobody may load or unload "
+    "models from the page. Its operator can start it with --auth-file and name admins with --admin."
+)
 REMOTE_CODE_REFUSED = (
     "trust_remote_code cannot be asked for from the page: running code shipped with a model is the server's choice, "
     "made on its command line (start app.py with --trust-remote-code)."
@@ -22,7 +26,8 @@ REMOTE_CODE_REFUSED = (
 
 class ModelRights(BaseModel):
     """``admins``: the users who may load and unload models, or None for a page without login
-    (the one person at it is the admin). ``trust_remote_code``: the server's command-line
+    that only this machine reaches (the one person at it is the admin). ``without_logins``: the
+    page has no login and other machines reach it, so nobody is an admin. ``trust_remote_code``: the server's command-line
     choice, which every load from the page gets and none can change. ``server_settings``: the
     command line's other server-wide settings (how many requests run and wait at once), which a
     load from the page keeps unless it sets them itself."""
@@ -30,6 +35,7 @@ class ModelRights(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     admins: frozenset[str] | None = None
+    without_logins: bool = False
     trust_remote_code: bool = False
     server_settings: dict[str, Any] = {}
 
@@ -38,6 +44,8 @@ class ModelRights(BaseModel):
 
     def check_admin(self, request: gr.Request | None) -> None:
         if not self.is_admin(request):
+            if self.without_logins:
+                raise gr.Error(NEEDS_LOGINS, title="Not an admin", print_exception=False)
             who = request.username if request is not None and request.username else "This user"
             raise gr.Error(f"{who} may not load or unload models. {NEEDS_ADMIN}", title="Not an admin", print_exception=False)
 
@@ -52,4 +60,6 @@ class ModelRights(BaseModel):
         """What the Settings tab tells a user who may not manage models (empty for an admin)."""
         if self.is_admin(request):
             return ""
+        if self.without_logins:
+            return f"🔒 You see what is loaded, read-only. {NEEDS_LOGINS}"
         return f"🔒 Signed in as **{request.username if request is not None else 'a guest'}**: you see what is loaded, read-only. {NEEDS_ADMIN}"

@@ -1,0 +1,27 @@
+"""Who may connect to the server, and what its page may fetch: logins (page and API alike, with
+failures slowed down), the Host and Origin of each request, the page's Content-Security-Policy,
+and what the server says at startup about who can reach it."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+# logins first: the API's access check imports them, and hosts imports the API's error shape.
+from .login_throttle import LoginThrottle, TooManyFailedLogins
+from .logins import ClientAddress, Logins
+from .content_policy import ContentSecurityPolicy
+from .exposure import exposure_warnings
+from .hosts import AllowedHosts, HostAndOriginCheck, beyond_loopback
+
+
+def guard(app: FastAPI, allowed_hosts: AllowedHosts) -> None:
+    """Check every request to ``app``, the page mounted on it included, before anything reads it."""
+    app.add_middleware(ClientAddress)
+    app.add_middleware(ContentSecurityPolicy)
+    app.add_middleware(HostAndOriginCheck, allowed=allowed_hosts)  # added last: the outermost
+
+
+__all__ = [
+    "AllowedHosts", "ContentSecurityPolicy", "LoginThrottle", "Logins", "TooManyFailedLogins",
+    "beyond_loopback", "exposure_warnings", "guard",
+]
