@@ -33,9 +33,10 @@ def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:
 def web_app(slot, args: argparse.Namespace):
     """The page at / and the API at /v1 over ``slot``, as a FastAPI app not yet served."""
     import gradio as gr
+    from gradio.route_utils import API_PREFIX as PAGE_PREFIX
     from gradio.utils import get_upload_folder
 
-    from api.body_limit import BodyLimit
+    from api.body_limit import BodyLimit, is_api_path
     from webui import PAGE_KWARGS, FileCache, build_demo
 
     users = page_users(args)
@@ -43,8 +44,9 @@ def web_app(slot, args: argparse.Namespace):
     check_admins(rights, users)
     limits = limits_of(args)
     app = api_app(slot, args)  # /v1 first: the page mounted at / takes every path added after it
-    app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=is_page_request, flag="--max-page-request-size",
-                       advice="Send a shorter message, or ask the server's operator to raise the limit.")
+    uploads = f"{PAGE_PREFIX}/upload"  # each file bounded by --max-upload-size instead
+    app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
+                       flag="--max-page-request-size", advice="Send a shorter message, or ask the server's operator to raise the limit.")
     demo = build_demo(slot, rights, limits, models_dir(args)).queue(max_size=limits.max_queue_size)
     files = FileCache(Path(get_upload_folder()), limits.max_file_age, limits.max_cache_size)
     page = gr.mount_gradio_app(app, demo, path="/", auth=users, max_file_size=limits.max_upload_size, footer_links=[], show_error=True,
@@ -53,15 +55,6 @@ def web_app(slot, args: argparse.Namespace):
     # run; a mounted page never runs it, and would copy any file on the server that it is sent.
     demo.has_launched = True
     return page
-
-
-def is_page_request(path: str) -> bool:
-    """A request to the page, but for its uploads (each file bounded by --max-upload-size)."""
-    from gradio.route_utils import API_PREFIX as PAGE_PREFIX
-
-    from api.errors import API_PREFIX
-
-    return not path.startswith(API_PREFIX) and path != f"{PAGE_PREFIX}/upload"
 
 
 def serve_api(settings: dict[str, Any], args: argparse.Namespace) -> None:

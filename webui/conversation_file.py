@@ -57,10 +57,10 @@ def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: 
     ``limit`` bytes, the most an import takes; beyond that it is a ChatError that says so."""
     try:
         with open(path, "wb") as file:
-            out = _Bounded(file, limit)
+            out = _BoundedFile(file, limit)
             out.write('{"system_prompt": ' + json.dumps(system_prompt or "") + ', "turns": [')
             for index, turn in enumerate(turns):
-                fields = SavedTurn(**turn.model_dump(exclude={"files"})).model_dump_json(exclude={"files"})
+                fields = turn.model_dump_json(exclude={"files"})
                 out.write(("," if index else "") + fields.removesuffix("}") + ', "files": [')
                 for number, medium in enumerate(turn.files):
                     out.write(("," if number else "") + '{"name": ' + json.dumps(os.path.basename(medium)) + ', "data": "')
@@ -72,7 +72,7 @@ def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: 
         raise ChatError(f"The file could not be written on the server ({error.strerror}).") from None
 
 
-class _Bounded:
+class _BoundedFile:
     """A file written to that refuses to grow beyond ``limit`` bytes."""
 
     def __init__(self, file: BinaryIO, limit: int) -> None:
@@ -90,7 +90,7 @@ class _Bounded:
         self.file.write(data)
 
 
-def _embed(path: str, out: _Bounded) -> None:
+def _embed(path: str, out: _BoundedFile) -> None:
     """The file at ``path`` as a data: URL, written a piece at a time."""
     mime = mimetypes.guess_type(path)[0] or f"{media_kind(path)}/octet-stream"
     try:

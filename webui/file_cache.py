@@ -1,9 +1,9 @@
 """The page's files on the server (Gradio's upload folder, GRADIO_TEMP_DIR: uploads, imported
 media, exports and the copies Gradio makes of them), kept within a lifetime and a total size.
 
-Gradio's own ``delete_cache`` is not used: it deletes only the files this process made (those of
-an earlier run stay forever), empties the cache whenever the server stops (every saved chat's
-media would be lost at each restart), and bounds no size. Files are aged by their ctime, as
+Gradio's own ``delete_cache`` is not used: it deletes only the files this process made (an
+earlier run's stay if it did not stop cleanly), deletes them all whenever the server stops (every
+saved chat's media would be lost at each restart), and bounds no size. Files are aged by their ctime, as
 Gradio ages them: Gradio touches a cached copy when it hands it out again.
 """
 
