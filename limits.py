@@ -21,6 +21,14 @@ class Limits(BaseModel):
     max_upload_size: int = byte_size(100 * 2**20, "each file put on the page: attachments and conversation files")
     max_import_media_size: int = byte_size(100 * 2**20, "each image, video or audio embedded in an imported conversation")
     max_request_size: int = byte_size(50 * 2**20, "the body of one API request, as in OpenAI's API")
+    # The largest the page sends is the saved chats it restores: localStorage holds about 5 million
+    # characters, under 4 MB of chats once decrypted; a 60,000-character paste is a few hundred KB.
+    max_page_request_size: int = byte_size(8 * 2**20, "the body of one request from the page (a message with its settings, "
+                                                      "the saved chats it restores); files go by --max-upload-size")
+    max_cache_size: int = byte_size(5 * 2**30, "all files the page keeps together (uploads, imported media, exports); "
+                                               "beyond it the oldest are deleted")
+    max_file_age: int = Field(24 * 3600, gt=0, description="seconds a file put on the page or exported from it is kept; "
+                                                           "saved chats then show it as a missing file")
     max_queue_size: int = Field(64, gt=0, description="page requests waiting for their turn; more are told the server is busy")
     max_login_wait: int = Field(30, gt=0, description="longest wait in seconds before the next try after repeated failed logins "
                                                       "(page and API) from one address or for one user name")

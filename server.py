@@ -36,8 +36,11 @@ def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:
 def web_app(slot, args: argparse.Namespace):
     """The page at / and the API at /v1 over ``slot``, as a FastAPI app not yet served."""
     import gradio as gr
+    from gradio.route_utils import API_PREFIX as PAGE_PREFIX
+    from gradio.utils import get_upload_folder
 
-    from webui import PAGE_KWARGS, build_demo
+    from api.body_limit import BodyLimit, is_api_path
+    from webui import PAGE_KWARGS, FileCache, build_demo
 
     users = page_users(args)
     rights = page_rights(args, users)
@@ -45,9 +48,17 @@ def web_app(slot, args: argparse.Namespace):
     limits = limits_of(args)
     logins = server_logins(users, args)
     app = api_app(slot, args, logins)  # /v1 first: the page mounted at / takes every path added after it
+    uploads = f"{PAGE_PREFIX}/upload"  # each file bounded by --max-upload-size instead
+    app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
+                       flag="--max-page-request-size", advice="Send a shorter message, or ask the server's operator to raise the limit.")
     demo = build_demo(slot, rights, limits, models_dir(args)).queue(max_size=limits.max_queue_size)
-    return gr.mount_gradio_app(app, demo, path="/", auth=logins.page_login if logins else None, max_file_size=limits.max_upload_size,
-                               footer_links=[], show_error=True, **PAGE_KWARGS)
+    files = FileCache(Path(get_upload_folder()), limits.max_file_age, limits.max_cache_size)
+    page = gr.mount_gradio_app(app, demo, path="/", auth=logins.page_login if logins else None, max_file_size=limits.max_upload_size,
+                               footer_links=[], show_error=True, app_kwargs={"lifespan": files.kept}, **PAGE_KWARGS)
+    # Gradio checks that a file a request names is one its users uploaded only once launch() has
+    # run; a mounted page never runs it, and would copy any file on the server that it is sent.
+    demo.has_launched = True
+    return page
 
 
 def serve_api(settings: dict[str, Any], args: argparse.Namespace) -> None:

@@ -121,6 +121,8 @@ def _local_file(url: str, param: str, local_media_dir: Path | None) -> str:
             code="local_file_refused",
         )
     path = urllib.parse.unquote(urllib.parse.urlsplit(url).path) if url.lower().startswith("file:") else url
+    if "\0" in path:  # no file has one, and the file system refuses it outright
+        raise APIError(400, f"{param}: the path holds a NUL byte, so it names no file. {SEND_AS_DATA_URL}", param=param, code="local_file_refused")
     resolved = Path(os.path.realpath(path))
     allowed = Path(os.path.realpath(local_media_dir))
     if not resolved.is_relative_to(allowed):

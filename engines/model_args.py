@@ -163,7 +163,11 @@ class ModelArgs(MediaSettings):
 
     @property
     def display_name(self) -> str:
-        return self.model_name_or_path or f"{EMBEDDED_MODEL_NAME} (embedded)"
+        """How the page and messages name the model: a local model by its file or directory name,
+        not its path on the server (every user of the page sees it)."""
+        if self.model_name_or_path is None:
+            return f"{EMBEDDED_MODEL_NAME} (embedded)"
+        return self._name_on_disk() or self.model_name_or_path
 
     @property
     def model_id(self) -> str:
@@ -173,11 +177,15 @@ class ModelArgs(MediaSettings):
             return self.served_model_name
         if self.model_name_or_path is None:
             return EMBEDDED_MODEL_NAME
-        path = os.path.expanduser(self.model_name_or_path)
-        if not os.path.exists(path):
+        name = self._name_on_disk()
+        if name is None:
             return self.model_name_or_path
-        name = os.path.basename(os.path.normpath(path))
         return name.removesuffix(".gguf").replace(" ", "-") or "model"
+
+    def _name_on_disk(self) -> str | None:
+        """The file or directory name of a model on this machine (None for a Hub name)."""
+        path = os.path.expanduser(self.model_name_or_path)
+        return os.path.basename(os.path.normpath(path)) if os.path.exists(path) else None
 
 
 def adapter_name(adapter: str) -> str:

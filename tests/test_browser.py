@@ -157,7 +157,7 @@ def test_an_image_reaches_a_multimodal_model_and_a_text_model_offers_no_upload(p
     open_tab(page, "Chat")
     ask(page, "Hi! Give me one tip for taking photos.")
 
-    load_model(page, str(tiny_vision_model), f"Loaded {tiny_vision_model} on huggingface")
+    load_model(page, str(tiny_vision_model), f"Loaded {tiny_vision_model.name} on huggingface")
     expect(page.locator("#model-status")).to_contain_text("Reads text, images.")
     # Its random weights say nothing worth reading: a few tokens show that a reply comes.
     set_number(page, "max-new-tokens", 6)
@@ -335,14 +335,14 @@ def test_the_model_picker_lists_and_loads_the_models_on_this_machine(page, model
     page.screenshot(path=str(ASSETS / "picker.png"))
     close_picker(page)
 
-    pick_and_load(page, "gguf/SmolLM2-copy", str(gguf), f"Loaded {gguf} on {GGUF_BACKEND}")
+    pick_and_load(page, "gguf/SmolLM2-copy", str(gguf), f"Loaded {gguf.name} on {GGUF_BACKEND}")
     set_number(page, "max-new-tokens", 12)
     open_tab(page, "Chat")
     ask(page, "Say hello.")
     check_stats(page, GGUF_BACKEND)
 
     open_tab(page, "Settings")
-    pick_and_load(page, "tiny-qwen2-vl", str(vision), f"Loaded {vision} on huggingface")
+    pick_and_load(page, "tiny-qwen2-vl", str(vision), f"Loaded {vision.name} on huggingface")
     expect(page.locator("#model-status")).to_contain_text("Reads text, images")
     set_number(page, "max-new-tokens", 6)
     open_tab(page, "Chat")
@@ -356,7 +356,7 @@ def test_the_model_picker_lists_and_loads_the_models_on_this_machine(page, model
     status = page.locator("#model-status")
     expect(status).to_contain_text("HuggingFaceTB/SmolLM2-360M-Instruct is not on this machine", timeout=15_000)
     expect(status).to_contain_text("unset HF_HUB_OFFLINE and load it again")
-    expect(status).to_contain_text(f"Loaded {vision} on huggingface")
+    expect(status).to_contain_text(f"Loaded {vision.name} on huggingface")
 
     # Rescan finds what was put there since the page opened.
     (models_folder / "later.gguf").symlink_to(default_gguf())

@@ -106,7 +106,7 @@ def test_a_broken_conversation_file_shows_a_toast_and_the_chat_stays(page, tmp_p
 
 
 def test_a_corrupt_or_huge_image_for_a_multimodal_model_is_named(page, tiny_vision_model, tmp_path):
-    load_model(page, str(tiny_vision_model), f"Loaded {tiny_vision_model} on huggingface")
+    load_model(page, str(tiny_vision_model), f"Loaded {tiny_vision_model.name} on huggingface")
     try:
         reply = start_chat(page, "Say hello.")
         corrupt = tmp_path / "holiday.png"

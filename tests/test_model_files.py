@@ -54,3 +54,15 @@ def test_bad_paths_are_refused(tmp_path):
 def test_a_gguf_path_loads_through_the_same_cache(chat_model):
     gguf = str(default_gguf())
     assert resolve_model_path(gguf) == chat_model.engine.model_path
+
+
+def test_a_local_model_is_named_by_its_file_not_its_path(tmp_path):
+    from engines.model_args import ModelArgs
+
+    model = tmp_path / "models" / "my-model.gguf"
+    model.parent.mkdir()
+    model.symlink_to(default_gguf())
+    named = ModelArgs(model_name_or_path=str(model))
+    assert (named.display_name, named.model_id) == ("my-model.gguf", "my-model")
+    assert ModelArgs(model_name_or_path="org/name").display_name == "org/name"
+    assert ModelArgs().display_name == "SmolLM2-135M-Instruct (embedded)"

@@ -244,6 +244,7 @@ def test_export_embeds_the_media_and_import_writes_them_to_the_upload_folder(han
     picture = open(image_file, "rb").read()
     session = ChatSession(turns=[Turn(role="user", content="Hi", files=[image_file]), Turn(role="assistant", content="Hello")])
     exported = handlers.export(session, "Be brief.")["value"]
+    assert exported.startswith(str(upload_folder)), "among the page's files, which are kept for a while only"
     text = open(exported).read()
     assert image_file not in text, "the export names a path on this server"
     [medium] = json.loads(text)["turns"][0]["files"]
@@ -260,6 +261,21 @@ def test_export_embeds_the_media_and_import_writes_them_to_the_upload_folder(han
     # Importing again writes a fresh folder: the first import's files stay as they were.
     handlers.import_(ChatSession(), exported)
     assert len(written_imports(upload_folder)) == 2 and os.path.exists(imported)
+
+
+def test_an_export_larger_than_an_import_takes_is_refused_and_leaves_nothing(slot, image_file, upload_folder):
+    session = ChatSession(turns=[Turn(role="user", content="Hi", files=[image_file] * 50)])
+    with pytest.raises(gr.Error, match=r"over 2 KB, the largest conversation file this server imports \(--max-upload-size\)"):
+        ChatHandlers(slot, CONTROLS, limits=Limits(max_upload_size=2048)).export(session, "")
+    assert not list(upload_folder.glob("anychat-export-*"))
+
+
+async def test_a_file_gone_since_it_was_sent_shows_as_missing_and_the_chat_goes_on(handlers, image_file):
+    session = ChatSession(turns=[Turn(role="user", content="Look.", files=[image_file]), Turn(role="assistant", content="Red.")])
+    os.remove(image_file)  # the page's files are deleted after their lifetime
+    chat = (await run(handlers.send(session, message("And now?"), **settings(4))))[-1][0]
+    assert "red.png: no longer on the server, so neither shown nor sent to the model" in json.dumps(chat)
+    assert session.turns[0].files == [] and session.turns[-1].role == "assistant" and session.turns[-1].content
 
 
 def conversation_file(tmp_path, files, name="conversation.json"):

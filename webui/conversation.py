@@ -36,7 +36,7 @@ class Turn(BaseModel):
     parser read it: ``reasoning``, ``content`` and ``tool_calls``. ``error`` on a user turn says
     why the model could not answer it, and such a turn is not sent to the model again until
     regenerated. ``stats`` says how a finished reply was written. ``missing_files`` names the files
-    of a saved chat that the server no longer has (shown as missing, not sent). ``writing``,
+    that the server no longer has (shown as missing, not sent). ``writing``,
     ``tool_text`` and ``waiting`` (how many requests must finish before this reply starts) exist
     only while the reply streams."""
 
@@ -75,6 +75,18 @@ def media_kind(path: str) -> str | None:
     mime = mimetypes.guess_type(path)[0] or ""
     kind = mime.split("/")[0]
     return kind if kind in MEDIA_EXTENSIONS else None
+
+
+def kept_media(turn: Turn, media_root: str | None = None) -> Turn:
+    """The turn with the files the server still has; others are named as missing (shown so,
+    never read): gone (the page's files are kept for a while only) or, where ``media_root`` is
+    given, not a file the page stored there (a saved chat's copy in the browser can be edited,
+    and a path elsewhere on the server is never shown or read)."""
+    root = os.path.realpath(media_root) + os.sep if media_root else ""
+    # isfile first: it is false for what realpath cannot take (a NUL byte in the path).
+    kept = [path for path in turn.files if os.path.isfile(path) and os.path.realpath(path).startswith(root)]
+    gone = [os.path.basename(path) for path in turn.files if path not in kept]
+    return turn.model_copy(update={"files": kept, "missing_files": turn.missing_files + gone}, deep=True)
 
 
 def model_request(turns: list[Turn]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:

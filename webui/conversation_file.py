@@ -17,7 +17,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -47,19 +47,60 @@ class ConversationFile(BaseModel):
     turns: list[SavedTurn]
 
 
-def export_json(turns: list[Turn], system_prompt: str) -> str:
-    saved = [SavedTurn(**turn.model_dump(exclude={"files"}), files=[_embed(path) for path in turn.files]) for turn in turns]
-    return ConversationFile(system_prompt=system_prompt or "", turns=saved).model_dump_json(indent=2)
+# Read and encoded a piece at a time; a multiple of 3 bytes, so that the pieces' base64 join up.
+EXPORT_PIECE = 3 * 2**20
 
 
-def _embed(path: str) -> EmbeddedMedia:
-    name = os.path.basename(path)
+def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: int) -> None:
+    """The conversation as a file at ``path``, its media embedded, written as it is built (a
+    conversation that names one large file many times is never held whole). It may take at most
+    ``limit`` bytes, the most an import takes; beyond that it is a ChatError that says so."""
+    try:
+        with open(path, "wb") as file:
+            out = _BoundedFile(file, limit)
+            out.write('{"system_prompt": ' + json.dumps(system_prompt or "") + ', "turns": [')
+            for index, turn in enumerate(turns):
+                fields = turn.model_dump_json(exclude={"files"})
+                out.write(("," if index else "") + fields.removesuffix("}") + ', "files": [')
+                for number, medium in enumerate(turn.files):
+                    out.write(("," if number else "") + '{"name": ' + json.dumps(os.path.basename(medium)) + ', "data": "')
+                    _embed(medium, out)
+                    out.write('"}')
+                out.write("]}")
+            out.write("]}")
+    except OSError as error:
+        raise ChatError(f"The file could not be written on the server ({error.strerror}).") from None
+
+
+class _BoundedFile:
+    """A file written to that refuses to grow beyond ``limit`` bytes."""
+
+    def __init__(self, file: BinaryIO, limit: int) -> None:
+        self.file, self.limit, self.written = file, limit, 0
+
+    def write(self, text: str | bytes) -> None:
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        self.written += len(data)
+        if self.written > self.limit:
+            raise ChatError(
+                f"With its media the conversation is over {size_text(self.limit)}, the largest conversation file this server "
+                "imports (--max-upload-size), so it was not exported. Remove the messages with the largest media (Undo, or edit "
+                "an earlier message), or ask the server's operator to raise the limit."
+            )
+        self.file.write(data)
+
+
+def _embed(path: str, out: _BoundedFile) -> None:
+    """The file at ``path`` as a data: URL, written a piece at a time."""
     mime = mimetypes.guess_type(path)[0] or f"{media_kind(path)}/octet-stream"
     try:
-        data = Path(path).read_bytes()
+        media = open(path, "rb")
     except OSError:
-        raise ChatError(f"{name}, attached to this conversation, is no longer on the server, so it cannot be exported.") from None
-    return EmbeddedMedia(name=name, data=f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
+        raise ChatError(f"{os.path.basename(path)}, attached to this conversation, is no longer on the server, so it cannot be exported.") from None
+    with media:
+        out.write(f"data:{mime};base64,")
+        while piece := media.read(EXPORT_PIECE):
+            out.write(base64.b64encode(piece))
 
 
 def read_conversation(path: str, limits: Limits, media_root: str) -> tuple[list[Turn], str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,8 +23,8 @@ from gradio.utils import get_upload_folder
 from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk
 from limits import Limits
 
-from .conversation import ChatSession, SavedToolCall, Turn, model_request, render, render_turn, turn_of_message
-from .conversation_file import export_json, read_conversation
+from .conversation import ChatSession, SavedToolCall, Turn, kept_media, model_request, render, render_turn, turn_of_message
+from .conversation_file import read_conversation, write_conversation
 from .model_rights import ModelRights
 from .reply_stats import ReplyClock
 from .replying import one_reply_at_a_time
@@ -161,6 +162,8 @@ class ChatHandlers:
         take (no model, bad tools JSON, media it cannot read, too many waiting) marks the user
         turn with the reason; the conversation itself stays as it was."""
         session.stop_requested = False
+        # The page's files are deleted after a while: a file that is gone is shown so, not sent.
+        session.turns[:] = [kept_media(turn) for turn in session.turns]
         asked = session.turns[-1]
         before = render(session.turns)
         yield before
@@ -193,15 +196,16 @@ class ChatHandlers:
     # ---- conversation files
 
     def export(self, session: ChatSession, system: str) -> dict[str, Any]:
-        """The conversation as a JSON file with its media inside, shown in the page for download."""
-        try:
-            text = export_json(session.turns, system)
-        except ChatError as error:
-            raise gr.Error(f"Could not export the conversation: {error}", print_exception=False) from None
-        folder = tempfile.mkdtemp(prefix="anychat-export-")
+        """The conversation as a JSON file with its media inside, shown in the page for download.
+        It is written among the page's files, which are kept for a while and then deleted."""
+        os.makedirs(get_upload_folder(), exist_ok=True)
+        folder = tempfile.mkdtemp(prefix="anychat-export-", dir=get_upload_folder())
         path = os.path.join(folder, "conversation.json")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            write_conversation(path, session.turns, system, self.limits.max_upload_size)
+        except ChatError as error:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise gr.Error(f"Could not export the conversation: {error}", print_exception=False) from None
         return gr.update(value=path, visible=True)
 
     def import_(self, session: ChatSession, path: str) -> tuple:

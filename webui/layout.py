@@ -114,7 +114,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
                             placeholder="Local directory, .gguf file or Hub name (empty: embedded SmolLM2-135M-Instruct)",
                         )
                         dtype = gr.Dropdown(list(DTYPES), value="auto", label="dtype", elem_id="dtype")
-                    picker = model_picker(demo, models_dir, model_path)
+                    picker = model_picker(demo, models_dir, model_path, rights)
                 with gr.Accordion("Backend options", open=False, elem_id="backend-options"):
                     gr.Markdown("Empty or 0: the backend's default. A backend refuses the options it does not take, and says which backends do.")
                     # Named as the ModelArgs settings they set.

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .conversation import ChatSession, Turn
+from .conversation import ChatSession, Turn, kept_media
 
 TITLE_LENGTH = 60
 # localStorage holds about 5 million characters per site, and encryption adds a third.
@@ -129,12 +129,3 @@ def title_of(turns: list[Turn]) -> str:
     text = " ".join(first.content.split()) or next((os.path.basename(path) for path in first.files), "New chat")
     return text if len(text) <= TITLE_LENGTH else text[: TITLE_LENGTH - 1].rstrip() + "…"
 
-
-def kept_media(turn: Turn, media_root: str) -> Turn:
-    """The turn with the files the server still has in its upload storage. Others are named as
-    missing: gone, or not a file the page stored (the browser's copy can be edited, and a path
-    elsewhere on the server is never shown or read)."""
-    root = os.path.realpath(media_root)
-    kept = [path for path in turn.files if os.path.realpath(path).startswith(root + os.sep) and os.path.isfile(path)]
-    gone = [os.path.basename(path) for path in turn.files if path not in kept]
-    return turn.model_copy(update={"files": kept, "missing_files": turn.missing_files + gone}, deep=True)
