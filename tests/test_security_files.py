@@ -227,8 +227,10 @@ def test_nul_bytes_in_paths_get_a_message_not_a_server_error(app, tabs):
     blob = {"current": "a", "chats": [{"id": "a", "title": "t", "turns": [{"role": "user", "content": "Look.", "files": ["/tmp/a\0.png"]}]}]}
     assert "no longer on the server, so neither shown nor sent to the model" in shown(bob.call("restore", [blob]))
     assert bob.http.get("/gradio_api/file=%00").status_code == 403
-    model = httpx.get(f"{app.url}v1/models").json()["data"][0]["id"]
-    api = httpx.post(f"{app.url}v1/chat/completions", timeout=60, json={"model": model, "messages": [
+    # /v1 takes the page's logins.
+    bob_api = {"auth": ("bob", PASSWORDS["bob"])}
+    model = httpx.get(f"{app.url}v1/models", **bob_api).json()["data"][0]["id"]
+    api = httpx.post(f"{app.url}v1/chat/completions", timeout=60, **bob_api, json={"model": model, "messages": [
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"file://{app.files.parent}/media/a%00.png"}}]}]})
     assert api.status_code == 400 and "NUL byte" in api.json()["error"]["message"], api.text
     load = alice.call("load", ["huggingface", "/tmp/a\0b", "auto", *[None] * 5, "auto", None, None, None, "", ""])
