@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 # Model settings from the command line that belong to the server, not to the model it starts
 # with, so that models loaded from the page get them too. (--served-model-name names the
 # command line's model; another model loaded from the page is served under its own name.)
-SERVER_WIDE = ("max_concurrent", "max_waiting")
+SERVER_WIDE = ("max_concurrent", "max_waiting", "max_waiting_per_user")
 
 
 def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:

@@ -25,6 +25,10 @@ def _default_max_waiting() -> int:
     return int(os.environ.get("MAX_WAITING", "32"))
 
 
+def _default_max_waiting_per_user() -> int:
+    return int(os.environ.get("MAX_WAITING_PER_USER", "16"))
+
+
 class ModelArgs(Settings):
     """What to load and how. Settings under "serving" are taken by some backends only (each
     backend lists its own in engines/backends.py); giving one to a backend that does not take
@@ -42,6 +46,9 @@ class ModelArgs(Settings):
     max_concurrent: int = Field(default_factory=_default_max_concurrent, ge=1, le=1024, description="requests generating at once (env MAX_CONCURRENT)")
     max_waiting: int = Field(default_factory=_default_max_waiting, ge=0, le=100_000,
                              description="requests waiting for a free slot at most; more are refused (env MAX_WAITING)")
+    # As many as the replies of one streamed request (n) may be, so that any request fits.
+    max_waiting_per_user: int = Field(default_factory=_default_max_waiting_per_user, ge=1, le=100_000,
+                                      description="places in line one user (login, or client address) may hold; more are refused (env MAX_WAITING_PER_USER)")
     chat_template: str | None = Field(None, description="a Jinja template, or a file holding one, for models without their own")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="further keyword arguments for the backend's own engine")
     served_model_name: str | None = Field(None, description="the model's id in the API (default: its file or directory name)")
