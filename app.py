@@ -81,6 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="requests the model answers at once; more wait in line (default: env MAX_CONCURRENT or 1)")
     server.add_argument("--max-waiting", type=int, default=None,
                         help="requests that may wait in line; more are refused, with 503 and Retry-After on /v1 (default: env MAX_WAITING or 32)")
+    server.add_argument("--max-waiting-per-user", type=int, default=None,
+                        help="places in line one user may hold (the login name with --auth, else the client's address); the line "
+                             "takes users in turn (default: env MAX_WAITING_PER_USER or 16, the most replies one request may stream)")
     server.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
                         help="folder whose files API requests may name as file:// URLs (default: none; remote URLs are never fetched)")
     limits = parser.add_argument_group("limits (web, api; sizes like 100mb, 512kb, 2gb)")
@@ -112,7 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def model_settings(args: argparse.Namespace) -> dict:
     settings = {"infer_backend": args.backend, "model_name_or_path": args.model, "infer_dtype": args.dtype,
                 "served_model_name": args.served_model_name, "trust_remote_code": args.trust_remote_code}
-    for name in ("temperature", "max_new_tokens", "max_concurrent", "max_waiting", *MediaSettings.model_fields):
+    for name in ("temperature", "max_new_tokens", "max_concurrent", "max_waiting", "max_waiting_per_user", *MediaSettings.model_fields):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     if args.engine_args:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 # with, so that models loaded from the page get them too: how many requests run and wait, and
 # what media a request may make it decode. (--served-model-name names the command line's model;
 # another model loaded from the page is served under its own name.)
-SERVER_WIDE = ("max_concurrent", "max_waiting", *MediaSettings.model_fields)
+SERVER_WIDE = ("max_concurrent", "max_waiting", "max_waiting_per_user", *MediaSettings.model_fields)
 
 
 def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:

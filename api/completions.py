@@ -1,14 +1,13 @@
 """POST /v1/chat/completions: an OpenAI request into ChatModel calls, and their replies back.
 
 Streams are Server-Sent Events in OpenAI's chunk format. With n > 1 the n replies stream side
-by side (each is its own engine stream; the engine's max_concurrent decides whether they run
-at once). If the client goes away, the stream's task is cancelled, and ChatModel passes the
-cancellation on to the engine, which stops generating.
+by side (the engine prepares the request once and gives each reply its own place in line; its
+max_concurrent decides whether they run at once). If the client goes away, the stream is
+closed, and ChatModel passes that on to the engine, which stops generating.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -102,8 +101,8 @@ def _tool_calls(calls: tuple[ParsedToolCall, ...]) -> list[ToolCall] | None:
     return [ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls] or None
 
 
-async def complete(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall) -> ChatCompletion:
-    responses = await model.achat(call.messages, **call.kwargs())
+async def complete(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall, user: str) -> ChatCompletion:
+    responses = await model.achat(call.messages, user=user, **call.kwargs())
     choices = []
     for index, response in enumerate(responses):
         reply = response.parts
@@ -124,55 +123,21 @@ def _usage(responses: list[Response]) -> Usage:
 # ---- streaming
 
 
-@dataclass
-class _Event:
-    index: int
-    delta: Delta | None = None
-    finished: Response | None = None
-    has_tool_calls: bool = False
-    error: BaseException | None = None
-
-
-async def _stream_choice(model: ChatModel, call: EngineCall, index: int, events: asyncio.Queue[_Event]) -> None:
-    """Run one reply's engine stream, putting its deltas (then its end, or its error) on ``events``."""
-    # Sampled replies with one seed would all be the same; each stream gets its own.
-    seed = {"seed": call.generation["seed"] + index} if call.generation.get("seed") is not None else {}
+async def start_stream(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall, user: str) -> AsyncIterator[str]:
+    """The SSE body. The first reply item is awaited before the response starts (see routes),
+    so a request the engine refuses (all its replies, since they take their places in line
+    together) still gets a proper error status."""
+    replies = model.astream_replies(call.messages, user=user, **call.kwargs())
     try:
-        async for item in model.astream_reply(call.messages, **call.kwargs(num_return_sequences=1, **seed)):
-            if isinstance(item, ReplyChunk):
-                if item.kind == "reasoning":
-                    await events.put(_Event(index, Delta(reasoning_content=item.text)))
-                elif item.kind == "content":
-                    await events.put(_Event(index, Delta(content=item.text)))
-                continue
-            calls = item.parts.tool_calls
-            if calls:
-                deltas = [
-                    ToolCallDelta(index=i, id=c.id, type="function", function=FunctionCallDelta(name=c.name, arguments=c.arguments))
-                    for i, c in enumerate(calls)
-                ]
-                await events.put(_Event(index, Delta(tool_calls=deltas)))
-            await events.put(_Event(index, finished=item, has_tool_calls=bool(calls)))
-    except Exception as error:
-        await events.put(_Event(index, error=error))
-
-
-async def start_stream(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall) -> AsyncIterator[str]:
-    """The SSE body. The first event is awaited before the response starts (see routes), so a
-    request the engine refuses still gets a proper error status."""
-    events: asyncio.Queue[_Event] = asyncio.Queue()
-    tasks = [asyncio.create_task(_stream_choice(model, call, index, events)) for index in range(request.n)]
-    try:
-        first = await events.get()
-        if first.error is not None:
-            raise first.error
+        first = await anext(replies)
     except BaseException:
-        await _cancel(tasks)
+        await replies.aclose()
         raise
-    return _sse(request, model_id, tasks, events, first)
+    return _sse(request, model_id, replies, first)
 
 
-async def _sse(request: ChatCompletionRequest, model_id: str, tasks: list[asyncio.Task], events: asyncio.Queue[_Event], first: _Event) -> AsyncIterator[str]:
+async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, ReplyChunk | Response]],
+               first: tuple[int, ReplyChunk | Response]) -> AsyncIterator[str]:
     chunk_id, created = completion_id(), now()
 
     def chunk(index: int, delta: Delta, finish_reason: str | None = None) -> str:
@@ -183,32 +148,36 @@ async def _sse(request: ChatCompletionRequest, model_id: str, tasks: list[asynci
     try:
         for index in range(request.n):
             yield chunk(index, Delta(role="assistant", content=""))
-        event = first
+        index, item = first
         while True:
-            if event.error is not None:
-                yield _data(from_exception(event.error).body())
-                break
-            if event.delta is not None:
-                yield chunk(event.index, event.delta)
+            if isinstance(item, ReplyChunk):
+                if item.kind == "reasoning":
+                    yield chunk(index, Delta(reasoning_content=item.text))
+                elif item.kind == "content":
+                    yield chunk(index, Delta(content=item.text))
             else:
-                finished.append(event.finished)
-                yield chunk(event.index, Delta(), "tool_calls" if event.has_tool_calls else event.finished.finish_reason)
+                calls = item.parts.tool_calls
+                if calls:
+                    deltas = [
+                        ToolCallDelta(index=i, id=c.id, type="function", function=FunctionCallDelta(name=c.name, arguments=c.arguments))
+                        for i, c in enumerate(calls)
+                    ]
+                    yield chunk(index, Delta(tool_calls=deltas))
+                finished.append(item)
+                yield chunk(index, Delta(), "tool_calls" if calls else item.finish_reason)
                 if len(finished) == request.n:
                     if request.stream_options and request.stream_options.include_usage:
                         usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=_usage(finished))
                         yield _data(usage.model_dump(exclude_none=True))
                     break
-            event = await events.get()
+            try:
+                index, item = await anext(replies)
+            except Exception as error:
+                yield _data(from_exception(error).body())
+                break
         yield "data: [DONE]\n\n"
     finally:
-        await _cancel(tasks)
-
-
-async def _cancel(tasks: list[asyncio.Task]) -> None:
-    """Stop the engine streams still running (the client left, or one of them failed)."""
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+        await replies.aclose()
 
 
 def _data(body: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from engines import ChatModel, ModelSlot
+from engines import ChatModel, ModelSlot, line_user
 
 from . import completions
 from .errors import API_PREFIX, APIError
@@ -35,6 +35,13 @@ async def while_connected(http: Request, work: Coroutine[Any, Any, T]) -> T | Re
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
+def requester(http: Request) -> str:
+    """Whom a request counts for in the model's waiting line: the login it was made with (which
+    the API's login check puts in ``request.state.user``), else the client's address. Never the
+    body's ``user`` field, which any client sets to anything."""
+    return line_user(getattr(http.state, "user", None), http.client.host if http.client else None)
 
 
 async def _disconnected(http: Request) -> None:
@@ -67,20 +74,21 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None) -> APIRo
     async def chat_completions(request: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
         model = serving(request.model)
         call = completions.engine_call(request, model, local_media_dir)
+        user = requester(http)
         if not request.stream:
-            return await while_connected(http, completions.complete(request, model, model.model_id, call))
-        body = await while_connected(http, completions.start_stream(request, model, model.model_id, call))
+            return await while_connected(http, completions.complete(request, model, model.model_id, call, user))
+        body = await while_connected(http, completions.start_stream(request, model, model.model_id, call, user))
         if isinstance(body, Response):
             return body
         return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @router.post("/score")
-    async def score(request: ScoreRequest) -> ScoreResponse:
+    async def score(request: ScoreRequest, http: Request) -> ScoreResponse:
         model = serving(request.model)
         texts = [request.input] if isinstance(request.input, str) else request.input
         if not texts:
             raise APIError(400, "input must hold at least one text to score.", param="input")
-        scores = await model.aget_scores(texts)
+        scores = await model.aget_scores(texts, requester(http))
         return ScoreResponse(model=model.model_id, data=[Score(index=i, score=s) for i, s in enumerate(scores)])
 
     @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)

@@ -1,6 +1,6 @@
 """The backend-agnostic chat layer: ``ChatModel`` over one engine per backend."""
 
-from .admission import QueuePlace
+from .admission import QueuePlace, line_user
 from .base import BaseEngine, Response
 from .reply_parser import ReplyChunk, ReplyParts, ToolCall
 from .chat_model import ChatModel
@@ -42,4 +42,5 @@ __all__ = [
     "Response",
     "ToolCall",
     "UnsupportedError",
+    "line_user",
 ]

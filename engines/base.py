@@ -1,32 +1,37 @@
 """The contract every backend implements, the reply it returns, and the request path they share.
 
-``BaseEngine`` does everything that is the same on every backend: checking a request, rendering
-and tokenizing the prompt, regularising media, fitting the context, waiting in line for the
-model (engines/admission.py), parsing the reply into reasoning, content and tool calls. A backend
-implements only its own part: ``_complete`` (whole replies), ``_stream`` (one reply, piece by
-piece), ``close``, and ``_score`` if it scores.
+``BaseEngine`` does everything that is the same on every backend. A request is checked (cheap,
+on the event loop), then takes its places in the waiting line or is refused (engines/admission.py)
+before any work is done for it; then it is prepared once, off the event loop: its prompt rendered
+and tokenized, fitted to the context, its media regularised. Once its turn comes the backend
+generates, and the reply is parsed into reasoning, content and tool calls. A backend implements
+only its own part: ``_complete`` (whole replies), ``_stream`` (one reply, piece by piece),
+``close``, and ``_score`` if it scores.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import functools
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
-from .admission import QueuePlace, WaitingLine
+from .admission import Places, PreparationTurns, QueuePlace, Ticket, WaitingLine
 from .errors import UnsupportedError
-from .generation_args import GenerationArgs
+from .generation_args import INT64_MAX, GenerationArgs
 from .media import AudioInput, ImageInput, VideoInput
 from .model_args import ModelArgs
 from .prompt import Prompt, PromptBuilder
 from .reply_parser import ReplyChunk, ReplyParser, ReplyParts, parse_reply
-from .request import check_scores_request, refuse_unsupported_settings
+from .request import ChatRequest, check_scores_request, refuse_unsupported_settings
 
 MediaKind = Literal["image", "video", "audio"]
+T = TypeVar("T")
+_END = object()
 
 
 @dataclass(frozen=True)
@@ -77,11 +82,17 @@ class BaseEngine(ABC):
     @functools.cached_property
     def line(self) -> WaitingLine:
         """The requests this engine is answering and those waiting for it."""
-        return WaitingLine(self.model_args.max_concurrent, self.model_args.max_waiting)
+        args = self.model_args
+        return WaitingLine(args.max_concurrent, args.max_waiting, args.max_waiting_per_user)
+
+    @functools.cached_property
+    def _preparing(self) -> PreparationTurns:
+        # No more prompts are prepared at once than replies are generated.
+        return PreparationTurns(self.model_args.max_concurrent)
 
     # ---- the request path shared by every backend
 
-    async def prepare(
+    def check_request(
         self,
         messages: list[dict[str, Any]],
         system: str | None = None,
@@ -91,12 +102,12 @@ class BaseEngine(ABC):
         audios: list[AudioInput] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         **generation: Any,
-    ) -> Prompt:
-        """The checked request as a prompt this backend can run, or a clear error before any work starts."""
+    ) -> ChatRequest:
+        """The checked request, or a clear error before any work starts."""
         media = {"image": images, "video": videos, "audio": audios}
         request = self.prompts.request(messages, system, tools, media, chat_template_kwargs, generation)
         refuse_unsupported_settings(request.generation, self.name, self.generation_settings)
-        return await self.prompts.prepare(request)
+        return request
 
     def render_prompt(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
                       chat_template_kwargs: dict[str, Any] | None = None, **generation: Any) -> str:
@@ -106,48 +117,81 @@ class BaseEngine(ABC):
     async def chat(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
                    images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
                    audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                   **generation: Any) -> list[Response]:
-        """All ``num_return_sequences`` replies, once complete."""
-        prompt = await self.prepare(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
-        args = prompt.generation
-        # Greedy decoding gives n identical replies; generating them once is the same answer.
-        copies = args.num_return_sequences if args.greedy else 1
-        async with self._turn():
+                   user: str | None = None, **generation: Any) -> list[Response]:
+        """All ``num_return_sequences`` replies, once complete. ``user`` (a login name or a
+        client's address) is whom the request counts for in the waiting line."""
+        request = self.check_request(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
+        async with self._in_line(request, user) as (prompt, (ticket,)):
+            await ticket.wait()
+            args = prompt.generation
+            # Greedy decoding gives n identical replies; generating them once is the same answer.
+            copies = args.num_return_sequences if args.greedy else 1
             responses = await self._complete(prompt, args.replace(num_return_sequences=args.num_return_sequences // copies))
         return [_with_parts(prompt, response) for response in responses for _ in range(copies)]
 
     async def stream_chat(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
                           images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
                           audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                          on_finish: Callable[[Response], None] | None = None, **generation: Any) -> AsyncIterator[str]:
+                          on_finish: Callable[[Response], None] | None = None, user: str | None = None,
+                          **generation: Any) -> AsyncIterator[str]:
         """The first reply's text, piece by piece (num_return_sequences is ignored). Closing the
         iterator cancels generation. ``on_finish`` gets the whole reply (its token counts and
         finish reason) once the model has finished on its own, before the iterator ends."""
-        prompt = await self.prepare(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
-        async with self._turn(), self._run(prompt) as items:
-            async for item in items:
-                if isinstance(item, Response):
-                    if on_finish is not None:
-                        on_finish(_with_parts(prompt, item))
-                else:
-                    yield item
+        generation["num_return_sequences"] = 1
+        request = self.check_request(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
+        async with self._in_line(request, user) as (prompt, (ticket,)):
+            await ticket.wait()
+            async with self._run(prompt) as items:
+                async for item in items:
+                    if isinstance(item, Response):
+                        if on_finish is not None:
+                            on_finish(_with_parts(prompt, item))
+                    else:
+                        yield item
 
     async def stream_reply(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
                            images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
                            audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                           queue_places: bool = False, **generation: Any) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
+                           queue_places: bool = False, user: str | None = None,
+                           **generation: Any) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
         """The first reply as typed chunks (reasoning, content, tool-call text) as it is written,
         then the finished Response, whose ``parts`` hold the parsed tool calls. With
         ``queue_places``, a request that has to wait for the model first yields its QueuePlace
         each time the line moves, the last one (``ahead == 0``) as it starts."""
-        prompt = await self.prepare(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
-        parser = ReplyParser(prompt.parse_tools, prompt.opens_reasoning)
-        with self.line.join() as ticket:
+        generation["num_return_sequences"] = 1
+        replies = self.stream_replies(messages, system, tools, images, videos, audios, chat_template_kwargs, queue_places, user, **generation)
+        async with contextlib.aclosing(replies):
+            async for _, item in replies:
+                yield item
+
+    async def stream_replies(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
+                             images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
+                             audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
+                             queue_places: bool = False, user: str | None = None,
+                             **generation: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | Response]]:
+        """All ``num_return_sequences`` replies written side by side, each item as in
+        stream_reply and paired with its reply's index. The request is prepared once, and its
+        replies take their places in line all at once or not at all; the i-th reply samples with
+        ``seed + i``. Greedy replies would all be the same: one is written, under every index."""
+        request = self.check_request(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
+        count = request.generation.num_return_sequences
+        written = 1 if request.generation.greedy else count
+        async with self._in_line(request, user, written) as (prompt, tickets):
+            replies = [self._reply(prompt, ticket, index, queue_places) for index, ticket in enumerate(tickets)]
+            async for index, item in side_by_side(replies):
+                for shown_as in range(count) if written == 1 else (index,):
+                    yield shown_as, item
+
+    async def _reply(self, prompt: Prompt, ticket: Ticket, index: int, queue_places: bool) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
+        """Reply ``index`` to ``prompt`` once ``ticket`` is admitted, as in stream_reply; its
+        slot is given up as soon as it ends, for the request's other replies too."""
+        with ticket:
             async with contextlib.aclosing(ticket.places()) as places:
                 async for place in places:
                     if queue_places:
                         yield place
-            async with self._run(prompt) as items:
+            parser = ReplyParser(prompt.parse_tools, prompt.opens_reasoning)
+            async with self._run(prompt, index) as items:
                 async for item in items:
                     if isinstance(item, Response):
                         held, calls = parser.finish()
@@ -158,22 +202,25 @@ class BaseEngine(ABC):
                         for chunk in parser.push(item):
                             yield chunk
 
-    def _run(self, prompt: Prompt) -> contextlib.aclosing:
-        """The backend's stream of the first reply, closed (so the model stops) however the caller leaves."""
-        return contextlib.aclosing(self._stream(prompt, prompt.generation.replace(num_return_sequences=1)))
-
     @contextlib.asynccontextmanager
-    async def _turn(self) -> AsyncIterator[None]:
-        """Wait in line for the model; the slot (or the place in line, if the caller gives up
-        first) is freed when the block ends."""
-        with self.line.join() as ticket:
-            await ticket.wait()
-            yield
+    async def _in_line(self, request: ChatRequest, user: str | None, replies: int = 1) -> AsyncIterator[tuple[Prompt, Places]]:
+        """Places in line for ``replies`` replies to ``request`` (or the refusal, before any
+        work), then the request prepared; the places are given up when the block ends."""
+        with self.line.join(user, replies) as places:
+            yield await self._preparing.run(user, self.prompts.prepare, request), places
 
-    async def get_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
+    def _run(self, prompt: Prompt, index: int = 0) -> contextlib.aclosing:
+        """The backend's stream of one reply (the index-th, with its own seed), closed (so the
+        model stops) however the caller leaves."""
+        args = prompt.generation
+        seed = None if args.seed is None else (args.seed + index) % (INT64_MAX + 1)
+        return contextlib.aclosing(self._stream(prompt, args.replace(num_return_sequences=1, seed=seed)))
+
+    async def get_scores(self, batch_input: list[str], user: str | None = None, **kwargs: Any) -> list[float]:
         """Reward scores of whole texts, for reward (sequence-classification) models."""
         check_scores_request(self.can_generate, batch_input, kwargs)
-        async with self._turn():
+        with self.line.join(user) as (ticket,):
+            await ticket.wait()
             return await self._score(batch_input)
 
     # ---- what each backend implements
@@ -199,3 +246,40 @@ class BaseEngine(ABC):
 def _with_parts(prompt: Prompt, response: Response) -> Response:
     parts = parse_reply(response.response_text, prompt.parse_tools, prompt.opens_reasoning)
     return dataclasses.replace(response, parts=parts)
+
+
+async def side_by_side(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
+    """The items of several streams as they come, each with its stream's index. An error in
+    one ends them all; however this ends, every stream is closed (so its model stops) first."""
+    if len(streams) == 1:
+        async with contextlib.aclosing(streams[0]) as only:
+            async for item in only:
+                yield 0, item
+        return
+    arrived: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    async def drain(index: int, stream: AsyncIterator[T]) -> None:
+        try:
+            async with contextlib.aclosing(stream) as items:
+                async for item in items:
+                    arrived.put_nowait((index, item))
+        except Exception as error:  # handed to the consumer, which raises it in its own task
+            arrived.put_nowait((index, error))
+        else:
+            arrived.put_nowait((index, _END))
+
+    tasks = [asyncio.create_task(drain(index, stream)) for index, stream in enumerate(streams)]
+    try:
+        ended = 0
+        while ended < len(tasks):
+            index, item = await arrived.get()
+            if item is _END:
+                ended += 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -80,7 +80,9 @@ class ChatModel:
 
     Chat methods take ``messages`` (``[{"role": ..., "content": str}]``), ``system``, ``tools``
     (function schemas, a list or JSON text), ``images``/``videos``/``audios``,
-    ``chat_template_kwargs`` (variables for the model's template) and any GenerationArgs setting.
+    ``chat_template_kwargs`` (variables for the model's template) and any GenerationArgs setting;
+    ``user`` names whom a request counts for in the model's waiting line (a login name or a
+    client's address; None for whoever uses this object directly).
     """
 
     def __init__(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None) -> None:
@@ -162,32 +164,46 @@ class ChatModel:
     async def achat(self, messages: Messages, system: str | None = None, tools: Tools = None,
                     images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
                     audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                    **generation: Any) -> list[Response]:
+                    user: str | None = None, **generation: Any) -> list[Response]:
         """All ``num_return_sequences`` replies, once complete."""
         engine = self._engine()
-        return await self._await(engine.chat(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation))
+        return await self._await(engine.chat(messages, system, tools, images, videos, audios, chat_template_kwargs, user, **generation))
 
     def astream_chat(self, messages: Messages, system: str | None = None, tools: Tools = None,
                      images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
                      audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                     on_finish: Callable[[Response], None] | None = None, **generation: Any) -> AsyncIterator[str]:
+                     on_finish: Callable[[Response], None] | None = None, user: str | None = None,
+                     **generation: Any) -> AsyncIterator[str]:
         """The reply's raw text piece by piece; ``on_finish`` gets the finished Response."""
-        stream = self._engine().stream_chat(messages, system, tools, images, videos, audios, chat_template_kwargs, on_finish, **generation)
+        stream = self._engine().stream_chat(messages, system, tools, images, videos, audios, chat_template_kwargs, on_finish, user, **generation)
         return self._relay(stream)
 
     def astream_reply(self, messages: Messages, system: str | None = None, tools: Tools = None,
                       images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
                       audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                      queue_places: bool = False, **generation: Any) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
+                      queue_places: bool = False, user: str | None = None,
+                      **generation: Any) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
         """The reply as typed chunks (reasoning, content, tool-call text), then the finished
         Response with its parsed parts (tool calls included). With ``queue_places``, a request
         that waits for the model first yields its place in line as it changes."""
-        stream = self._engine().stream_reply(messages, system, tools, images, videos, audios, chat_template_kwargs, queue_places, **generation)
+        stream = self._engine().stream_reply(messages, system, tools, images, videos, audios, chat_template_kwargs, queue_places, user,
+                                             **generation)
         return self._relay(stream)
 
-    async def aget_scores(self, batch_input: list[str], **kwargs: Any) -> list[float]:
+    def astream_replies(self, messages: Messages, system: str | None = None, tools: Tools = None,
+                        images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
+                        audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
+                        queue_places: bool = False, user: str | None = None,
+                        **generation: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | Response]]:
+        """All ``num_return_sequences`` replies side by side, as (reply index, item) pairs with
+        the items of astream_reply; the request waits in line once for all of them."""
+        stream = self._engine().stream_replies(messages, system, tools, images, videos, audios, chat_template_kwargs, queue_places, user,
+                                               **generation)
+        return self._relay(stream)
+
+    async def aget_scores(self, batch_input: list[str], user: str | None = None, **kwargs: Any) -> list[float]:
         """Reward scores of whole texts, for reward models."""
-        return await self._await(self._engine().get_scores(batch_input, **kwargs))
+        return await self._await(self._engine().get_scores(batch_input, user, **kwargs))
 
     # ---- sync
 

@@ -16,6 +16,10 @@ INT64_MAX = 2**63 - 1
 # Below this temperature sampling is greedy, as in vLLM: dividing the logits by a smaller one
 # overflows them to infinity, and the sampler then draws from NaN probabilities.
 GREEDY_BELOW = 1e-5
+# Stop strings: as many as OpenAI's API takes, each as long as any real one. Every token of a
+# reply is checked against them, and some runtimes precompute tables per string.
+MAX_STOP_STRINGS = 4
+MAX_STOP_LENGTH = 256
 
 
 class GenerationArgs(Settings):
@@ -35,7 +39,9 @@ class GenerationArgs(Settings):
     presence_penalty: float = Field(0.0, ge=-2, le=2, description="0 means none")
     frequency_penalty: float = Field(0.0, ge=-2, le=2, description="0 means none")
     num_return_sequences: int = Field(1, ge=1, le=16, description="replies to write; streams show the first")
-    stop: tuple[str, ...] = Field((), description="strings that end the reply and are not part of it")
+    stop: tuple[str, ...] = Field(
+        (), description=f"strings that end the reply and are not part of it (at most {MAX_STOP_STRINGS}, of at most {MAX_STOP_LENGTH} characters)"
+    )
     seed: int | None = Field(None, ge=0, le=INT64_MAX, description="none for a random one")
     do_sample: bool = Field(True, description="False means greedy")
     skip_special_tokens: bool = True
@@ -52,8 +58,15 @@ class GenerationArgs(Settings):
         if value is None:
             return ()
         if isinstance(value, str):
-            return (value,) if value else ()
-        if isinstance(value, (list, tuple)) and not all(isinstance(s, str) and s for s in value):
+            value = (value,) if value else ()
+        if not isinstance(value, (list, tuple)):
+            return value
+        if len(value) > MAX_STOP_STRINGS:
+            raise ValueError(f"can hold at most {MAX_STOP_STRINGS} stop strings (as in OpenAI's API), got {len(value)}: keep the ones that matter")
+        longest = max((len(s) for s in value if isinstance(s, str)), default=0)
+        if longest > MAX_STOP_LENGTH:
+            raise ValueError(f"strings can be at most {MAX_STOP_LENGTH} characters long, got one of {longest:,}: shorten it to the part that ends the reply")
+        if not all(isinstance(s, str) and s for s in value):
             raise ValueError(f"must be non-empty strings, got {list(value)!r}")
         return value
 

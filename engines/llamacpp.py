@@ -38,6 +38,7 @@ from .generation_args import GenerationArgs
 from .model_args import ModelArgs
 from .model_files import DEFAULT_MODEL_GENERATION, Progress, gguf_file, gguf_metadata_dir
 from .prompt import Prompt, PromptBuilder
+from .request import ChatRequest
 from .text_stream import IncrementalDecoder
 
 try:
@@ -120,16 +121,16 @@ class LlamaCppEngine(BaseEngine):
             raise ConfigError(f"llama.cpp's Llama() takes no argument {', '.join(unknown)}. Its arguments: {', '.join(sorted(known))}.")
         return {**settings, **args.engine_args}
 
-    async def prepare(self, messages: list[dict[str, Any]], system: str | None = None, tools: Any = None, images: list | None = None,
+    def check_request(self, messages: list[dict[str, Any]], system: str | None = None, tools: Any = None, images: list | None = None,
                       videos: list | None = None, audios: list | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                      **generation: Any) -> Prompt:
+                      **generation: Any) -> ChatRequest:
         for kind, files in (("image", images), ("video", videos), ("audio", audios)):
             if files:
                 raise MediaError(
                     f"This model does not accept {kind}s on the llamacpp backend, which reads text only here. "
                     "Remove them, or load the model's HF directory on the huggingface or vllm backend for media."
                 )
-        return await super().prepare(messages, system, tools, None, None, None, chat_template_kwargs, **generation)
+        return super().check_request(messages, system, tools, None, None, None, chat_template_kwargs, **generation)
 
     # ---- generation
 

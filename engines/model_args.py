@@ -25,6 +25,10 @@ def _default_max_waiting() -> int:
     return int(os.environ.get("MAX_WAITING", "32"))
 
 
+def _default_max_waiting_per_user() -> int:
+    return int(os.environ.get("MAX_WAITING_PER_USER", "16"))
+
+
 class MediaSettings(Settings):
     """How media are read, the same way on every backend (engines/media.py, within the limits of
     engines/media_budget.py): the size they reach the model at, and what one request may make the
@@ -71,6 +75,9 @@ class ModelArgs(MediaSettings):
     max_concurrent: int = Field(default_factory=_default_max_concurrent, ge=1, le=1024, description="requests generating at once (env MAX_CONCURRENT)")
     max_waiting: int = Field(default_factory=_default_max_waiting, ge=0, le=100_000,
                              description="requests waiting for a free slot at most; more are refused (env MAX_WAITING)")
+    # As many as the replies of one streamed request (n) may be, so that any request fits.
+    max_waiting_per_user: int = Field(default_factory=_default_max_waiting_per_user, ge=1, le=100_000,
+                                      description="places in line one user (login, or client address) may hold; more are refused (env MAX_WAITING_PER_USER)")
     chat_template: str | None = Field(None, description="a Jinja template, or a file holding one, for models without their own")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="further keyword arguments for the backend's own engine")
     served_model_name: str | None = Field(None, description="the model's id in the API (default: its file or directory name)")

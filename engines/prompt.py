@@ -7,7 +7,6 @@ model's context. Engines take the ``Prompt`` it builds and do only what is their
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
@@ -66,6 +65,8 @@ class PromptBuilder:
         # Older multimodal checkpoints keep their chat template with the processor only.
         self.template = template_source(media.processor if media else tokenizer, model_args.chat_template) if self.can_generate else None
         self.context_length = _trained_context(config, model_args.max_model_len)
+        # In characters, as its vocabulary spells it (byte-level vocabularies: one per byte).
+        self.longest_token = max(map(len, tokenizer.get_vocab()), default=1)
 
     @classmethod
     def from_pretrained(cls, path: str, model_args: ModelArgs, generation: dict[str, Any] | None = None,
@@ -103,31 +104,48 @@ class PromptBuilder:
         messages = self.media.template_messages(request.messages, self.template) if self.media else request.messages
         return render_chat(self.tokenizer, self.template, messages, request.tools, request.template_kwargs)
 
-    async def prepare(self, request: ChatRequest) -> Prompt:
-        """Render and tokenize; check the media against the prompt's media tokens and the length
-        against the context; regularise the media (slow: off the event loop)."""
+    def prepare(self, request: ChatRequest) -> Prompt:
+        """Render and tokenize; check the length against the context (what cannot fit before it
+        is tokenized, what does not after) and the media against the prompt's media tokens;
+        regularise the media. Slow: call it off the event loop."""
+        self._refuse_what_cannot_fit(sum(len(message["content"]) for message in request.messages))
         text = self.render(request)
+        self._refuse_what_cannot_fit(len(text))
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
         request = dataclasses.replace(request, generation=self.fit(len(ids), request.generation))
         if self.media:
             self.media.check_tokens(text, request.media)
         if not request.media:
             return Prompt(request, text, ids)
-        loaded = await asyncio.to_thread(self.media.load_media, request.media)
-        return Prompt(request, text, ids, loaded)
+        return Prompt(request, text, ids, self.media.load_media(request.media))
 
     def fit(self, prompt_length: int, args: GenerationArgs) -> GenerationArgs:
         """Refuse a prompt that fills the context; cut max_new_tokens to what is left (as vLLM does)."""
         if self.context_length is None:
             return args
         if prompt_length >= self.context_length:
-            raise ConfigError(
-                f"The conversation is {prompt_length} tokens long, more than this model's limit of {self.context_length} "
-                "tokens for prompt and reply together. Start a new chat, shorten or remove earlier messages, or load "
-                "the model with a larger max_model_len (where the model supports it)."
-            )
+            raise ConfigError(self._too_long(f"{prompt_length} tokens long"))
         room = self.context_length - prompt_length
         return args if args.max_new_tokens <= room else args.replace(max_new_tokens=room)
+
+    def _refuse_what_cannot_fit(self, characters: int) -> None:
+        """Refuse text too long for the context before tokenizing it (a 45 MB prompt took the
+        tokenizer a minute): no token of this model spells more than ``longest_token``
+        characters, so the text has at least characters / longest_token tokens. (A tokenizer
+        that drops characters, or reads a long unknown word as one token, could take a little
+        more: only text made of such words would notice.)"""
+        at_least = -(-characters // self.longest_token)
+        if self.context_length is not None and at_least >= self.context_length:
+            raise ConfigError(self._too_long(
+                f"at least {at_least} tokens long ({characters:,} characters, and no token of this model is longer than {self.longest_token})"
+            ))
+
+    def _too_long(self, length: str) -> str:
+        return (
+            f"The conversation is {length}, more than this model's limit of {self.context_length} tokens for prompt and reply "
+            "together. Start a new chat, shorten or remove earlier messages, or load the model with a larger max_model_len "
+            "(where the model supports it)."
+        )
 
 
 def is_generative(config: Any) -> bool:

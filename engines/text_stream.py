@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,25 +10,28 @@ from typing import Any
 class StopStringFilter:
     """Passes text on as it arrives, except text that could be the start of a stop string,
     which is held back until it is clear. Once a stop string appears, the text before it is
-    the last given out and ``stopped`` turns true."""
+    the last given out and ``stopped`` turns true. Each piece costs in proportion to its own
+    length, however long the stop strings are."""
 
     def __init__(self, stop: Sequence[str] = ()) -> None:
-        self._stop = tuple(stop)
+        self._matchers = [_MarkerMatcher(marker) for marker in stop]
         self._pending = ""
         self.stopped = False
 
     def push(self, text: str) -> str:
         if self.stopped:
             return ""
-        if not self._stop:
+        if not self._matchers:
             return text
-        pending = self._pending + text
-        cut = find_stop(pending, self._stop)
-        if cut is not None:
+        held, pending = len(self._pending), self._pending + text
+        ends = [(end, matcher.marker) for matcher in self._matchers if (end := matcher.feed(text)) is not None]
+        if ends:
+            # The stop string the model completed first, as find_stop picks it.
+            end, marker = min(ends, key=lambda found: found[0])
             self.stopped = True
             self._pending = ""
-            return pending[:cut]
-        keep = partial_suffix_length(pending, self._stop)
+            return pending[: held + end - len(marker)]
+        keep = max(matcher.matched for matcher in self._matchers)
         self._pending = pending[len(pending) - keep :]
         return pending[: len(pending) - keep]
 
@@ -35,6 +39,45 @@ class StopStringFilter:
         """The held-back text once the reply has ended (it did not become a stop string)."""
         text, self._pending = ("" if self.stopped else self._pending), ""
         return text
+
+
+class _MarkerMatcher:
+    """Looks for one marker in text read piece by piece, in time linear in the text
+    (Knuth-Morris-Pratt): ``matched`` is the length of the longest end of what was read that
+    the marker starts with."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+        self.matched = 0
+        self._fallback = _fallbacks(marker)
+
+    def feed(self, text: str) -> int | None:
+        """Read ``text``; the index in it just past the marker's first whole occurrence, or None."""
+        marker, fallback, matched = self.marker, self._fallback, self.matched
+        for index, char in enumerate(text):
+            while matched and marker[matched] != char:
+                matched = fallback[matched - 1]
+            if marker[matched] == char:
+                matched += 1
+                if matched == len(marker):
+                    self.matched = matched
+                    return index + 1
+        self.matched = matched
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _fallbacks(marker: str) -> tuple[int, ...]:
+    """For each length k, the longest proper end of marker[:k] that is also a start of it."""
+    fallback = [0] * len(marker)
+    matched = 0
+    for index in range(1, len(marker)):
+        while matched and marker[index] != marker[matched]:
+            matched = fallback[matched - 1]
+        if marker[index] == marker[matched]:
+            matched += 1
+        fallback[index] = matched
+    return tuple(fallback)
 
 
 class IncrementalDecoder:
@@ -74,14 +117,21 @@ class IncrementalDecoder:
 
 
 def find_stop(text: str, stop: Sequence[str]) -> int | None:
-    """Index where the earliest stop string starts, or None."""
-    positions = [index for index in (text.find(s) for s in stop) if index != -1]
-    return min(positions) if positions else None
+    """Where the stop string that ends first in ``text`` starts (ties: the first given), so the
+    one the model met first writing ``text``; None if none is in it."""
+    first = None
+    for marker in stop:
+        index = text.find(marker)
+        if index != -1 and (first is None or index + len(marker) < first[0]):
+            first = (index + len(marker), index)
+    return None if first is None else first[1]
 
 
 def partial_suffix_length(text: str, markers: Sequence[str]) -> int:
     """Length of the longest end of ``text`` that some marker starts with (but is not all of)."""
-    for length in range(min(max(map(len, markers), default=1) - 1, len(text)), 0, -1):
-        if any(marker.startswith(text[-length:]) for marker in markers):
-            return length
-    return 0
+    longest = 0
+    for marker in markers:
+        matcher = _MarkerMatcher(marker)
+        matcher.feed(text[max(0, len(text) - len(marker) + 1) :])
+        longest = max(longest, matcher.matched)
+    return longest

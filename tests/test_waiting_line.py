@@ -1,6 +1,7 @@
 """Waiting in line for the model: requests beyond max_concurrent wait in order, see their place
 (the page shows it), leave at once when their caller gives up, and beyond max_waiting are
-refused (the API answers 503 with Retry-After). On the real default model with one slot."""
+refused (the API answers 503 with Retry-After); users take turns, each with a capped share. On
+the real default model with one slot, and the line's own rules without a model."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from fastapi import FastAPI
 
 from api import add_api
-from engines import ModelSlot, QueuePlace, ReplyChunk
+from engines import ConfigError, ModelBusyError, ModelSlot, QueuePlace, ReplyChunk
+from engines.admission import WaitingLine
 from tests.test_api import COUNTING, QUESTION, running_server
 from tests.test_webui_handlers import CONTROLS, message, settings
 from webui.conversation import ChatSession
@@ -143,3 +145,52 @@ def test_the_api_refuses_beyond_the_bound_with_retry_after_then_answers(slot):
 def _gives_up(url: str, body: dict) -> None:
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{url}/v1/chat/completions", json=body, timeout=httpx.Timeout(60, read=8))
+
+
+# ---- the line's own rules, without a model
+
+
+def test_users_take_turns_and_each_sees_where_it_stands():
+    line = WaitingLine(slots=1, max_waiting=32, max_waiting_per_user=16)
+    [running] = line.join("a")
+    flood = line.join("a", 5)
+    [late] = line.join("b")
+    # a has had its turn (the reply being written), so b's comes before a's next ones.
+    assert late.ahead == 1 and [ticket.ahead for ticket in flood] == [2, 3, 4, 5, 6]
+    running.leave()
+    assert late.admitted and [ticket.ahead for ticket in flood] == [1, 2, 3, 4, 5]
+    [again] = line.join("b")
+    assert again.ahead == 2, "b's next request waits for a's turn"
+    late.leave()
+    assert flood[0].admitted and again.ahead == 1
+
+
+def test_a_user_without_tickets_starts_afresh():
+    line = WaitingLine(slots=1, max_waiting=32, max_waiting_per_user=16)
+    [first] = line.join("a")
+    first.leave()
+    [holder] = line.join("b")
+    waiting_b = line.join("b", 2)
+    [back] = line.join("a")
+    assert back.ahead == 1 and [ticket.ahead for ticket in waiting_b] == [2, 3]
+
+
+def test_a_request_takes_its_places_all_or_none():
+    line = WaitingLine(slots=1, max_waiting=3, max_waiting_per_user=2)
+    line.join("a")
+    with pytest.raises(ModelBusyError, match="max_waiting_per_user=2"):
+        line.join("b", 3)
+    assert (line.running, line.waiting) == (1, 0), "a refused request must hold no place"
+    with pytest.raises(ConfigError, match="at most 3 here"):
+        line.join("b", 4)
+    line.join("b", 2)
+    with pytest.raises(ModelBusyError, match="max_waiting=3"):
+        line.join("c", 2)
+    assert line.waiting == 2
+
+
+def test_leaving_gives_every_place_back():
+    line = WaitingLine(slots=2, max_waiting=4, max_waiting_per_user=4)
+    with line.join("a", 4) as places:
+        assert [ticket.admitted for ticket in places] == [True, True, False, False]
+    assert (line.running, line.waiting) == (0, 0) and not line._held and not line._last_turn

@@ -19,7 +19,7 @@ from engines import ConfigError, ModelSlot
 from engines.backends import BACKENDS
 from limits import Limits
 from webui.conversation import ChatSession, SavedToolCall, Turn, model_request, render, turn_of_message
-from webui.handlers import ChatHandlers, backend_options, message_box_for
+from webui.handlers import ChatHandlers, backend_options, message_box_for, page_user
 from webui.model_rights import ModelRights
 from webui.reply_stats import ReplyStats
 from webui.streaming import throttled
@@ -502,3 +502,11 @@ def test_out_of_range_backend_options_are_explained_and_the_model_kept(handlers,
                            ({"max_concurrent": 2.5}, "max_concurrent must be a whole number")]:
         status = handlers.load("huggingface", "", "bfloat16", progress=lambda *a, **k: None, **options)[0]
         assert named in status and slot.model.engine is engine
+
+
+def test_a_page_request_counts_for_its_login_else_its_address():
+    """Whom the waiting line counts a page request for (its share of the line, its turn)."""
+    client = {"host": "10.0.0.7", "port": 50000}
+    assert page_user(gr.Request(username="alice", client=client)) == "login alice"
+    assert page_user(gr.Request(client=client)) == "address 10.0.0.7"
+    assert page_user(None) is None

@@ -20,7 +20,7 @@ import gradio as gr
 import psutil
 from gradio.utils import get_upload_folder
 
-from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk
+from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk, line_user
 from limits import Limits
 
 from .conversation import ChatSession, SavedToolCall, Turn, kept_media, model_request, render, render_turn, turn_of_message
@@ -94,18 +94,18 @@ class ChatHandlers:
     # ---- chat
 
     @one_reply_at_a_time
-    async def send(self, session: ChatSession, message: dict | None, **settings: Any) -> AsyncIterator[tuple]:
+    async def send(self, session: ChatSession, message: dict | None, request: gr.Request | None = None, **settings: Any) -> AsyncIterator[tuple]:
         text = ((message or {}).get("text") or "").strip()
         files = list((message or {}).get("files") or [])
         if not text and not files:
             yield render(session.turns), box(True)
             return
         session.turns.append(Turn(role="user", content=text, files=files))
-        async for update in self._answer(session, settings, emptied=box(True)):
+        async for update in self._answer(session, settings, request, emptied=box(True)):
             yield update
 
     @one_reply_at_a_time
-    async def regenerate(self, session: ChatSession, **settings: Any) -> AsyncIterator[tuple]:
+    async def regenerate(self, session: ChatSession, request: gr.Request | None = None, **settings: Any) -> AsyncIterator[tuple]:
         while session.turns and session.turns[-1].role == "assistant":
             session.turns.pop()
         if not session.turns:
@@ -113,11 +113,11 @@ class ChatHandlers:
             yield [], gr.skip()
             return
         session.turns[-1].error = None
-        async for update in self._answer(session, settings):
+        async for update in self._answer(session, settings, request):
             yield update
 
     @one_reply_at_a_time
-    async def edit(self, session: ChatSession, edit: gr.EditData, **settings: Any) -> AsyncIterator[tuple]:
+    async def edit(self, session: ChatSession, edit: gr.EditData, request: gr.Request | None = None, **settings: Any) -> AsyncIterator[tuple]:
         """A past user message was edited in the Chatbot: answer it again from there."""
         index = turn_of_message(session.turns, edit.index)
         turn = session.turns[index]
@@ -127,7 +127,7 @@ class ChatHandlers:
         del session.turns[index + 1:]
         turn.content = edited_text(edit.value)
         turn.error = None
-        async for update in self._answer(session, settings):
+        async for update in self._answer(session, settings, request):
             yield update
 
     def stop(self, session: ChatSession) -> None:
@@ -146,21 +146,24 @@ class ChatHandlers:
         session.turns.clear()
         return [], box(True)
 
-    async def _answer(self, session: ChatSession, settings: dict[str, Any], emptied: dict[str, Any] | None = None) -> AsyncIterator[tuple]:
-        """The chat updates of one reply. The box stays editable (the next message may be typed
-        while the reply streams), so only the first update may touch it: ``emptied``, the sent
-        message taken out of it; later updates leave what is typed there alone."""
+    async def _answer(self, session: ChatSession, settings: dict[str, Any], request: gr.Request | None,
+                      emptied: dict[str, Any] | None = None) -> AsyncIterator[tuple]:
+        """The chat updates of one reply, asked for by ``request``. The box stays editable (the
+        next message may be typed while the reply streams), so only the first update may touch
+        it: ``emptied``, the sent message taken out of it; later updates leave what is typed
+        there alone."""
         first = emptied or gr.skip()
-        async for shown in self._reply(session, settings):
+        async for shown in self._reply(session, settings, page_user(request)):
             yield shown, first
             first = gr.skip()
         yield render(session.turns), gr.skip()
 
-    async def _reply(self, session: ChatSession, settings: dict[str, Any]) -> AsyncIterator[list]:
+    async def _reply(self, session: ChatSession, settings: dict[str, Any], user: str | None) -> AsyncIterator[list]:
         """Stream the model's answer to the conversation into a new assistant turn, which shows
-        its place in line while other requests keep the model busy. A request the model cannot
-        take (no model, bad tools JSON, media it cannot read, too many waiting) marks the user
-        turn with the reason; the conversation itself stays as it was."""
+        its place in line while other requests keep the model busy (``user``: whom it counts for
+        there). A request the model cannot take (no model, bad tools JSON, media it cannot read,
+        too many waiting) marks the user turn with the reason; the conversation itself stays as
+        it was."""
         session.stop_requested = False
         # The page's files are deleted after a while: a file that is gone is shown so, not sent.
         session.turns[:] = [kept_media(turn) for turn in session.turns]
@@ -174,7 +177,7 @@ class ChatHandlers:
             messages, media = model_request(session.turns)
             clock = ReplyClock(self.slot.model)
             stream = clock.watch(clock.model.astream_reply(messages, system=system or None, tools=tools or None, queue_places=True,
-                                                           **media, **generation))
+                                                           user=user, **media, **generation))
             session.turns.append(reply)
             async for items in throttled(stream, lambda: session.stop_requested):
                 for item in items:
@@ -250,6 +253,14 @@ class ChatHandlers:
         status = f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}"
         defaults = model.generation_defaults
         return (status, message_box_for(kinds), *[control_value(defaults, name) for name in self.control_names])
+
+
+def page_user(request: gr.Request | None) -> str | None:
+    """Whom a request from the page counts for in the model's waiting line: its login, else the
+    address of its browser."""
+    if request is None:
+        return None
+    return line_user(request.username, request.client.host if request.client else None)
 
 
 def _add_to_reply(reply: Turn, item: Any) -> None:

@@ -1,0 +1,331 @@
+"""Attacks on the engine's request path, made the way an outsider makes them: raw HTTP to a real
+`python app.py --backend huggingface` on the real default model, each attacker and each other
+user from its own loopback address (127.0.0.2, 127.0.0.3, …), as different machines would be.
+
+- stop strings beyond the limits (transformers' StopStringCriteria held the model 40-60 s here
+  for one 4,000-character string) are refused at once, and strings at the limits cost nothing;
+- a prompt far beyond the context is refused before it is tokenized, without stalling the
+  streams of others; requests beyond the line are refused before any work; a streaming request
+  with n is prepared once and takes its places in line all at once, or none;
+- one client cannot take the whole line: its share is capped, and the line admits users in
+  turn, so another user is answered after the reply being written, not after all of the
+  attacker's.
+
+The bounds are generous (the machine is shared): the point is "not locked out", not a timing.
+Each test prints what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+from gradio_client import Client
+
+from engines.generation_args import MAX_STOP_LENGTH, MAX_STOP_STRINGS
+from tests.browser import AppProcess
+
+COUNTING = [{"role": "user", "content": "Write the numbers from 1 to 1000, separated by commas."}]
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+MODEL = "SmolLM2-135M-Instruct"
+# Far beyond the model's context (8,192 tokens), and under the API's body limit (50 MB).
+HUGE_PROMPT_CHARS = 45_000_000
+# Beyond the context too, but short enough that only tokenizing it can tell (SmolLM2's longest
+# token is 81 characters: 8,192 tokens may hold up to 663,552 of them).
+LONG_PROMPT_CHARS = 600_000
+# The longest pause a running stream may show while an attack arrives; untouched, these attacks
+# paused it for seconds to minutes.
+STREAM_GAP_BOUND = 5.0
+
+
+def body(messages, **settings):
+    return {"model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 8, **settings}
+
+
+def streamed_content(sse: str) -> str:
+    """The text of reply 0 in a streamed answer's events."""
+    events = [json.loads(line.removeprefix("data: ")) for line in sse.splitlines() if line.startswith("data: {")]
+    return "".join(choice["delta"].get("content") or "" for event in events for choice in event.get("choices", ()) if choice["index"] == 0)
+
+
+def client_from(address: str) -> httpx.Client:
+    """An HTTP client whose connections come from ``address``, a loopback address of its own."""
+    return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=httpx.Timeout(300, connect=30))
+
+
+class Stream(threading.Thread):
+    """A streaming completion from ``address``, noting when each of its events arrived; it runs
+    until it ends or ``close()``."""
+
+    def __init__(self, url: str, address: str, request: dict) -> None:
+        super().__init__(daemon=True)
+        self.url, self.address, self.request = url, address, {**request, "stream": True}
+        self.times: list[float] = []
+        self.events: list[dict] = []
+        self.status: int | None = None
+        self.started = threading.Event()
+        self._closing = threading.Event()
+
+    def run(self) -> None:
+        try:
+            with client_from(self.address) as client, client.stream("POST", f"{self.url}v1/chat/completions", json=self.request) as response:
+                self.status = response.status_code
+                for line in response.iter_lines():
+                    if line.startswith("data: {"):
+                        self.times.append(time.monotonic())
+                        self.events.append(json.loads(line.removeprefix("data: ")))
+                        self.started.set()
+                    if self._closing.is_set():
+                        return
+        finally:
+            self.started.set()
+
+    def close(self) -> None:
+        self._closing.set()
+        self.join(60)
+
+    def finished_replies(self) -> int:
+        return sum(1 for event in self.events for choice in event.get("choices", ()) if choice.get("finish_reason"))
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest pause between two events of this stream that overlaps [start, end]."""
+        times = [*self.times, time.monotonic()] if self.is_alive() else self.times
+        gaps = [later - earlier for earlier, later in zip(times, times[1:]) if later >= start and earlier <= end]
+        return max(gaps, default=0.0)
+
+
+def running_stream(url: str, address: str) -> Stream:
+    """A long greedy reply being written, from ``address``: it holds the model's one slot."""
+    stream = Stream(url, address, body(COUNTING, max_tokens=3000))
+    stream.start()
+    assert stream.started.wait(120) and stream.status == 200, stream.status
+    # The first event is the role chunk, sent once the reply has started.
+    deadline = time.monotonic() + 120
+    while len(stream.times) < 3:
+        assert time.monotonic() < deadline, "the running reply wrote nothing"
+        time.sleep(0.05)
+    return stream
+
+
+def post(url: str, address: str, request: dict, timeout: float = 300) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    with client_from(address) as client:
+        response = client.post(f"{url}v1/chat/completions", json=request, timeout=timeout)
+    return response, time.monotonic() - started
+
+
+def peak_rss(process: psutil.Process, until: threading.Event) -> list[int]:
+    """The server's resident memory, sampled until ``until`` is set; read the list's max."""
+    samples = [process.memory_info().rss]
+
+    def sample() -> None:
+        while not until.wait(0.1):
+            samples.append(process.memory_info().rss)
+
+    threading.Thread(target=sample, daemon=True).start()
+    return samples
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    process = AppProcess(tmp_path_factory.mktemp("app"), ("--backend", "huggingface"))
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def small_line_app(tmp_path_factory):
+    """One slot and three places in line, two of them at most for one user."""
+    process = AppProcess(tmp_path_factory.mktemp("app"), ("--backend", "huggingface", "--max-waiting", "3", "--max-waiting-per-user", "2"))
+    yield process
+    process.stop()
+
+
+# ---- stop strings
+
+
+def test_a_stop_string_beyond_the_limits_is_refused_at_once_and_others_carry_on(app):
+    server = psutil.Process(app.process.pid)
+    done = threading.Event()
+    memory = peak_rss(server, done)
+    attack = {}
+
+    def attacker() -> None:
+        attack["response"], attack["seconds"] = post(app.url, "127.0.0.2", body(QUESTION, stop=["x" * 4000]))
+
+    thread = threading.Thread(target=attacker)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        answered, seconds = post(app.url, "127.0.0.3", body(QUESTION))
+    finally:
+        thread.join(600)
+        done.set()
+    print(f"\n4,000-character stop string: {attack['response'].status_code} after {attack['seconds']:.2f} s; another user answered "
+          f"in {seconds:.2f} s; server RSS {memory[0] / 2**20:.0f} -> peak {max(memory) / 2**20:.0f} MiB")
+    assert answered.status_code == 200 and "Paris" in answered.json()["choices"][0]["message"]["content"]
+    assert attack["response"].status_code == 400, attack["response"].text
+    error = attack["response"].json()["error"]
+    assert f"at most {MAX_STOP_LENGTH} characters" in error["message"], error
+    assert attack["seconds"] < 30 and seconds < 60
+
+    too_many, _ = post(app.url, "127.0.0.2", body(QUESTION, stop=[str(i) for i in range(MAX_STOP_STRINGS + 1)]))
+    assert too_many.status_code == 400 and f"at most {MAX_STOP_STRINGS} stop strings" in too_many.json()["error"]["message"], too_many.text
+
+
+def test_stop_strings_at_the_limits_cost_nothing(app):
+    """Four stop strings of the longest length allowed (for each of which transformers'
+    StopStringCriteria would precompute a vocabulary-sized table) and one that ends the reply:
+    answered about as fast as without them."""
+    stops = ["x" * MAX_STOP_LENGTH, "y" * MAX_STOP_LENGTH, "z" * MAX_STOP_LENGTH, " Paris"]
+    for stream in (False, True):
+        timed = {}
+        for name, request in (("plain", body(QUESTION, max_tokens=6, stream=stream)), ("stops", body(QUESTION, stop=stops, max_tokens=24, stream=stream))):
+            response, timed[name] = post(app.url, "127.0.0.2", request)
+            assert response.status_code == 200, response.text
+        text = streamed_content(response.text) if stream else response.json()["choices"][0]["message"]["content"]
+        print(f"\n4 stop strings of {MAX_STOP_LENGTH} characters, stream={stream}: {timed['stops']:.2f} s (without them {timed['plain']:.2f} s)")
+        assert text == "The capital of France is", text
+        assert timed["stops"] < 3 * timed["plain"] + 2
+
+
+# ---- work before the line
+
+
+def test_a_prompt_far_beyond_the_context_is_refused_before_it_is_tokenized(app):
+    running = running_stream(app.url, "127.0.0.3")
+    try:
+        started = time.monotonic()
+        refused, seconds = post(app.url, "127.0.0.2", body([{"role": "user", "content": "hello " * (HUGE_PROMPT_CHARS // 6)}]))
+        gap = running.longest_gap(started, time.monotonic())
+        print(f"\n45 MB prompt: {refused.status_code} after {seconds:.2f} s; the running stream's longest pause meanwhile {gap:.2f} s")
+        assert refused.status_code == 400, refused.text[:500]
+        assert "more than this model's limit of 8192 tokens" in refused.json()["error"]["message"]
+        assert gap < STREAM_GAP_BOUND
+    finally:
+        running.close()
+
+
+def test_a_streaming_request_with_n_is_prepared_once(app):
+    """A prompt too long for the context, which only tokenizing it shows, asked for once and
+    then with 16 sampled replies: the second is refused as fast as the first."""
+    running = running_stream(app.url, "127.0.0.3")
+    try:
+        started = time.monotonic()
+        request = body([{"role": "user", "content": "hello " * (LONG_PROMPT_CHARS // 6)}], temperature=1.0, stream=True)
+        once, once_seconds = post(app.url, "127.0.0.2", request)
+        sixteen, sixteen_seconds = post(app.url, "127.0.0.2", {**request, "n": 16})
+        gap = running.longest_gap(started, time.monotonic())
+        print(f"\n{LONG_PROMPT_CHARS:,}-character prompt, streamed: {once.status_code} after {once_seconds:.2f} s; with n=16 "
+              f"{sixteen.status_code} after {sixteen_seconds:.2f} s; the running stream's longest pause {gap:.2f} s")
+        for refused in (once, sixteen):
+            assert refused.status_code == 400 and "tokens long" in refused.json()["error"]["message"], refused.text[:500]
+        assert sixteen_seconds < 4 * once_seconds + 1, "the request was prepared once per reply"
+        assert gap < STREAM_GAP_BOUND
+    finally:
+        running.close()
+
+
+def test_requests_beyond_the_line_are_refused_before_any_work(small_line_app):
+    url = small_line_app.url
+    running = running_stream(url, "127.0.0.2")
+    waiting = [Stream(url, address, body(QUESTION)) for address in ("127.0.0.3", "127.0.0.4", "127.0.0.5")]
+    try:
+        for stream in waiting:
+            stream.start()
+        time.sleep(3)  # all three are in line now
+        started = time.monotonic()
+        long_prompt = body([{"role": "user", "content": "hello " * (LONG_PROMPT_CHARS // 6)}])
+        results = [post(url, f"127.0.0.{6 + i}", long_prompt) for i in range(8)]
+        gap = running.longest_gap(started, time.monotonic())
+        statuses = [response.status_code for response, _ in results]
+        slowest = max(seconds for _, seconds in results)
+        print(f"\n8 requests beyond a full line, each {LONG_PROMPT_CHARS:,} characters: statuses {statuses}, slowest "
+              f"{slowest:.2f} s; the running stream's longest pause {gap:.2f} s")
+        assert statuses == [503] * 8, [response.text[:300] for response, _ in results]
+        assert all("max_waiting=3" in response.json()["error"]["message"] for response, _ in results)
+        assert gap < STREAM_GAP_BOUND
+    finally:
+        for stream in [running, *waiting]:
+            stream.close()
+
+
+def test_a_streaming_request_with_n_takes_its_places_all_or_none(small_line_app):
+    """Three sampled replies streamed need three places while another user's reply is written
+    and one more waits, and there are two: refused whole, before its answer starts; two replies
+    fit. Four could never fit one user's share: refused as such."""
+    url = small_line_app.url
+    running = running_stream(url, "127.0.0.2")
+    other = Stream(url, "127.0.0.4", body(QUESTION))
+    other.start()
+    time.sleep(3)
+    try:
+        refused, seconds = post(url, "127.0.0.3", body(QUESTION, n=3, temperature=1.0, stream=True))
+        print(f"\nn=3 streamed with 2 places free: {refused.status_code} after {seconds:.2f} s")
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_busy", refused.text[:500]
+        never, _ = post(url, "127.0.0.3", body(QUESTION, n=4, temperature=1.0, stream=True))
+        assert never.status_code == 400 and "one user may hold at most 3" in never.json()["error"]["message"], never.text[:500]
+        fits = Stream(url, "127.0.0.3", body(QUESTION, n=2, temperature=1.0))
+        fits.start()
+        time.sleep(1)
+        running.close()
+        fits.join(300)
+        assert fits.status == 200 and fits.finished_replies() == 2, "two replies should have found their two places"
+    finally:
+        running.close()
+        other.close()
+
+
+def test_the_page_and_the_api_from_one_address_share_its_places(small_line_app):
+    """A page user at 127.0.0.1, whose address holds its two places in line already (through
+    the API), is told so under the message, which stays in the conversation."""
+    url = small_line_app.url
+    running = running_stream(url, "127.0.0.2")
+    waiting = [Stream(url, "127.0.0.1", body(QUESTION)) for _ in range(2)]
+    try:
+        for stream in waiting:
+            stream.start()
+        time.sleep(3)
+        reply = Client(url, verbose=False).predict({"text": "What is the capital of France?", "files": []}, system="", tools="",
+                                                   temperature=0, max_new_tokens=8, seed=None, api_name="/chat")[0]
+        shown = json.dumps(reply)
+        print(f"\nthe page, for an address over its share: {shown[-300:]}")
+        assert "Your requests already hold 2 place(s) in line" in shown and "--max-waiting-per-user" in shown, shown
+        assert "What is the capital of France?" in shown
+    finally:
+        for stream in [running, *waiting]:
+            stream.close()
+
+
+# ---- one user's share of the line
+
+
+def test_one_client_cannot_take_the_line_and_others_are_answered_in_turn(app):
+    """The attacker (127.0.0.2) sends a long reply, then two requests of 16 sampled replies
+    each and one more; a page user (127.0.0.1) then asks a question."""
+    url = app.url
+    attack = Stream(url, "127.0.0.2", body(COUNTING, n=16, temperature=1.0, max_tokens=64))
+    attack.start()
+    assert attack.started.wait(120) and attack.status == 200
+    over_share, _ = post(url, "127.0.0.2", body(QUESTION, n=16, temperature=1.0, stream=True))
+    print(f"\nthe attacker's second request of 16 replies: {over_share.status_code}")
+    assert over_share.status_code == 503, over_share.text[:500]
+    assert "--max-waiting-per-user" in over_share.json()["error"]["message"]
+    fill = Stream(url, "127.0.0.2", body(COUNTING, max_tokens=64))
+    fill.start()
+    try:
+        started = time.monotonic()
+        page_user = Client(url, verbose=False)
+        reply = page_user.predict({"text": "What is the capital of France?", "files": []}, system="", tools="", temperature=0,
+                                  max_new_tokens=8, seed=None, api_name="/chat")[0]
+        attacker_done = attack.finished_replies()
+        print(f"the page user was answered after {time.monotonic() - started:.1f} s, when {attacker_done} of the attacker's 16 replies had ended")
+        assert "Paris" in json.dumps(reply), reply
+        assert attacker_done <= 3, "the page user waited behind the attacker's replies"
+    finally:
+        attack.close()
+        fill.close()
