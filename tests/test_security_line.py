@@ -52,27 +52,29 @@ def streamed_content(sse: str) -> str:
     return "".join(choice["delta"].get("content") or "" for event in events for choice in event.get("choices", ()) if choice["index"] == 0)
 
 
-def client_from(address: str) -> httpx.Client:
-    """An HTTP client whose connections come from ``address``, a loopback address of its own."""
-    return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=httpx.Timeout(300, connect=30))
+def client_from(address: str, auth: tuple[str, str] | None = None) -> httpx.Client:
+    """An HTTP client whose connections come from ``address``, a loopback address of its own,
+    logged in as ``auth`` (user, password) where given."""
+    return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=httpx.Timeout(300, connect=30), auth=auth)
 
 
 class Stream(threading.Thread):
     """A streaming completion from ``address``, noting when each of its events arrived; it runs
     until it ends or ``close()``."""
 
-    def __init__(self, url: str, address: str, request: dict) -> None:
+    def __init__(self, url: str, address: str, request: dict, auth: tuple[str, str] | None = None) -> None:
         super().__init__(daemon=True)
-        self.url, self.address, self.request = url, address, {**request, "stream": True}
+        self.url, self.address, self.request, self.auth = url, address, {**request, "stream": True}, auth
         self.times: list[float] = []
         self.events: list[dict] = []
         self.status: int | None = None
         self.started = threading.Event()
+        self.ended: float | None = None
         self._closing = threading.Event()
 
     def run(self) -> None:
         try:
-            with client_from(self.address) as client, client.stream("POST", f"{self.url}v1/chat/completions", json=self.request) as response:
+            with client_from(self.address, self.auth) as client, client.stream("POST", f"{self.url}v1/chat/completions", json=self.request) as response:
                 self.status = response.status_code
                 for line in response.iter_lines():
                     if line.startswith("data: {"):
@@ -81,6 +83,7 @@ class Stream(threading.Thread):
                         self.started.set()
                     if self._closing.is_set():
                         return
+            self.ended = time.monotonic()
         finally:
             self.started.set()
 
@@ -98,9 +101,9 @@ class Stream(threading.Thread):
         return max(gaps, default=0.0)
 
 
-def running_stream(url: str, address: str) -> Stream:
+def running_stream(url: str, address: str, auth: tuple[str, str] | None = None) -> Stream:
     """A long greedy reply being written, from ``address``: it holds the model's one slot."""
-    stream = Stream(url, address, body(COUNTING, max_tokens=3000))
+    stream = Stream(url, address, body(COUNTING, max_tokens=3000), auth)
     stream.start()
     assert stream.started.wait(120) and stream.status == 200, stream.status
     # The first event is the role chunk, sent once the reply has started.
@@ -111,9 +114,9 @@ def running_stream(url: str, address: str) -> Stream:
     return stream
 
 
-def post(url: str, address: str, request: dict, timeout: float = 300) -> tuple[httpx.Response, float]:
+def post(url: str, address: str, request: dict, timeout: float = 300, auth: tuple[str, str] | None = None) -> tuple[httpx.Response, float]:
     started = time.monotonic()
-    with client_from(address) as client:
+    with client_from(address, auth) as client:
         response = client.post(f"{url}v1/chat/completions", json=request, timeout=timeout)
     return response, time.monotonic() - started
 
@@ -329,3 +332,35 @@ def test_one_client_cannot_take_the_line_and_others_are_answered_in_turn(app):
     finally:
         attack.close()
         fill.close()
+
+
+def test_with_logins_each_login_has_its_own_share_wherever_it_connects_from(tmp_path_factory):
+    """alice and bob call /v1 from the same address, logged in: the line knows them by their
+    logins. alice, with a reply being written and her two places taken, is refused a third;
+    bob still gets in, and is answered before alice's waiting requests: she had the last turn."""
+    alice, bob = ("alice", "alice-pw"), ("bob", "bob-pw")
+    app = AppProcess(tmp_path_factory.mktemp("app"), ("--backend", "huggingface", "--auth", ":".join(alice), "--auth", ":".join(bob),
+                                                      "--max-waiting", "4", "--max-waiting-per-user", "2"))
+    streams = []
+    try:
+        streams.append(running := running_stream(app.url, "127.0.0.1", alice))
+        streams += (alice_waiting := [Stream(app.url, "127.0.0.1", body(QUESTION), alice) for _ in range(2)])
+        for stream in alice_waiting:
+            stream.start()
+        time.sleep(3)
+        over_share, _ = post(app.url, "127.0.0.1", body(QUESTION, stream=True), auth=alice)
+        assert over_share.status_code == 503 and "--max-waiting-per-user" in over_share.json()["error"]["message"], over_share.text[:500]
+        streams.append(bob_waiting := Stream(app.url, "127.0.0.1", body(QUESTION), bob))
+        bob_waiting.start()
+        time.sleep(3)
+        running.close()
+        for stream in [bob_waiting, *alice_waiting]:
+            stream.join(300)
+        assert bob_waiting.status == 200 and bob_waiting.finished_replies() == 1, "bob's own share should have taken him in"
+        assert all(stream.finished_replies() == 1 for stream in alice_waiting)
+        print(f"\nbob ended {min(s.ended for s in alice_waiting) - bob_waiting.ended:.2f} s before alice's first waiting request")
+        assert bob_waiting.ended < min(stream.ended for stream in alice_waiting), "bob should have had the next turn"
+    finally:
+        for stream in streams:
+            stream.close()
+        app.stop()
