@@ -19,7 +19,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from engines import BACKEND_NAMES, ChatError  # noqa: E402
-from engines.model_args import AUTO, MediaSettings  # noqa: E402
+from engines.backends.registry import AUTO  # noqa: E402
+from engines.model_files.model_args import MediaSettings  # noqa: E402
 from limits import Limits, parse_size, size_text  # noqa: E402
 
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engines.model_args import MediaSettings
+from engines.model_files.model_args import MediaSettings
 from limits import Limits
 
 if TYPE_CHECKING:

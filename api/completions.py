@@ -16,7 +16,7 @@ from typing import Any
 
 from engines import ChatModel, Response
 from engines.generation_args import GenerationArgs
-from engines.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
+from engines.prompt.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
 
 from .errors import APIError, from_exception
 from .media import to_engine_input

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engines.media import PLACEHOLDERS
+from engines.prompt.media import PLACEHOLDERS
 
 from .errors import APIError
 from .schemas import AudioURLPart, ImagePart, InputAudioPart, Message, TextPart, VideoURLPart

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import psutil  # noqa: E402
 
 from engines import ChatModel  # noqa: E402
-from engines.model_files import default_gguf  # noqa: E402
+from engines.model_files.paths import default_gguf  # noqa: E402
 
 QUESTION = "Write a long story about a lighthouse keeper and a storm."
 # SmolLM2's trained context, which our llamacpp engine takes by default where memory allows.
@@ -51,7 +51,7 @@ def open_way(name: str) -> tuple[Way, Callable[[], None]]:
     if name == "bare llama-cpp-python":
         import llama_cpp
 
-        from engines.llamacpp import DEFAULT_BATCH
+        from engines.backends.llamacpp import DEFAULT_BATCH
 
         threads = psutil.cpu_count(logical=False)
         bare = llama_cpp.Llama(model_path=str(default_gguf()), n_ctx=CONTEXT, n_batch=DEFAULT_BATCH, n_threads=threads,

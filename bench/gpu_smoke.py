@@ -31,7 +31,7 @@ import pytest  # noqa: E402
 
 from engines import ChatError, ChatModel  # noqa: E402
 from engines.backends import engine_class  # noqa: E402
-from engines.sglang import require_gpu  # noqa: E402
+from engines.backends.sglang import require_gpu  # noqa: E402
 from tests.engine_contract import LONG_REQUEST, QUESTION, EngineContract  # noqa: E402
 
 TIMINGS: dict[str, float] = {}

@@ -1,8 +1,7 @@
 """The backend-agnostic chat layer: ``ChatModel`` over one engine per backend."""
 
-from .admission import QueuePlace, line_user
-from .base import BaseEngine, Response
-from .reply_parser import ReplyChunk, ReplyParts, ToolCall
+from .backends.base import BaseEngine, Response
+from .backends.registry import BACKEND_NAMES
 from .chat_model import ChatModel
 from .errors import (
     BackendUnavailableError,
@@ -16,9 +15,11 @@ from .errors import (
     ModelUnloadedError,
     UnsupportedError,
 )
-from .model_slot import ModelSlot
 from .generation_args import GenerationArgs
-from .model_args import BACKEND_NAMES, ModelArgs
+from .model_files.model_args import ModelArgs
+from .model_slot import ModelSlot
+from .prompt.reply_parser import ReplyChunk, ReplyParts, ToolCall
+from .waiting_line import QueuePlace, line_user
 
 __all__ = [
     "BACKEND_NAMES",

@@ -16,15 +16,15 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from .admission import QueuePlace, WaitingLine
 from .backends import engine_class
-from .base import BaseEngine, MediaKind, Response
+from .backends.base import BaseEngine, MediaKind, Response
 from .errors import ConfigError, ModelUnloadedError
 from .generation_args import GenerationArgs
-from .media import AudioInput, ImageInput, VideoInput
-from .model_args import ModelArgs
 from .model_files import Progress
-from .reply_parser import ReplyChunk
+from .model_files.model_args import ModelArgs
+from .prompt.media import AudioInput, ImageInput, VideoInput
+from .prompt.reply_parser import ReplyChunk
+from .waiting_line import QueuePlace, WaitingLine
 
 T = TypeVar("T")
 P = ParamSpec("P")

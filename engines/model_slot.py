@@ -9,8 +9,8 @@ from typing import Any
 from .backends import engine_class
 from .chat_model import ChatModel, split_args
 from .errors import ModelLoadingError, ModelUnloadedError
-from .model_args import ModelArgs
 from .model_files import Progress
+from .model_files.model_args import ModelArgs
 
 
 class ModelSlot:

@@ -8,7 +8,7 @@ from typing import Any
 
 from .errors import ConfigError, MediaError, UnsupportedError
 from .generation_args import GenerationArgs
-from .media import PLACEHOLDERS
+from .prompt.media import PLACEHOLDERS
 
 ROLES = ("system", "user", "assistant", "tool")
 # apply_chat_template's own parameters: chat_template_kwargs may not change how we call it.

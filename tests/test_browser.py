@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
-from engines.model_files import default_gguf
+from engines.model_files.paths import default_gguf
 from tests.browser import (
     CHROMIUM, ROOT, AppProcess, ask, bot_messages, chromium, click_and_wait, is_local, open_chat, open_tab, replies, send, set_number,
     user_messages, wait_until_answered,

@@ -14,8 +14,8 @@ import pytest
 from huggingface_hub import constants
 
 from engines import ConfigError, ModelLoadError
-from engines.hub_download import _page_bars
-from engines.model_files import resolve_model_path
+from engines.model_files.hub_download import _page_bars
+from engines.model_files.paths import resolve_model_path
 from tests.hub_cache import cache_model
 
 MISSING = "HuggingFaceTB/SmolLM2-360M-Instruct"

@@ -18,7 +18,7 @@ from engines import (
     ConfigError,
     UnsupportedError,
 )
-from engines.backends import missing_packages
+from engines.backends.registry import missing_packages
 from tests.engine_contract import LONG_PROMPT, LONG_REQUEST, QUESTION, EngineContract
 
 
@@ -62,17 +62,17 @@ async def test_cancel_ends_generation_within_a_few_tokens(chat_model):
 
 
 async def test_stop_while_a_long_prompt_is_evaluated_frees_the_model_within_a_chunk(chat_model, monkeypatch):
-    """The prompt is evaluated in chunks (engines/huggingface.py), which gives the same reply as
+    """The prompt is evaluated in chunks (engines/backends/huggingface.py), which gives the same reply as
     one pass, and a Stop during it takes effect at the next chunk rather than after the prompt."""
-    import engines.huggingface
+    import engines.backends.huggingface
 
     started = time.perf_counter()
     [chunked] = await chat_model.achat(LONG_PROMPT, temperature=0, max_new_tokens=12)
     whole_prompt = time.perf_counter() - started
-    monkeypatch.setattr(engines.huggingface, "PREFILL_CHUNK_TOKENS", 100_000)
+    monkeypatch.setattr(engines.backends.huggingface, "PREFILL_CHUNK_TOKENS", 100_000)
     [one_pass] = await chat_model.achat(LONG_PROMPT, temperature=0, max_new_tokens=12)
     monkeypatch.undo()
-    assert chunked.prompt_length > 3 * engines.huggingface.PREFILL_CHUNK_TOKENS
+    assert chunked.prompt_length > 3 * engines.backends.huggingface.PREFILL_CHUNK_TOKENS
     assert chunked.response_text == one_pass.response_text
 
     stream = chat_model.astream_chat(LONG_PROMPT, temperature=0, max_new_tokens=200)

@@ -10,7 +10,7 @@ alone, one session after another; then it is taken back (Undo) and sent again in
 What overlaps is checked, so a test that ran the 8 one by one could not pass unnoticed: every
 session's reply is in flight (its Stop button shown) before any of them has finished. Then:
 - huggingface, with --max-concurrent 2: two requests generate at once, each in its own thread
-  over the one shared model, and the waiting line (engines/admission.py) holds the other six,
+  over the one shared model, and the waiting line (engines/waiting_line.py) holds the other six,
   whose pages say "Waiting for the model: N ahead", N from 1 to 6.
 - vllm, with --max-concurrent 8: all 8 are admitted at once and batched by vLLM, so no page
   waits and the 8 together take less time than they took one by one. vLLM runs in float32 here:

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from engines import BackendUnavailableError, ChatModel, ConfigError
-from engines.ktransformers import numa_node_count
-from engines.model_files import resolve_model_path
+from engines.backends.ktransformers import numa_node_count
+from engines.model_files.paths import resolve_model_path
 from tests import fake_sglang, runtime_wheels
 from tests.engine_contract import QUESTION, EngineContract
 
@@ -36,7 +36,7 @@ def start(settings: dict, kt_kernel=AMX_BUILD, gpu: bool = True, fork: bool = Tr
         if gpu:
             patch.setattr(torch.cuda, "is_available", lambda: True)
         if fork:
-            patch.setattr("engines.ktransformers.require_sglang_kt", lambda: None)
+            patch.setattr("engines.backends.ktransformers.require_sglang_kt", lambda: None)
         return ChatModel({"infer_backend": "ktransformers", **settings}, progress)
 
 
@@ -131,7 +131,7 @@ def test_real_kt_kernel_reports_this_cpus_kernels(real_kt_kernel_dir):
     probe = (
         "import json, kt_kernel\n"
         "from engines.errors import ChatError\n"
-        "from engines.ktransformers import check_kt_method, describe_cpu_kernels\n"
+        "from engines.backends.ktransformers import check_kt_method, describe_cpu_kernels\n"
         "def outcome(method):\n"
         "    try:\n"
         "        check_kt_method(method)\n"

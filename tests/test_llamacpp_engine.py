@@ -13,7 +13,7 @@ import pytest
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh --llamacpp)", exc_type=ImportError)
 
 from engines import ChatModel, ConfigError, MediaError, ModelLoadError, ModelSlot  # noqa: E402
-from engines.model_files import default_gguf  # noqa: E402
+from engines.model_files.paths import default_gguf  # noqa: E402
 from tests.engine_contract import LONG_PROMPT, LONG_REQUEST, QUESTION, EngineContract  # noqa: E402
 from tests.test_vllm_engine import PARITY_PROMPTS  # noqa: E402
 
@@ -196,7 +196,7 @@ def test_unload_gives_the_memory_back_and_reload_serves_again():
 def test_auto_chooses_llamacpp_for_a_gguf_where_installed_and_says_why(monkeypatch, default_model_dir):
     with ChatModel() as model:
         assert model.backend == "llamacpp" and model.backend_reason == "auto: a GGUF file, and llama.cpp is installed"
-    from engines.model_args import ModelArgs
+    from engines.model_files.model_args import ModelArgs
 
     assert ModelArgs.build(model_name_or_path=default_model_dir).backend == "huggingface"
     several = ModelArgs.build(max_concurrent=4)

@@ -1,4 +1,4 @@
-"""Media regularisation (engines/media.py) on real files: pillow, decord and PyAV, soundfile, soxr."""
+"""Media regularisation (engines/prompt/media.py) on real files: pillow, decord and PyAV, soundfile, soxr."""
 
 import sys
 import time
@@ -8,8 +8,8 @@ import pytest
 from PIL import Image
 
 from engines import MediaError
-from engines.media import load_audio, load_image, load_video
-from engines.model_args import MediaSettings
+from engines.prompt.media import load_audio, load_image, load_video
+from engines.model_files.model_args import MediaSettings
 from media_samples import bomb_png, png_bytes, solid_image, tone, write_audio, write_silence, write_video
 
 BUDGET = 768 * 768

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engines import model_catalog
-from engines.model_catalog import FoundModel, find_models
-from engines.model_files import default_gguf
+from engines.model_files import catalog as model_catalog
+from engines.model_files.catalog import FoundModel, find_models
+from engines.model_files.paths import default_gguf
 from tests.hub_cache import cache_model
 from tests.tiny_models import build_qwen2_audio
 from webui.model_picker import label

@@ -3,31 +3,35 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
-from engines import ConfigError, model_files
-from engines.model_files import COMPLETE_MARKER, converted_gguf_dir, default_gguf, resolve_model_path
+from engines import ConfigError
+from engines.model_files import gguf as conversion
+from engines.model_files.cache import COMPLETE_MARKER
+from engines.model_files.gguf import converted_gguf_dir
+from engines.model_files.paths import default_gguf, resolve_model_path
 
 
 def test_second_load_uses_the_cache_without_converting(chat_model, monkeypatch):
     def no_conversion(*args, **kwargs):
         raise AssertionError("converted again although the cache is complete")
 
-    monkeypatch.setattr(model_files, "_convert", no_conversion)
+    monkeypatch.setattr(conversion, "_convert", no_conversion)
     started = time.perf_counter()
     path = resolve_model_path(None)
     assert time.perf_counter() - started < 1
     assert path == chat_model.engine.model_path
-    assert (model_files.Path(path) / COMPLETE_MARKER).is_file()
+    assert (Path(path) / COMPLETE_MARKER).is_file()
 
 
 def test_half_written_cache_is_ignored_and_redone(tmp_path, monkeypatch):
     monkeypatch.setenv("ANYCHAT_CACHE_DIR", str(tmp_path))
     gguf = default_gguf()
     converted = []
-    real_convert = model_files._convert
-    monkeypatch.setattr(model_files, "_convert", lambda *a, **k: (converted.append(1), real_convert(*a, **k)))
+    real_convert = conversion._convert
+    monkeypatch.setattr(conversion, "_convert", lambda *a, **k: (converted.append(1), real_convert(*a, **k)))
     # What an interrupted run leaves: the target without its marker, with a truncated weights file.
     first = converted_gguf_dir(gguf)
     (first / COMPLETE_MARKER).unlink()
@@ -57,7 +61,7 @@ def test_a_gguf_path_loads_through_the_same_cache(chat_model):
 
 
 def test_a_local_model_is_named_by_its_file_not_its_path(tmp_path):
-    from engines.model_args import ModelArgs
+    from engines.model_files.model_args import ModelArgs
 
     model = tmp_path / "models" / "my-model.gguf"
     model.parent.mkdir()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engines import ChatModel, ConfigError, MediaError
-from engines.media import load_image
+from engines.prompt.media import load_image
 from media_samples import solid_image, tone, write_audio, write_video
 from tiny_models import build_llava, build_qwen2_audio, build_qwen2_vl
 

@@ -1,10 +1,10 @@
-"""The one reply parser (engines/reply_parser.py) that the page, the API and the terminal chat read replies with."""
+"""The one reply parser (engines/prompt/reply_parser.py) that the page, the API and the terminal chat read replies with."""
 
 import json
 
 import pytest
 
-from engines.reply_parser import ReplyParser, ToolCall, parse_reply
+from engines.prompt.reply_parser import ReplyParser, ToolCall, parse_reply
 
 
 # The formats of the common chat templates, as a model would write them.

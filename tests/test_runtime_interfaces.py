@@ -16,8 +16,8 @@ import torch
 from PIL import Image
 
 from engines import ChatModel
-from engines.ktransformers import _METHOD_KERNELS, KT_RUN_DEFAULTS, KTransformersEngine
-from engines.sglang import SGLangEngine
+from engines.backends.ktransformers import _METHOD_KERNELS, KT_RUN_DEFAULTS, KTransformersEngine
+from engines.backends.sglang import SGLangEngine
 from tests import fake_sglang, runtime_wheels, tiny_models
 
 
@@ -33,7 +33,7 @@ def record_calls(engine_type: type, tmp_path) -> dict[str, set[str]]:
     fakes = {"kt_kernel": fake_sglang.kt_kernel_module("amx", ("AMXInt4_MOE",)), "ktransformers": fake_sglang.ktransformers_module}
     with fake_sglang.installed(fake, fakes), pytest.MonkeyPatch.context() as patch:
         patch.setattr(torch.cuda, "is_available", lambda: True)
-        patch.setattr("engines.ktransformers.require_sglang_kt", lambda: None)
+        patch.setattr("engines.backends.ktransformers.require_sglang_kt", lambda: None)
         adapter = tmp_path / "tiny-lora"
         adapter.mkdir()
         (adapter / "adapter_config.json").write_text("{}")

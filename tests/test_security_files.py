@@ -20,7 +20,7 @@ import psutil
 import pytest
 from PIL import Image
 
-from engines.model_files import default_gguf
+from engines.model_files.paths import default_gguf
 from tests.browser import CHROMIUM, ROOT, AppProcess, chromium, open_chat
 from tests.page_client import GREEDY, PageClient, error, file_data, shown
 

@@ -4,7 +4,7 @@ of many files each just within its limit.
 
 Each is refused from its header before anything is decoded, with a message naming the file, the
 limit and its setting, or decoded at the size the model takes, in bounded memory. Memory is the
-peak of a fresh process (engines.media alone) or of the real server (``python app.py`` on tiny
+peak of a fresh process (engines.prompt.media alone) or of the real server (``python app.py`` on tiny
 Qwen2-VL and Qwen2-Audio models), while another user's ordinary request is answered.
 """
 
@@ -30,9 +30,9 @@ from gradio_client import Client, handle_file
 from PIL import Image
 
 from engines import ChatModel, MediaError
-from engines.media import _frames_decoded, load_audio, load_image, load_video
-from engines.media_budget import MediaBudget
-from engines.model_args import MediaSettings
+from engines.prompt.media import _frames_decoded, load_audio, load_image, load_video
+from engines.prompt.media_budget import MediaBudget
+from engines.model_files.model_args import MediaSettings
 from tests.browser import ROOT, AppProcess
 from tests.media_samples import flat_png, solid_image, tone, write_audio, write_plain_video, write_silence
 from tests.tiny_models import build_qwen2_audio, build_qwen2_vl
@@ -78,7 +78,7 @@ class Decoded:
 
 
 def decode_alone(call: str, without_decord: bool = False) -> Decoded:
-    """Runs ``call`` (engines.media's load_image, load_video or load_audio) in a fresh Python with
+    """Runs ``call`` (engines.prompt.media's load_image, load_video or load_audio) in a fresh Python with
     every decoder imported first: how far its peak memory grew, how long it took, and the shape
     of what it returned or the MediaError it raised."""
     script = f"""
@@ -87,7 +87,7 @@ import json, sys, time
 import av, numpy, PIL.Image, soundfile, soxr
 {"" if without_decord else "import decord"}
 from engines import MediaError
-from engines.media import load_audio, load_image, load_video
+from engines.prompt.media import load_audio, load_image, load_video
 # VmHWM: this process's own peak (ru_maxrss would start from the parent's size at the fork).
 peak = lambda: next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM")) / 1024
 before, started = peak(), time.perf_counter()

@@ -1,4 +1,4 @@
-"""Stop strings cut from streamed text (engines/text_stream.py), checked against their plain
+"""Stop strings cut from streamed text (engines/prompt/text_stream.py), checked against their plain
 definition: the text up to where the stop string the model completed first begins, with the
 start of a possible stop string held back until it is clear."""
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from engines.text_stream import StopStringFilter, find_stop, partial_suffix_length
+from engines.prompt.text_stream import StopStringFilter, find_stop, partial_suffix_length
 
 
 def held_back(text: str, markers: list[str]) -> int:

@@ -24,7 +24,7 @@ from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from engines import ChatModel, ConfigError, UnsupportedError  # noqa: E402
-from engines.model_files import resolve_model_path  # noqa: E402
+from engines.model_files.paths import resolve_model_path  # noqa: E402
 from tests.engine_contract import LONG_REQUEST, QUESTION, EngineContract  # noqa: E402
 
 # Small and fixed, so several engines fit beside each other on a shared CI machine.

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 
 from api import add_api
 from engines import ConfigError, ModelBusyError, ModelSlot, QueuePlace, ReplyChunk
-from engines.admission import WaitingLine
+from engines.waiting_line import WaitingLine
 from tests.test_api import COUNTING, QUESTION, running_server
 from tests.test_webui_handlers import CONTROLS, message, settings
 from webui.conversation import ChatSession

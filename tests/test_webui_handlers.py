@@ -16,7 +16,7 @@ from huggingface_hub import constants
 from PIL import Image
 
 from engines import ConfigError, ModelSlot
-from engines.backends import BACKENDS
+from engines.backends.registry import BACKENDS
 from limits import Limits
 from webui.conversation import ChatSession, SavedToolCall, Turn, model_request, render, turn_of_message
 from webui.handlers import ChatHandlers, backend_options, message_box_for, page_user

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from engines.model_files import cache_dir
+from engines.model_files.cache import cache_dir
 
 STORAGE_KEY = "anychat-saved-chats"
 SECRET_FILE = "browser-state-secret"

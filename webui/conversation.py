@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from engines import ChatError, ToolCall
-from engines.media import PLACEHOLDERS
+from engines.prompt.media import PLACEHOLDERS
 
 from .reply_stats import ReplyStats
 

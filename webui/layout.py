@@ -7,7 +7,8 @@ from pathlib import Path
 import gradio as gr
 
 from engines import BACKEND_NAMES, GenerationArgs, ModelSlot
-from engines.model_args import AUTO, DTYPES
+from engines.backends.registry import AUTO
+from engines.model_files.model_args import DTYPES
 from limits import Limits
 
 from . import replying

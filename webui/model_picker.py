@@ -10,7 +10,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from engines.model_catalog import FoundModel, find_models
+from engines.model_files.catalog import FoundModel, find_models
 from limits import size_text
 
 from .model_rights import ModelRights

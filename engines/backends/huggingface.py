@@ -21,13 +21,14 @@ from transformers import (
 )
 from transformers.generation.streamers import BaseStreamer
 
+from ..errors import ModelLoadError
+from ..generation_args import GenerationArgs
+from ..model_files import Progress
+from ..model_files.model_args import ModelArgs
+from ..model_files.paths import resolve_model_path
+from ..prompt.builder import LOAD_HINT, Prompt, PromptBuilder
+from ..prompt.text_stream import IncrementalDecoder, find_stop
 from .base import BaseEngine, Response
-from .errors import ModelLoadError
-from .generation_args import GenerationArgs
-from .model_args import ModelArgs
-from .model_files import Progress, resolve_model_path
-from .prompt import LOAD_HINT, Prompt, PromptBuilder
-from .text_stream import IncrementalDecoder, find_stop
 
 # generate() evaluates the whole prompt in one forward pass, which nothing can interrupt, so a
 # long prompt would hold the model for as long again after Stop (15 s for 3,500 tokens here).

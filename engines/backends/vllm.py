@@ -17,12 +17,13 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..errors import BackendUnavailableError, ConfigError, MediaError, ModelLoadError, ModelUnloadedError
+from ..generation_args import GenerationArgs
+from ..model_files import Progress
+from ..model_files.model_args import ModelArgs, adapter_name
+from ..model_files.paths import resolve_model_path
+from ..prompt.builder import Prompt, PromptBuilder
 from .base import BaseEngine, Response
-from .errors import BackendUnavailableError, ConfigError, MediaError, ModelLoadError, ModelUnloadedError
-from .generation_args import GenerationArgs
-from .model_args import ModelArgs, adapter_name
-from .model_files import Progress, resolve_model_path
-from .prompt import Prompt, PromptBuilder
 
 try:
     from vllm import AsyncEngineArgs, PoolingParams, SamplingParams

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 from .model_args import EMBEDDED_MODEL_NAME
-from .model_files import default_gguf
+from .paths import default_gguf
 
 logger = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ import contextlib
 import re
 from typing import Any
 
-from .errors import MediaError, ModelLoadError
+from ..errors import MediaError, ModelLoadError
+from ..model_files.model_args import ModelArgs
 from .media import PLACEHOLDERS, describe, open_audio, open_image, open_video
 from .media_budget import MediaBudget
-from .model_args import ModelArgs
 
 KINDS = ("image", "video", "audio")
 _COMPONENT = {"image": "image_processor", "video": "video_processor", "audio": "feature_extractor"}
@@ -107,7 +107,7 @@ class MediaProcessor:
         return {**message, "content": parts}
 
     def load_media(self, media: dict[str, list]) -> dict[str, list]:
-        """Each file regularised by engines/media.py, in the order of its placeholder: RGB images,
+        """Each file regularised by engines/prompt/media.py, in the order of its placeholder: RGB images,
         sampled videos (engines.media.Video), and mono audio at ``sampling_rate``. Every file's
         header is read and charged to the request's MediaBudget before any file is decoded."""
         settings = self.model_args

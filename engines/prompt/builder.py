@@ -8,17 +8,16 @@ model's context. Engines take the ``Prompt`` it builds and do only what is their
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ChatTemplateError, ConfigError, ModelLoadError, UnsupportedError
-from .generation_args import GenerationArgs
-from .model_args import ModelArgs
-from .multimodal import MediaProcessor, is_multimodal
+from ..errors import ConfigError, ModelLoadError, UnsupportedError
+from ..generation_args import GenerationArgs
+from ..model_files.model_args import ModelArgs
+from ..request import ChatRequest, build_request
+from .processor import MediaProcessor, is_multimodal
 from .reply_parser import THINK_OPEN
-from .request import ChatRequest, build_request
+from .template import render_chat, template_source
 
 LOAD_HINT = "Give a local model directory (with config.json), a .gguf file, or a Hub name (which needs the network)."
 
@@ -159,77 +158,3 @@ def _trained_context(config: Any, max_model_len: int | None) -> int | None:
     trained = getattr(text_config, "max_position_embeddings", None)
     limits = [limit for limit in (trained, max_model_len) if limit]
     return min(limits) if limits else None
-
-
-def template_source(tokenizer: Any, override: str | None) -> str:
-    """The Jinja chat template to use, or a clear error when the model has none."""
-    if override:
-        if os.path.isfile(override):
-            with open(override, encoding="utf-8") as f:
-                return f.read()
-        return override
-    source = getattr(tokenizer, "chat_template", None)
-    if isinstance(source, dict):
-        source = source.get("default")
-    if not source:
-        raise ChatTemplateError(
-            "This model has no chat template, so there is no right way to turn messages into its prompt. "
-            "Load an instruct/chat model, or give one with the chat_template setting (a Jinja string or file)."
-        )
-    return source
-
-
-TOOLS_SYSTEM_PROMPT = """# Tools
-
-You may call one or more functions to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
-<tools>
-{tools}
-</tools>
-
-For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
-<tool_call>
-{{"name": <function-name>, "arguments": <args-json-object>}}
-</tool_call>"""
-
-
-def render_chat(
-    tokenizer: Any,
-    template: str,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None,
-    template_kwargs: dict[str, Any],
-) -> str:
-    """Render with the model's own template. A template that ignores ``tools`` gets them in the
-    system message in the Hermes format (the format our tool-call parser reads), so tools are
-    never silently dropped."""
-    if "tool_calls" not in template:
-        messages = [_tool_calls_as_text(message) for message in messages]
-    if tools and "tools" not in template:
-        tools_text = TOOLS_SYSTEM_PROMPT.format(tools="\n".join(json.dumps(tool) for tool in tools))
-        if messages[0]["role"] == "system":
-            messages = [{**messages[0], "content": messages[0]["content"] + "\n\n" + tools_text}, *messages[1:]]
-        else:
-            messages = [{"role": "system", "content": tools_text}, *messages]
-        tools = None
-    try:
-        return tokenizer.apply_chat_template(
-            messages, tools=tools, chat_template=template, add_generation_prompt=True, tokenize=False, **template_kwargs
-        )
-    except Exception as error:  # Jinja raises its own types, and templates raise_exception() freely
-        raise ChatTemplateError(f"The model's chat template rejected these messages: {error}") from error
-
-
-def _tool_calls_as_text(message: dict[str, Any]) -> dict[str, Any]:
-    """A past assistant turn's tool calls, for a template that would drop them: written into its
-    text in the Hermes format the fallback tools prompt asks for."""
-    calls = message.get("tool_calls")
-    if not calls:
-        return message
-    blocks = []
-    for call in calls:
-        function = call.get("function", call)
-        blocks.append("<tool_call>\n" + json.dumps({"name": function.get("name"), "arguments": function.get("arguments")}) + "\n</tool_call>")
-    text = "\n".join(filter(None, [message.get("content") or "", *blocks]))
-    return {key: value for key, value in message.items() if key != "tool_calls"} | {"content": text}

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import MediaError
-from .model_args import MediaSettings
+from ..errors import MediaError
+from ..model_files.model_args import MediaSettings
 
 # Decoding a frame costs about 20-70 µs however small it is (measured for H.264 from 64x48 to
 # 640x360 on a 2-core CPU), as much as some 16 thousand pixels of a large frame: without this

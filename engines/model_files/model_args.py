@@ -7,12 +7,10 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from .generation_args import INT32_MAX
-from .settings import Settings
+from ..backends.registry import AUTO, BACKEND_NAMES, BACKENDS, backends_taking, choose_backend
+from ..generation_args import INT32_MAX
+from ..settings import Settings
 
-BACKEND_NAMES = ("huggingface", "vllm", "sglang", "ktransformers", "llamacpp")
-# Let the app choose: llama.cpp for a GGUF file where it is installed, transformers otherwise.
-AUTO = "auto"
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 
@@ -30,8 +28,8 @@ def _default_max_waiting_per_user() -> int:
 
 
 class MediaSettings(Settings):
-    """How media are read, the same way on every backend (engines/media.py, within the limits of
-    engines/media_budget.py): the size they reach the model at, and what one request may make the
+    """How media are read, the same way on every backend (engines/prompt/media.py, within the limits of
+    engines/prompt/media_budget.py): the size they reach the model at, and what one request may make the
     server decode. Sizes and lengths are checked from each file's header before it is decoded;
     counts and totals are per request, the files of earlier messages included."""
 
@@ -60,9 +58,9 @@ class MediaSettings(Settings):
 
 class ModelArgs(MediaSettings):
     """What to load and how. Settings under "serving" are taken by some backends only (each
-    backend lists its own in engines/backends.py); giving one to a backend that does not take
+    backend lists its own in engines/backends/registry.py); giving one to a backend that does not take
     it is an error rather than a setting silently dropped. The media settings (MediaSettings)
-    are applied by engines/media.py the same way on every backend."""
+    are applied by engines/prompt/media.py the same way on every backend."""
 
     kind = "model"
 
@@ -142,8 +140,6 @@ class ModelArgs(MediaSettings):
 
     @model_validator(mode="after")
     def _taken_by_backend(self) -> ModelArgs:
-        from .backends import BACKENDS, backends_taking
-
         taken = BACKENDS[self.backend].settings
         unused = [name for name in self.non_defaults() if name in backends_taking() and name not in taken]
         if unused:
@@ -157,15 +153,11 @@ class ModelArgs(MediaSettings):
     @property
     def backend(self) -> str:
         """The backend that runs the model: ``infer_backend``, or the one auto chooses."""
-        from .backends import choose_backend
-
         return choose_backend(self.infer_backend, self.model_name_or_path, self.max_concurrent)[0]
 
     @property
     def backend_reason(self) -> str | None:
         """Why auto chose the backend (None when the user chose it)."""
-        from .backends import choose_backend
-
         return choose_backend(self.infer_backend, self.model_name_or_path, self.max_concurrent)[1]
 
     @property

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from huggingface_hub import constants, snapshot_download
-from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -21,12 +19,11 @@ from huggingface_hub.errors import (
     LocalEntryNotFoundError,
     RepositoryNotFoundError,
 )
+from huggingface_hub.file_download import repo_folder_name
 from tqdm import tqdm
 
-from .errors import ConfigError, ModelLoadError
-
-if TYPE_CHECKING:
-    from .model_files import Progress
+from ..errors import ConfigError, ModelLoadError
+from . import Progress
 
 # Weights in formats no backend here loads, and original checkpoints kept beside the converted
 # ones: together often larger than the model that is loaded.

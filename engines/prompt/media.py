@@ -3,7 +3,7 @@ PIL image, frames, samples) becomes an RGB image, sampled video frames, or mono 
 model's rate, or a MediaError that names the file and says what to do.
 
 Each file is read in two steps: ``open_*`` reads its header and charges it to the request's
-MediaBudget (engines/media_budget.py), so that a request whose files are too big, too long or
+MediaBudget (engines/prompt/media_budget.py), so that a request whose files are too big, too long or
 too many is refused before any of them is decoded; ``read()`` then decodes it, at the size the
 model needs rather than the size it is stored at, and never holding more than one full-size
 picture (or one block of audio) at a time. ``load_*`` do both for one file.
@@ -24,7 +24,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .errors import MediaError
+from ..errors import MediaError
 from .media_budget import MediaBudget
 
 # A path, raw bytes, or a PIL.Image.Image.

@@ -13,8 +13,8 @@ import importlib.metadata
 import os
 from typing import Any
 
-from .errors import BackendUnavailableError, ConfigError
-from .model_files import Progress
+from ..errors import BackendUnavailableError, ConfigError
+from ..model_files import Progress
 from .sglang import SGLangEngine, require_gpu
 
 # What `kt run` passes when nothing else is set (kt_kernel/cli/commands/run.py, ktransformers 0.7.2).

@@ -1,0 +1,67 @@
+"""GGUF files for the backends that do not run them as they are: dequantized once into a plain
+safetensors directory in the cache for transformers and vLLM (later loads take under a second
+instead of about 20 s), and their tokenizer and config read once for our prompt path (llama.cpp
+runs the GGUF file itself)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ModelLoadError
+from . import Progress
+from .cache import written_once
+
+
+def converted_gguf_dir(gguf_path: Path, progress: Progress | None = None, generation: dict | None = None) -> Path:
+    """The GGUF's weights dequantized into a safetensors directory (for transformers and vLLM)."""
+    return written_once(gguf_path, "converted", _convert, "Converting {name} to safetensors (once; about 20 s)…", progress, generation)
+
+
+def gguf_metadata_dir(gguf_path: Path, progress: Progress | None = None, generation: dict | None = None) -> Path:
+    """The GGUF's config, tokenizer and generation config, without its weights, for our prompt path
+    (llama.cpp runs the GGUF file itself). Reading a GGUF's tokenizer takes seconds; this, once."""
+    return written_once(gguf_path, "metadata", _write_metadata, "Reading {name}'s tokenizer and chat template (once)…", progress, generation)
+
+
+def _write_metadata(gguf_path: Path, out_dir: Path, report: Progress, generation: dict | None) -> None:
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    source_dir, name = str(gguf_path.parent), gguf_path.name
+    try:
+        config = AutoConfig.from_pretrained(source_dir, gguf_file=name)
+        report(0.3, "Reading the tokenizer from the GGUF file…")
+        tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=name)
+    except Exception as error:
+        raise ModelLoadError(f"Could not read the GGUF file {gguf_path}: {error}") from error
+    config.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    generation_config = GenerationConfig.from_model_config(config)
+    generation_config.update(**(generation or {}))
+    generation_config.save_pretrained(out_dir)
+
+
+def _convert(gguf_path: Path, out_dir: Path, report: Progress, generation: dict | None) -> None:
+    """transformers refuses save_pretrained on a GGUF-loaded model ("not serializable"), so the
+    dequantized weights are moved into a plain model built from the same config, and saved."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source_dir, name = str(gguf_path.parent), gguf_path.name
+    try:
+        report(0.05, "Reading the tokenizer from the GGUF file…")
+        tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=name)
+        report(0.2, "Dequantizing the GGUF weights…")
+        loaded = AutoModelForCausalLM.from_pretrained(source_dir, gguf_file=name, dtype=torch.bfloat16)
+    except Exception as error:
+        raise ModelLoadError(f"Could not read the GGUF file {gguf_path}: {error}") from error
+    report(0.8, "Writing safetensors…")
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    plain.load_state_dict(loaded.state_dict())
+    plain.generation_config = loaded.generation_config
+    if generation:
+        plain.generation_config.update(**generation)
+    plain.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)

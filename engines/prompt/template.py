@@ -1,0 +1,85 @@
+"""The model's own chat template: which one to use, and rendering messages and tools with it
+(``apply_chat_template``). Templates that ignore tools or past tool calls get them as text, in the
+Hermes format our reply parser reads, so nothing is silently dropped."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ..errors import ChatTemplateError
+
+
+def template_source(tokenizer: Any, override: str | None) -> str:
+    """The Jinja chat template to use, or a clear error when the model has none."""
+    if override:
+        if os.path.isfile(override):
+            with open(override, encoding="utf-8") as f:
+                return f.read()
+        return override
+    source = getattr(tokenizer, "chat_template", None)
+    if isinstance(source, dict):
+        source = source.get("default")
+    if not source:
+        raise ChatTemplateError(
+            "This model has no chat template, so there is no right way to turn messages into its prompt. "
+            "Load an instruct/chat model, or give one with the chat_template setting (a Jinja string or file)."
+        )
+    return source
+
+
+TOOLS_SYSTEM_PROMPT = """# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{tools}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{{"name": <function-name>, "arguments": <args-json-object>}}
+</tool_call>"""
+
+
+def render_chat(
+    tokenizer: Any,
+    template: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+) -> str:
+    """Render with the model's own template. A template that ignores ``tools`` gets them in the
+    system message in the Hermes format (the format our tool-call parser reads), so tools are
+    never silently dropped."""
+    if "tool_calls" not in template:
+        messages = [_tool_calls_as_text(message) for message in messages]
+    if tools and "tools" not in template:
+        tools_text = TOOLS_SYSTEM_PROMPT.format(tools="\n".join(json.dumps(tool) for tool in tools))
+        if messages[0]["role"] == "system":
+            messages = [{**messages[0], "content": messages[0]["content"] + "\n\n" + tools_text}, *messages[1:]]
+        else:
+            messages = [{"role": "system", "content": tools_text}, *messages]
+        tools = None
+    try:
+        return tokenizer.apply_chat_template(
+            messages, tools=tools, chat_template=template, add_generation_prompt=True, tokenize=False, **template_kwargs
+        )
+    except Exception as error:  # Jinja raises its own types, and templates raise_exception() freely
+        raise ChatTemplateError(f"The model's chat template rejected these messages: {error}") from error
+
+
+def _tool_calls_as_text(message: dict[str, Any]) -> dict[str, Any]:
+    """A past assistant turn's tool calls, for a template that would drop them: written into its
+    text in the Hermes format the fallback tools prompt asks for."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    blocks = []
+    for call in calls:
+        function = call.get("function", call)
+        blocks.append("<tool_call>\n" + json.dumps({"name": function.get("name"), "arguments": function.get("arguments")}) + "\n</tool_call>")
+    text = "\n".join(filter(None, [message.get("content") or "", *blocks]))
+    return {key: value for key, value in message.items() if key != "tool_calls"} | {"content": text}
