@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from engines import ChatError, ChatModel, ReplyChunk
+from engines import ChatError, ChatModel, ChatRequest, ReplyChunk
 
 HELP = "Type a message. Commands: clear (forget the conversation), exit (quit). Ctrl-C stops a reply; at the prompt it quits."
 
@@ -58,7 +58,7 @@ def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | 
     content, thinking = "", False
     message: dict[str, Any] = {"role": "assistant"}
     try:
-        for item in model.stream_reply(history, system=system):
+        for item in model.stream_reply(ChatRequest.build(history, system=system)):
             if not isinstance(item, ReplyChunk):
                 for call in item.parts.tool_calls:
                     message.setdefault("tool_calls", []).append(call.for_template())

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engines import ChatModel, Response
+from engines import ChatModel, ChatRequest, Response
 from engines.generation_args import GenerationArgs
 from engines.prompt.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
 
@@ -38,23 +37,9 @@ from .schemas import (
 )
 
 
-@dataclass
-class EngineCall:
-    """The arguments of one ChatModel.chat / astream_chat call."""
-
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None
-    media: dict[str, list[Any]]
-    generation: dict[str, Any]
-    chat_template_kwargs: dict[str, Any] | None
-
-    def kwargs(self, **overrides: Any) -> dict[str, Any]:
-        media = {kind: files for kind, files in self.media.items() if files}
-        return {"tools": self.tools, "chat_template_kwargs": self.chat_template_kwargs, **media, **self.generation, **overrides}
-
-
-def engine_call(request: ChatCompletionRequest, model: ChatModel, local_media_dir: Path | None) -> EngineCall:
-    """Check what the engine cannot do before any work starts, and translate the rest."""
+def chat_request(request: ChatCompletionRequest, model: ChatModel, local_media_dir: Path | None, user: str) -> ChatRequest:
+    """The engine's request for this API request (``user``: whom it counts for in the line);
+    what the server cannot do is refused before any work starts."""
     refuse_unsupported(request, model)
     engine_input = to_engine_input(request.messages, local_media_dir)
     generation: dict[str, Any] = {"num_return_sequences": request.n}
@@ -71,7 +56,9 @@ def engine_call(request: ChatCompletionRequest, model: ChatModel, local_media_di
             generation[name] = getattr(request, name)
     use_tools = bool(request.tools) and request.tool_choice != "none"
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if use_tools else None
-    return EngineCall(engine_input.messages, tools, engine_input.media, generation, request.chat_template_kwargs)
+    media = engine_input.media
+    return ChatRequest.build(engine_input.messages, tools=tools, images=media["image"], videos=media["video"], audios=media["audio"],
+                             chat_template_kwargs=request.chat_template_kwargs, user=user, **generation)
 
 
 def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None:
@@ -101,8 +88,8 @@ def _tool_calls(calls: tuple[ParsedToolCall, ...]) -> list[ToolCall] | None:
     return [ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls] or None
 
 
-async def complete(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall, user: str) -> ChatCompletion:
-    responses = await model.achat(call.messages, user=user, **call.kwargs())
+async def complete(model: ChatModel, model_id: str, request: ChatRequest) -> ChatCompletion:
+    responses = await model.achat(request)
     choices = []
     for index, response in enumerate(responses):
         reply = response.parts
@@ -123,17 +110,17 @@ def _usage(responses: list[Response]) -> Usage:
 # ---- streaming
 
 
-async def start_stream(request: ChatCompletionRequest, model: ChatModel, model_id: str, call: EngineCall, user: str) -> AsyncIterator[str]:
+async def start_stream(api_request: ChatCompletionRequest, model: ChatModel, model_id: str, request: ChatRequest) -> AsyncIterator[str]:
     """The SSE body. The first reply item is awaited before the response starts (see routes),
     so a request the engine refuses (all its replies, since they take their places in line
     together) still gets a proper error status."""
-    replies = model.astream_replies(call.messages, user=user, **call.kwargs())
+    replies = model.astream_replies(request)
     try:
         first = await anext(replies)
     except BaseException:
         await replies.aclose()
         raise
-    return _sse(request, model_id, replies, first)
+    return _sse(api_request, model_id, replies, first)
 
 
 async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, ReplyChunk | Response]],

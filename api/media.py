@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engines.prompt.media import PLACEHOLDERS
+from engines.request import MEDIA_KINDS, PLACEHOLDERS, MediaKind
 
 from .errors import APIError
 from .schemas import AudioURLPart, ImagePart, InputAudioPart, Message, TextPart, VideoURLPart
@@ -26,10 +26,11 @@ SEND_AS_DATA_URL = "Send the file inline as a data: URL, like data:image/png;bas
 
 @dataclass
 class EngineInput:
-    """What ChatModel.chat takes: text-only messages, and the media their placeholders stand for."""
+    """The messages as the engine reads them (text, with a placeholder where each file goes),
+    and those files by kind."""
 
     messages: list[dict[str, Any]]
-    media: dict[str, list[Any]] = field(default_factory=lambda: {"images": [], "videos": [], "audios": []})
+    media: dict[MediaKind, list[Any]] = field(default_factory=lambda: {kind: [] for kind in MEDIA_KINDS})
 
 
 def to_engine_input(messages: list[Message], local_media_dir: Path | None) -> EngineInput:
@@ -57,16 +58,16 @@ def _content_text(content: str | list | None, result: EngineInput, param: str, l
         if isinstance(part, TextPart):
             text += ("\n" if previous_was_text else "") + part.text
         elif isinstance(part, ImagePart):
-            result.media["images"].append(load_url(part.image_url.url, where, local_media_dir))
+            result.media["image"].append(load_url(part.image_url.url, where, local_media_dir))
             text += PLACEHOLDERS["image"]
         elif isinstance(part, VideoURLPart):
-            result.media["videos"].append(load_url(part.video_url.url, where, local_media_dir))
+            result.media["video"].append(load_url(part.video_url.url, where, local_media_dir))
             text += PLACEHOLDERS["video"]
         elif isinstance(part, AudioURLPart):
-            result.media["audios"].append(load_url(part.audio_url.url, where, local_media_dir))
+            result.media["audio"].append(load_url(part.audio_url.url, where, local_media_dir))
             text += PLACEHOLDERS["audio"]
         elif isinstance(part, InputAudioPart):
-            result.media["audios"].append(_base64(part.input_audio.data, where))
+            result.media["audio"].append(_base64(part.input_audio.data, where))
             text += PLACEHOLDERS["audio"]
         previous_was_text = isinstance(part, TextPart)
     return text

@@ -73,11 +73,10 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None) -> APIRo
     @router.post("/chat/completions", response_model=None)
     async def chat_completions(request: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
         model = serving(request.model)
-        call = completions.engine_call(request, model, local_media_dir)
-        user = requester(http)
+        chat = completions.chat_request(request, model, local_media_dir, requester(http))
         if not request.stream:
-            return await while_connected(http, completions.complete(request, model, model.model_id, call, user))
-        body = await while_connected(http, completions.start_stream(request, model, model.model_id, call, user))
+            return await while_connected(http, completions.complete(model, model.model_id, chat))
+        body = await while_connected(http, completions.start_stream(request, model, model.model_id, chat))
         if isinstance(body, Response):
             return body
         return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -96,7 +96,7 @@ def main() -> None:
     ours_vllm = ChatModel({"infer_backend": "vllm", "max_concurrent": most, **VLLM_SETTINGS})
     engine = loop.run_until_complete(start_bare(ours_vllm.engine.model_path, most))
     tokenizer = ours_vllm.engine.tokenizer
-    prompts = [tokenizer(ours_vllm.engine.render_prompt(messages(u)), add_special_tokens=False).input_ids
+    prompts = [tokenizer(ours_vllm.render_prompt(messages(u)), add_special_tokens=False).input_ids
                for u in range(most)]
     ways = {
         "HF ChatModel": lambda users: ours(hf, users, args.tokens),

@@ -19,6 +19,7 @@ from .generation_args import GenerationArgs
 from .model_files.model_args import ModelArgs
 from .model_slot import ModelSlot
 from .prompt.reply_parser import ReplyChunk, ReplyParts, ToolCall
+from .request import ChatRequest
 from .waiting_line import QueuePlace, line_user
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "BaseEngine",
     "ChatError",
     "ChatModel",
+    "ChatRequest",
     "ChatTemplateError",
     "ConfigError",
     "GenerationArgs",

@@ -2,34 +2,35 @@
 
 The page, the API and the terminal chat use this class only; what they need to know about the
 loaded model (its id, the media it reads, its generation defaults and the optional settings it
-honours) is a property here.
+honours) is a property here. Each chat method takes one ChatRequest (engines/request.py), as its
+door built it, and hands it to the engine unchanged; Python callers may give the messages and
+ChatRequest.build's keywords instead, and the request is built here.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import ctypes
 import functools
 import gc
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .backends import engine_class
-from .backends.base import BaseEngine, MediaKind, Response
+from .backends.base import BaseEngine, Response
 from .errors import ConfigError, ModelUnloadedError
+from .event_loop import EngineLoop
 from .generation_args import GenerationArgs
 from .model_files import Progress
 from .model_files.model_args import ModelArgs
-from .prompt.media import AudioInput, ImageInput, VideoInput
 from .prompt.reply_parser import ReplyChunk
+from .request import ChatRequest, MediaKind
 from .waiting_line import QueuePlace, WaitingLine
 
 T = TypeVar("T")
 P = ParamSpec("P")
 Messages = list[dict[str, Any]]
-Tools = str | list[dict[str, Any]] | None
 
 
 def split_args(args: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -48,13 +49,22 @@ def split_args(args: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str
     )
 
 
+def as_request(request: ChatRequest | Messages, options: dict[str, Any]) -> ChatRequest:
+    """``request`` as it is, or built from messages and ChatRequest.build's keywords."""
+    if not isinstance(request, ChatRequest):
+        return ChatRequest.build(request, **options)
+    if options:
+        raise ConfigError(f"Give a ChatRequest alone, or messages with options ({', '.join(sorted(options))}), not both.")
+    return request
+
+
 def _blocking(method: Callable[Concatenate[ChatModel, P], Coroutine[Any, Any, T]]) -> Callable[Concatenate[ChatModel, P], T]:
     """The sync twin of an async method: runs it on the engine loop and waits."""
 
     @functools.wraps(method)
     def run(self: ChatModel, *args: P.args, **kwargs: P.kwargs) -> T:
         self._engine()  # an unloaded model says so, rather than its closed loop
-        return self._call(method(self, *args, **kwargs))
+        return self._loop.call(method(self, *args, **kwargs))
 
     run.__doc__ = f"The blocking form of {method.__name__}."
     return run
@@ -65,7 +75,7 @@ def _blocking_stream(method: Callable[Concatenate[ChatModel, P], AsyncIterator[T
 
     @functools.wraps(method)
     def run(self: ChatModel, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
-        return self._iterate(method(self, *args, **kwargs))
+        return self._loop.iterate(method(self, *args, **kwargs))
 
     run.__doc__ = f"The blocking form of {method.__name__}: leaving the loop early (break, Ctrl-C) stops the model."
     return run
@@ -74,15 +84,13 @@ def _blocking_stream(method: Callable[Concatenate[ChatModel, P], AsyncIterator[T
 class ChatModel:
     """Loads one model on one backend and serves it to sync and async callers.
 
-    The engine lives on a background event loop thread owned by this object; the sync methods
-    block on it and the async methods await it from whatever loop they run on (Gradio's,
-    FastAPI's, a test's), so an engine never sees two loops.
+    The engine lives on a background event loop thread owned by this object (engines/event_loop.py);
+    the sync methods block on it and the async methods await it from whatever loop they run on.
 
-    Chat methods take ``messages`` (``[{"role": ..., "content": str}]``), ``system``, ``tools``
-    (function schemas, a list or JSON text), ``images``/``videos``/``audios``,
-    ``chat_template_kwargs`` (variables for the model's template) and any GenerationArgs setting;
-    ``user`` names whom a request counts for in the model's waiting line (a login name or a
-    client's address; None for whoever uses this object directly).
+    Chat methods take a ChatRequest, or the messages (``[{"role": ..., "content": str}]``) with
+    ChatRequest.build's keywords: ``system``, ``tools``, ``images``/``videos``/``audios``,
+    ``chat_template_kwargs``, ``user`` (whom the request counts for in the model's waiting line)
+    and any GenerationArgs setting.
     """
 
     def __init__(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None) -> None:
@@ -90,14 +98,12 @@ class ChatModel:
         self.model_args: ModelArgs = ModelArgs.build(**model_settings)
         GenerationArgs().replace(**self._generation_settings)  # a bad setting fails before the slow load
         engine_type = engine_class(self.model_args.backend)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="chat-model-loop", daemon=True)
-        self._thread.start()
+        self._loop = EngineLoop()
         started = time.perf_counter()
         try:
-            self.engine: BaseEngine | None = self._call(self._create(engine_type, progress))
+            self.engine: BaseEngine | None = self._loop.call(self._create(engine_type, progress))
         except BaseException:
-            self._stop_loop()
+            self._loop.stop()
             raise
         self.load_seconds = time.perf_counter() - started
 
@@ -154,56 +160,48 @@ class ChatModel:
         """The requests being answered (``line.running``) and those waiting (``line.waiting``)."""
         return self._engine().line
 
-    def render_prompt(self, messages: Messages, system: str | None = None, tools: Tools = None,
-                      chat_template_kwargs: dict[str, Any] | None = None, **generation: Any) -> str:
-        """The exact prompt text the model would see for these messages."""
-        return self._engine().render_prompt(messages, system, tools, chat_template_kwargs, **generation)
+    def render_prompt(self, request: ChatRequest | Messages, **options: Any) -> str:
+        """The exact prompt text the model would see for this request."""
+        return self._engine().render_prompt(as_request(request, options))
 
     # ---- async
 
-    async def achat(self, messages: Messages, system: str | None = None, tools: Tools = None,
-                    images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
-                    audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                    user: str | None = None, **generation: Any) -> list[Response]:
+    async def achat(self, request: ChatRequest | Messages, **options: Any) -> list[Response]:
         """All ``num_return_sequences`` replies, once complete."""
-        engine = self._engine()
-        return await self._await(engine.chat(messages, system, tools, images, videos, audios, chat_template_kwargs, user, **generation))
+        request = as_request(request, options)
+        return await self._loop.run(self._engine().chat(request))
 
-    def astream_chat(self, messages: Messages, system: str | None = None, tools: Tools = None,
-                     images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
-                     audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                     on_finish: Callable[[Response], None] | None = None, user: str | None = None,
-                     **generation: Any) -> AsyncIterator[str]:
-        """The reply's raw text piece by piece; ``on_finish`` gets the finished Response."""
-        stream = self._engine().stream_chat(messages, system, tools, images, videos, audios, chat_template_kwargs, on_finish, user, **generation)
-        return self._relay(stream)
+    def astream_replies(self, request: ChatRequest | Messages, queue_places: bool = False,
+                        **options: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | Response]]:
+        """All ``num_return_sequences`` replies side by side, as (reply index, item) pairs: each
+        reply as typed chunks (reasoning, content, tool-call text), then its finished Response with
+        its parsed parts (tool calls included). With ``queue_places``, a request that waits for the
+        model first yields its place in line as it changes. Every stream below is this one."""
+        return self._loop.relay(self._engine().stream_replies(as_request(request, options), queue_places))
 
-    def astream_reply(self, messages: Messages, system: str | None = None, tools: Tools = None,
-                      images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
-                      audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                      queue_places: bool = False, user: str | None = None,
-                      **generation: Any) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
-        """The reply as typed chunks (reasoning, content, tool-call text), then the finished
-        Response with its parsed parts (tool calls included). With ``queue_places``, a request
-        that waits for the model first yields its place in line as it changes."""
-        stream = self._engine().stream_reply(messages, system, tools, images, videos, audios, chat_template_kwargs, queue_places, user,
-                                             **generation)
-        return self._relay(stream)
+    async def astream_reply(self, request: ChatRequest | Messages, queue_places: bool = False,
+                            **options: Any) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
+        """The first reply as astream_replies gives it (num_return_sequences is ignored)."""
+        request = as_request(request, options).with_generation(num_return_sequences=1)
+        async with contextlib.aclosing(self._loop.relay(self._engine().stream_replies(request, queue_places))) as replies:
+            async for _, item in replies:
+                yield item
 
-    def astream_replies(self, messages: Messages, system: str | None = None, tools: Tools = None,
-                        images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
-                        audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                        queue_places: bool = False, user: str | None = None,
-                        **generation: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | Response]]:
-        """All ``num_return_sequences`` replies side by side, as (reply index, item) pairs with
-        the items of astream_reply; the request waits in line once for all of them."""
-        stream = self._engine().stream_replies(messages, system, tools, images, videos, audios, chat_template_kwargs, queue_places, user,
-                                               **generation)
-        return self._relay(stream)
+    async def astream_chat(self, request: ChatRequest | Messages, on_finish: Callable[[Response], None] | None = None,
+                           **options: Any) -> AsyncIterator[str]:
+        """The first reply's raw text, piece by piece, as the model wrote it (num_return_sequences
+        is ignored); ``on_finish`` gets the finished Response once the model has finished on its own."""
+        request = as_request(request, options).with_generation(num_return_sequences=1)
+        async with contextlib.aclosing(self._loop.relay(self._engine().stream_replies(request, raw=True))) as replies:
+            async for _, item in replies:
+                if not isinstance(item, Response):
+                    yield item
+                elif on_finish is not None:
+                    on_finish(item)
 
     async def aget_scores(self, batch_input: list[str], user: str | None = None, **kwargs: Any) -> list[float]:
         """Reward scores of whole texts, for reward models."""
-        return await self._await(self._engine().get_scores(batch_input, user, **kwargs))
+        return await self._loop.run(self._engine().get_scores(batch_input, user, **kwargs))
 
     # ---- sync
 
@@ -218,10 +216,10 @@ class ChatModel:
         """Stop what is running, free the engine and its memory; the ChatModel cannot be used afterwards."""
         engine, self.engine = self.engine, None
         if engine is not None:
-            self._call(_cancel_running_requests())
-            self._call(engine.close())
+            self._loop.cancel_running()
+            self._loop.call(engine.close())
             del engine
-        self._stop_loop()
+        self._loop.stop()
         gc.collect()
         _return_freed_memory_to_os()
 
@@ -231,93 +229,10 @@ class ChatModel:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # ---- plumbing
-
     def _engine(self) -> BaseEngine:
         if self.engine is None:
             raise ModelUnloadedError("No model is loaded: it was unloaded. Load a model first.")
         return self.engine
-
-    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run on the engine loop and block until done (for sync callers)."""
-        if threading.current_thread() is self._thread:
-            coroutine.close()
-            raise RuntimeError("Sync ChatModel methods cannot be called from its own loop; use the a* methods.")
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
-
-    def _iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
-        """A sync iterator over ``stream``, which runs on the engine loop. Leaving early (break,
-        an exception, Ctrl-C while a step is in flight) cancels that step, waits for the model
-        to stop, and closes the stream."""
-        step = None
-        try:
-            while True:
-                step = asyncio.run_coroutine_threadsafe(_next(stream), self._loop)
-                try:
-                    item = step.result()
-                except StopAsyncIteration:
-                    return
-                step = None
-                yield item
-        finally:
-            if step is not None:
-                step.cancel()
-            self._call(_aclose(stream))
-
-    async def _relay(self, stream: AsyncIterator[T]) -> AsyncIterator[T]:
-        """An engine stream, stepped on the engine loop, for a caller on any loop."""
-        try:
-            while True:
-                try:
-                    item = await self._await(_next(stream))
-                except StopAsyncIteration:
-                    return
-                yield item
-        finally:
-            await self._await(_aclose(stream))
-
-    async def _await(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run on the engine loop and await the result from the caller's loop.
-
-        Cancelling the caller cancels the work on the engine loop (and so stops generation).
-        """
-        if asyncio.get_running_loop() is self._loop:
-            return await coroutine
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():
-                future.cancel()
-                raise
-            # Not our caller's cancellation: close() cancelled the work on the engine loop.
-            raise ModelUnloadedError("The model was unloaded while this request was running.") from None
-
-    def _stop_loop(self) -> None:
-        if self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-        self._loop.close()
-
-
-async def _cancel_running_requests() -> None:
-    running = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-    for task in running:
-        task.cancel()
-    await asyncio.gather(*running, return_exceptions=True)
-
-
-async def _next(stream: AsyncIterator[T]) -> T:
-    return await stream.__anext__()
-
-
-async def _aclose(stream: AsyncIterator[T]) -> None:
-    """Close once a cancelled ``__anext__`` has unwound: the engine's cleanup (waiting for the
-    model to stop) is still running then, and aclose() would fail with "already running" and
-    return before generation has really ended."""
-    while getattr(stream, "ag_running", False):
-        await asyncio.sleep(0.005)
-    await stream.aclose()
 
 
 def _return_freed_memory_to_os() -> None:

@@ -90,7 +90,20 @@ class GenerationArgs(Settings):
         return cls.build(**{name: saved[name] for name in cls.FROM_MODEL_CONFIG if saved.get(name) is not None})
 
     def replace(self, **overrides: Any) -> GenerationArgs:
-        """A copy with ``overrides`` applied. None means "not given", except for the settings
-        whose default is None (seed, enable_thinking, lora_adapter), where it resets them."""
-        nullable = {name for name, field in type(self).model_fields.items() if field.default is None}
-        return super().replace(**{name: value for name, value in overrides.items() if value is not None or name in nullable})
+        """A copy with ``overrides`` applied (see ``given`` for what None means)."""
+        return super().replace(**self.given(overrides))
+
+    @classmethod
+    def chosen(cls, **values: Any) -> dict[str, Any]:
+        """The settings among ``values`` that a caller chose, each checked (name and range) and
+        in the form the settings hold it; a ConfigError says what is wrong."""
+        given = cls.given(values)
+        checked = cls.build(**given)
+        return {name: getattr(checked, name) for name in given}
+
+    @classmethod
+    def given(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` without those left out: None means "not given", except for the settings whose
+        default is None (seed, enable_thinking, lora_adapter), where it resets them."""
+        nullable = {name for name, field in cls.model_fields.items() if field.default is None}
+        return {name: value for name, value in values.items() if value is not None or name in nullable}

@@ -1,15 +1,26 @@
-"""Turn the arguments of chat/stream_chat into one checked request, the same way for every engine."""
+"""One chat request, as every door builds it and every layer below takes it, unchanged.
+
+The page, the API, the terminal chat and Python callers each build a ``ChatRequest`` once, with
+``ChatRequest.build``; ChatModel, the waiting line, the engine and the prompt builder pass it on
+as it is. Building it checks everything that does not depend on the loaded model (the messages,
+the tools, the template's variables, each generation setting's range), so a bad request fails at
+its door with a clear message; what depends on the model (which media it reads, which settings its
+backend honours, its context length) is checked by the engine before any work starts.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from .errors import ConfigError, MediaError, UnsupportedError
+from .errors import ConfigError, MediaError
 from .generation_args import GenerationArgs
-from .prompt.media import PLACEHOLDERS
 
+MediaKind = Literal["image", "video", "audio"]
+MEDIA_KINDS: tuple[MediaKind, ...] = ("image", "video", "audio")
+# Where each file goes in the messages; the prompt builder turns each into what the model's template takes.
+PLACEHOLDERS = {"image": "<image>", "video": "<video>", "audio": "<audio>"}
 ROLES = ("system", "user", "assistant", "tool")
 # apply_chat_template's own parameters: chat_template_kwargs may not change how we call it.
 _TEMPLATE_CALL_ARGUMENTS = {
@@ -19,75 +30,61 @@ _TEMPLATE_CALL_ARGUMENTS = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class ChatRequest:
+    """``messages``: the conversation, the system prompt first where there is one, each file's
+    placeholder where it goes. ``media``: the files by kind, in the order of their placeholders
+    (paths, bytes, PIL images, frame lists or ``(samples, rate)``). ``generation``: the generation
+    settings the caller chose, checked, applied over the loaded model's own defaults.
+    ``template_kwargs``: variables for the chat template. ``user``: whom the request counts for in
+    the model's waiting line (a login name or a client's address; None for a direct caller)."""
+
     messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None
-    generation: GenerationArgs
-    media: dict[str, list[Any]] = field(default_factory=dict)
+    tools: list[dict[str, Any]] | None = None
+    media: dict[MediaKind, list[Any]] = field(default_factory=dict)
+    generation: dict[str, Any] = field(default_factory=dict)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    user: str | None = None
 
-
-def build_request(
-    defaults: GenerationArgs,
-    accepted_media: frozenset[str],
-    messages: list[dict[str, Any]],
-    system: str | None = None,
-    tools: str | list[dict] | None = None,
-    images: list | None = None,
-    videos: list | None = None,
-    audios: list | None = None,
-    chat_template_kwargs: dict[str, Any] | None = None,
-    **generation: Any,
-) -> ChatRequest:
-    """Check everything before any work starts, so a bad request fails with a clear message."""
-    generation_args = defaults.replace(**generation)
-    checked = _check_messages(messages)
-    if system:
-        if checked[0]["role"] == "system":
-            checked = checked[1:]
-        checked = [{"role": "system", "content": system}, *checked]
-    media = {kind: list(files) for kind, files in (("image", images), ("video", videos), ("audio", audios)) if files}
-    for kind in media:
-        if kind not in accepted_media:
-            raise MediaError(
-                f"This model does not accept {kind}s. Remove the {kind} or load a model that takes {kind}s."
-            )
-    if media:
-        checked = inject_placeholders(checked, media)
-    return ChatRequest(
-        messages=checked,
-        tools=parse_tools(tools),
-        generation=generation_args,
-        media=media,
-        template_kwargs=_template_kwargs(chat_template_kwargs, generation_args.enable_thinking),
-    )
-
-
-def refuse_unsupported_settings(args: GenerationArgs, engine: str, supported: frozenset[str]) -> None:
-    """Settings only some engines honour are refused by the others unless left at their default,
-    so a setting is never silently dropped."""
-    defaults = GenerationArgs()
-    for name in sorted(GenerationArgs.OPTIONAL - supported):
-        if getattr(args, name) != getattr(defaults, name):
-            raise UnsupportedError(
-                f"{name} is not supported by the {engine} engine; leave it out or at its default "
-                f"({getattr(defaults, name)}), or load the model on a backend that supports it.",
-                setting=name,
-            )
-
-
-def check_scores_request(can_generate: bool, batch_input: list[str], kwargs: dict[str, Any]) -> None:
-    """The same refusals from every engine's get_scores, before any work starts."""
-    if can_generate:
-        raise UnsupportedError(
-            "This model does not produce scores: it is a generative model. "
-            "Load a reward model (a sequence-classification model with one label) to score texts."
+    @classmethod
+    def build(
+        cls,
+        messages: list[dict[str, Any]],
+        system: str | None = None,
+        tools: str | list[dict] | None = None,
+        images: list | None = None,
+        videos: list | None = None,
+        audios: list | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        user: str | None = None,
+        **generation: Any,
+    ) -> ChatRequest:
+        """The request from a chat call's arguments: ``messages`` (``[{"role": ..., "content":
+        str}]``), ``system``, ``tools`` (function schemas, a list or JSON text), ``images``,
+        ``videos``, ``audios``, ``chat_template_kwargs`` and any GenerationArgs setting; or a
+        ConfigError that says what is wrong with them."""
+        chosen = GenerationArgs.chosen(**generation)
+        checked = _check_messages(messages)
+        if system:
+            if checked[0]["role"] == "system":
+                checked = checked[1:]
+            checked = [{"role": "system", "content": system}, *checked]
+        media = {kind: list(files) for kind, files in zip(MEDIA_KINDS, (images, videos, audios)) if files}
+        if media:
+            checked = _placed(checked, media)
+        return cls(
+            messages=checked,
+            tools=parse_tools(tools),
+            media=media,
+            generation=chosen,
+            template_kwargs=_template_kwargs(chat_template_kwargs, chosen.get("enable_thinking")),
+            user=user,
         )
-    if kwargs:
-        raise ConfigError(f"Unknown scoring argument(s): {', '.join(sorted(kwargs))}.")
-    if not batch_input or not all(isinstance(text, str) for text in batch_input):
-        raise ConfigError("get_scores needs a non-empty list of texts.")
+
+    def with_generation(self, **settings: Any) -> ChatRequest:
+        """The same request with these generation settings too."""
+        return ChatRequest(self.messages, self.tools, self.media, {**self.generation, **GenerationArgs.chosen(**settings)},
+                           self.template_kwargs, self.user)
 
 
 def _template_kwargs(given: dict[str, Any] | None, enable_thinking: bool | None) -> dict[str, Any]:
@@ -127,8 +124,8 @@ def _check_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return checked
 
 
-def inject_placeholders(messages: list[dict[str, Any]], media: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Where the user placed no placeholder of a kind, put one per file at the start of the
+def _placed(messages: list[dict[str, Any]], media: dict[MediaKind, list[Any]]) -> list[dict[str, Any]]:
+    """Where the caller placed no placeholder of a kind, one per file goes at the start of the
     first user message; where they placed some, the count must match the files."""
     messages = [dict(m) for m in messages]
     first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")

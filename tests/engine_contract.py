@@ -31,7 +31,7 @@ class EngineContract:
         raise NotImplementedError("a backend's test class provides the model fixture")
 
     def prompt_token_count(self, model: ChatModel, messages, **kwargs) -> int:
-        prompt = model.engine.render_prompt(messages, **kwargs)
+        prompt = model.render_prompt(messages, **kwargs)
         return len(model.engine.tokenizer(prompt, add_special_tokens=False).input_ids)
 
     def test_response_fields(self, model):
@@ -78,13 +78,13 @@ class EngineContract:
         assert all(r.response_text and r.response_length > 0 for r in responses)
 
     def test_system_prompt_reaches_the_prompt(self, model):
-        prompt = model.engine.render_prompt(QUESTION, system="You answer like a pirate.")
+        prompt = model.render_prompt(QUESTION, system="You answer like a pirate.")
         assert "You answer like a pirate." in prompt
         assert prompt.index("You answer like a pirate.") < prompt.index("Name three colors.")
 
     def test_tools_reach_the_prompt(self, model):
         tools = '[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]'
-        assert "get_weather" in model.engine.render_prompt(QUESTION, tools=tools)
+        assert "get_weather" in model.render_prompt(QUESTION, tools=tools)
 
     def test_unknown_generation_argument_is_named(self, model):
         with pytest.raises(ConfigError, match="temprature"):

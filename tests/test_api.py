@@ -112,7 +112,7 @@ def test_completion_is_the_models_reply_with_its_token_counts(client, model_id, 
     assert choice.message.content == reply.response_text and "Paris" in reply.response_text
     assert choice.message.tool_calls is None and choice.finish_reason == "stop"
     tokenizer = slot.model.engine.tokenizer
-    prompt_ids = tokenizer(slot.model.engine.render_prompt(QUESTION), add_special_tokens=False).input_ids
+    prompt_ids = tokenizer(slot.model.render_prompt(QUESTION), add_special_tokens=False).input_ids
     assert completion.usage.prompt_tokens == len(prompt_ids) == reply.prompt_length
     # The reply's tokens and the end-of-turn token that ended it.
     assert completion.usage.completion_tokens == len(tokenizer(reply.response_text, add_special_tokens=False).input_ids) + 1

@@ -171,7 +171,7 @@ def test_model_without_chat_template_gets_a_clear_error(tmp_path, default_model_
         ChatModel({"model_name_or_path": str(tmp_path)})
     template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
     with ChatModel({"model_name_or_path": str(tmp_path), "chat_template": template}) as model:
-        assert model.engine.render_prompt(QUESTION) == "user: Name three colors.\nassistant:"
+        assert model.render_prompt(QUESTION) == "user: Name three colors.\nassistant:"
 
 
 def test_reward_scores_padded_batch_equals_one_by_one(reward_model_dir):

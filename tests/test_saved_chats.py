@@ -105,8 +105,8 @@ def test_media_the_server_no_longer_has_or_never_stored_show_as_missing(upload_f
     shown = render(session.turns)
     assert shown[0]["content"] == [{"path": str(kept)}, "Look"]
     assert shown[1]["metadata"]["title"] == "📎 Missing files" and "gone.png, outside.png" in shown[1]["content"]
-    messages, media = model_request(session.turns)
-    assert messages == [{"role": "user", "content": "<image>Look"}] and media == {"images": [str(kept)]}
+    request = model_request(session.turns)
+    assert request.messages == [{"role": "user", "content": "<image>Look"}] and request.media == {"image": [str(kept)]}
     # A message whose only file is gone still shows.
     only = Turn(role="user", files=[str(gone)])
     chats.keep(ChatSession(turns=[only], chat_id="b"), "b", "", "")

@@ -73,7 +73,7 @@ def test_text_prompt_goes_as_token_ids_and_greedy_as_temperature_zero(sglang_mod
     engine = sglang_model.engine
     sglang_model.chat(QUESTION, temperature=0, max_new_tokens=7, top_p=0.5, stop=["zzz"])
     call = runtime(sglang_model).calls[-1]
-    prompt = engine.render_prompt(QUESTION)
+    prompt = sglang_model.render_prompt(QUESTION)
     assert call["prompt"] is None
     assert call["input_ids"] == engine.tokenizer(prompt, add_special_tokens=False).input_ids
     assert call["stream"] is True and call["rid"]

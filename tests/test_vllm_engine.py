@@ -105,7 +105,7 @@ def test_bf16_greedy_parity_differs_only_at_near_ties(vllm_model, chat_model):
     engine = chat_model.engine
     for prompt, hf_ids, vllm_ids in greedy_divergences(chat_model, vllm_model):
         at = next((i for i, (a, b) in enumerate(zip(hf_ids, vllm_ids)) if a != b), min(len(hf_ids), len(vllm_ids)))
-        prompt_ids = engine.tokenizer(engine.render_prompt([{"role": "user", "content": prompt}]), add_special_tokens=False).input_ids
+        prompt_ids = engine.tokenizer(chat_model.render_prompt([{"role": "user", "content": prompt}]), add_special_tokens=False).input_ids
         with torch.inference_mode():
             logits = engine.model(torch.tensor([prompt_ids + hf_ids[:at]])).logits[0, -1].float()
         best, second = torch.topk(logits, 2).values.tolist()

@@ -107,8 +107,9 @@ async def test_media_a_text_model_cannot_read_is_refused_clearly_and_nothing_is_
     await run(handlers.send(session, message("Say yes."), **settings(4)))
     assert [t.role for t in session.turns] == ["user", "assistant", "user", "user", "assistant"]
     assert session.turns[-1].content
-    messages, media = model_request(session.turns)
-    assert [m["content"] for m in messages][-2:] == ["Say yes.", session.turns[-1].content] and media == {}
+    # What the model was asked for that reply: the refused turn and its image left out.
+    request = model_request(session.turns[:-1])
+    assert [m["content"] for m in request.messages] == ["Hi", "Hello!", "Say yes."] and request.media == {}
 
 
 async def test_invalid_tools_json_gets_a_clear_message(handlers):
@@ -203,8 +204,7 @@ def test_thinking_and_tool_calls_show_as_collapsible_messages():
     turns = [Turn(role="user", content="q"), reply, Turn(role="user", content="again")]
     assert turn_of_message(turns, 4) == 2
     # The model gets the answer and the calls back, not the reasoning.
-    messages, _ = model_request(turns)
-    assert messages[1] == {"role": "assistant", "content": "Checking now.", "tool_calls": [
+    assert model_request(turns).messages[1] == {"role": "assistant", "content": "Checking now.", "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]}
 
 
@@ -224,8 +224,8 @@ async def test_a_tool_call_streams_into_a_tool_call_block(handlers):
 
 def test_media_placeholders_stay_with_their_message(image_file):
     turns = [Turn(role="user", content="first"), Turn(role="assistant", content="ok"), Turn(role="user", content="look", files=[image_file])]
-    messages, media = model_request(turns)
-    assert messages[2] == {"role": "user", "content": "<image>look"} and media == {"images": [image_file]}
+    request = model_request(turns)
+    assert request.messages[2] == {"role": "user", "content": "<image>look"} and request.media == {"image": [image_file]}
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from engines import ChatError, ToolCall
-from engines.prompt.media import PLACEHOLDERS
+from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest
 
 from .reply_stats import ReplyStats
 
@@ -89,12 +89,14 @@ def kept_media(turn: Turn, media_root: str | None = None) -> Turn:
     return turn.model_copy(update={"files": kept, "missing_files": turn.missing_files + gone}, deep=True)
 
 
-def model_request(turns: list[Turn]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
-    """The messages for the model and the media lists by kind. Each file gets its placeholder
-    in the message it was attached to, so the model sees it where the user put it. Earlier
-    replies go back as their answer and tool calls, without their reasoning."""
+def model_request(turns: list[Turn], system: str | None = None, tools: str | None = None, user: str | None = None,
+                  **generation: Any) -> ChatRequest:
+    """The request for the model: the conversation, each file with its placeholder in the
+    message it was attached to (so the model sees it where the user put it), earlier replies as
+    their answer and tool calls without their reasoning, and the tab's settings. ``user``: whom it
+    counts for in the model's waiting line."""
     messages: list[dict[str, Any]] = []
-    media: dict[str, list[str]] = {"images": [], "videos": [], "audios": []}
+    media: dict[str, list[str]] = {kind: [] for kind in MEDIA_KINDS}
     for turn in turns:
         if turn.role == "user" and turn.error:
             continue
@@ -108,10 +110,11 @@ def model_request(turns: list[Turn]) -> tuple[list[dict[str, Any]], dict[str, li
             kind = media_kind(path)
             if kind is None:
                 raise ChatError(f"{os.path.basename(path)} is not an image, video or audio file; remove it.")
-            media[kind + "s"].append(path)
+            media[kind].append(path)
             tags += PLACEHOLDERS[kind]
         messages.append({"role": "user", "content": tags + turn.content})
-    return messages, {kind: files for kind, files in media.items() if files}
+    return ChatRequest.build(messages, system=system or None, tools=tools or None, images=media["image"], videos=media["video"],
+                             audios=media["audio"], user=user, **generation)
 
 
 def render_turn(turn: Turn) -> list[dict[str, Any]]:

@@ -171,13 +171,10 @@ class ChatHandlers:
         before = render(session.turns)
         yield before
         reply = Turn(role="assistant", writing=True)
-        generation = dict(settings)
-        system, tools = generation.pop("system", None), generation.pop("tools", None)
         try:
-            messages, media = model_request(session.turns)
+            request = model_request(session.turns, user=user, **settings)
             clock = ReplyClock(self.slot.model)
-            stream = clock.watch(clock.model.astream_reply(messages, system=system or None, tools=tools or None, queue_places=True,
-                                                           user=user, **media, **generation))
+            stream = clock.watch(clock.model.astream_reply(request, queue_places=True))
             session.turns.append(reply)
             async for items in throttled(stream, lambda: session.stop_requested):
                 for item in items:

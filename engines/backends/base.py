@@ -16,20 +16,18 @@ import contextlib
 import dataclasses
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
-from ..errors import UnsupportedError
 from ..generation_args import INT64_MAX, GenerationArgs
 from ..model_files.model_args import ModelArgs
 from ..prompt.builder import Prompt, PromptBuilder
-from ..prompt.media import AudioInput, ImageInput, VideoInput
 from ..prompt.reply_parser import ReplyChunk, ReplyParser, ReplyParts, parse_reply
-from ..request import ChatRequest, check_scores_request, refuse_unsupported_settings
+from ..errors import ConfigError, UnsupportedError
+from ..request import ChatRequest, MediaKind
 from ..waiting_line import Places, PreparationTurns, QueuePlace, Ticket, WaitingLine
 
-MediaKind = Literal["image", "video", "audio"]
 T = TypeVar("T")
 _END = object()
 
@@ -92,36 +90,22 @@ class BaseEngine(ABC):
 
     # ---- the request path shared by every backend
 
-    def check_request(
-        self,
-        messages: list[dict[str, Any]],
-        system: str | None = None,
-        tools: str | list[dict] | None = None,
-        images: list[ImageInput] | None = None,
-        videos: list[VideoInput] | None = None,
-        audios: list[AudioInput] | None = None,
-        chat_template_kwargs: dict[str, Any] | None = None,
-        **generation: Any,
-    ) -> ChatRequest:
-        """The checked request, or a clear error before any work starts."""
-        media = {"image": images, "video": videos, "audio": audios}
-        request = self.prompts.request(messages, system, tools, media, chat_template_kwargs, generation)
-        refuse_unsupported_settings(request.generation, self.name, self.generation_settings)
-        return request
+    def check(self, request: ChatRequest) -> GenerationArgs:
+        """What this engine makes of ``request`` before any work: its generation settings, or a
+        clear error where this model or backend cannot answer it."""
+        generation = self.prompts.generation(request)
+        refuse_unsupported_settings(generation, self.name, self.generation_settings)
+        return generation
 
-    def render_prompt(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
-                      chat_template_kwargs: dict[str, Any] | None = None, **generation: Any) -> str:
-        """The exact prompt text the model would see for these messages (for inspection and tests)."""
-        return self.prompts.render(self.prompts.request(messages, system, tools, {}, chat_template_kwargs, generation))
+    def render_prompt(self, request: ChatRequest) -> str:
+        """The exact prompt text the model would see for ``request`` (for inspection and tests)."""
+        self.check(request)
+        return self.prompts.render(request)
 
-    async def chat(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
-                   images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
-                   audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                   user: str | None = None, **generation: Any) -> list[Response]:
-        """All ``num_return_sequences`` replies, once complete. ``user`` (a login name or a
-        client's address) is whom the request counts for in the waiting line."""
-        request = self.check_request(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
-        async with self._in_line(request, user) as (prompt, (ticket,)):
+    async def chat(self, request: ChatRequest) -> list[Response]:
+        """All ``num_return_sequences`` replies, once complete."""
+        generation = self.check(request)
+        async with self._in_line(request, generation) as (prompt, (ticket,)):
             await ticket.wait()
             args = prompt.generation
             # Greedy decoding gives n identical replies; generating them once is the same answer.
@@ -129,61 +113,30 @@ class BaseEngine(ABC):
             responses = await self._complete(prompt, args.replace(num_return_sequences=args.num_return_sequences // copies))
         return [_with_parts(prompt, response) for response in responses for _ in range(copies)]
 
-    async def stream_chat(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
-                          images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
-                          audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                          on_finish: Callable[[Response], None] | None = None, user: str | None = None,
-                          **generation: Any) -> AsyncIterator[str]:
-        """The first reply's text, piece by piece (num_return_sequences is ignored). Closing the
-        iterator cancels generation. ``on_finish`` gets the whole reply (its token counts and
-        finish reason) once the model has finished on its own, before the iterator ends."""
-        generation["num_return_sequences"] = 1
-        request = self.check_request(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
-        async with self._in_line(request, user) as (prompt, (ticket,)):
-            await ticket.wait()
-            async with self._run(prompt) as items:
-                async for item in items:
-                    if isinstance(item, Response):
-                        if on_finish is not None:
-                            on_finish(_with_parts(prompt, item))
-                    else:
-                        yield item
+    async def stream_replies(self, request: ChatRequest, queue_places: bool = False,
+                             raw: bool = False) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | Response]]:
+        """All ``num_return_sequences`` replies written side by side, each item paired with its
+        reply's index: the reply as typed chunks (reasoning, content, tool-call text) as it is
+        written, or with ``raw`` its text as the model wrote it, then the finished Response, whose
+        ``parts`` hold the parsed reply. With ``queue_places``, a reply that has to wait for the
+        model first yields its QueuePlace each time the line moves, the last (``ahead == 0``) as
+        it starts. The request is prepared once, and its replies take their places in line all
+        at once or not at all; the i-th reply samples with ``seed + i``. Greedy replies would all
+        be the same: one is written, under every index. Closing the stream stops the model."""
+        generation = self.check(request)
+        count = generation.num_return_sequences
+        written = 1 if generation.greedy else count
+        async with self._in_line(request, generation, written) as (prompt, tickets):
+            replies = [self._reply(prompt, ticket, index, queue_places, raw) for index, ticket in enumerate(tickets)]
+            # Closed here, not left to the garbage collector: the model has stopped when this ends.
+            async with contextlib.aclosing(side_by_side(replies)) as items:
+                async for index, item in items:
+                    for shown_as in range(count) if written == 1 else (index,):
+                        yield shown_as, item
 
-    async def stream_reply(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
-                           images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
-                           audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                           queue_places: bool = False, user: str | None = None,
-                           **generation: Any) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
-        """The first reply as typed chunks (reasoning, content, tool-call text) as it is written,
-        then the finished Response, whose ``parts`` hold the parsed tool calls. With
-        ``queue_places``, a request that has to wait for the model first yields its QueuePlace
-        each time the line moves, the last one (``ahead == 0``) as it starts."""
-        generation["num_return_sequences"] = 1
-        replies = self.stream_replies(messages, system, tools, images, videos, audios, chat_template_kwargs, queue_places, user, **generation)
-        async with contextlib.aclosing(replies):
-            async for _, item in replies:
-                yield item
-
-    async def stream_replies(self, messages: list[dict[str, Any]], system: str | None = None, tools: str | list[dict] | None = None,
-                             images: list[ImageInput] | None = None, videos: list[VideoInput] | None = None,
-                             audios: list[AudioInput] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                             queue_places: bool = False, user: str | None = None,
-                             **generation: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | Response]]:
-        """All ``num_return_sequences`` replies written side by side, each item as in
-        stream_reply and paired with its reply's index. The request is prepared once, and its
-        replies take their places in line all at once or not at all; the i-th reply samples with
-        ``seed + i``. Greedy replies would all be the same: one is written, under every index."""
-        request = self.check_request(messages, system, tools, images, videos, audios, chat_template_kwargs, **generation)
-        count = request.generation.num_return_sequences
-        written = 1 if request.generation.greedy else count
-        async with self._in_line(request, user, written) as (prompt, tickets):
-            replies = [self._reply(prompt, ticket, index, queue_places) for index, ticket in enumerate(tickets)]
-            async for index, item in side_by_side(replies):
-                for shown_as in range(count) if written == 1 else (index,):
-                    yield shown_as, item
-
-    async def _reply(self, prompt: Prompt, ticket: Ticket, index: int, queue_places: bool) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
-        """Reply ``index`` to ``prompt`` once ``ticket`` is admitted, as in stream_reply; its
+    async def _reply(self, prompt: Prompt, ticket: Ticket, index: int, queue_places: bool,
+                     raw: bool) -> AsyncIterator[QueuePlace | ReplyChunk | str | Response]:
+        """Reply ``index`` to ``prompt`` once ``ticket`` is admitted, as in stream_replies; its
         slot is given up as soon as it ends, for the request's other replies too."""
         with ticket:
             async with contextlib.aclosing(ticket.places()) as places:
@@ -195,19 +148,24 @@ class BaseEngine(ABC):
                 async for item in items:
                     if isinstance(item, Response):
                         held, calls = parser.finish()
-                        for chunk in held:
-                            yield chunk
+                        if not raw:
+                            for chunk in held:
+                                yield chunk
                         yield dataclasses.replace(item, parts=parser.parts(calls))
+                    elif raw:
+                        parser.push(item)
+                        yield item
                     else:
                         for chunk in parser.push(item):
                             yield chunk
 
     @contextlib.asynccontextmanager
-    async def _in_line(self, request: ChatRequest, user: str | None, replies: int = 1) -> AsyncIterator[tuple[Prompt, Places]]:
+    async def _in_line(self, request: ChatRequest, generation: GenerationArgs,
+                       replies: int = 1) -> AsyncIterator[tuple[Prompt, Places]]:
         """Places in line for ``replies`` replies to ``request`` (or the refusal, before any
         work), then the request prepared; the places are given up when the block ends."""
-        with self.line.join(user, replies) as places:
-            yield await self._preparing.run(user, self.prompts.prepare, request), places
+        with self.line.join(request.user, replies) as places:
+            yield await self._preparing.run(request.user, self.prompts.prepare, request, generation), places
 
     def _run(self, prompt: Prompt, index: int = 0) -> contextlib.aclosing:
         """The backend's stream of one reply (the index-th, with its own seed), closed (so the
@@ -241,6 +199,32 @@ class BaseEngine(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Free the model and everything the backend holds (memory, processes, threads)."""
+
+
+def refuse_unsupported_settings(args: GenerationArgs, engine: str, supported: frozenset[str]) -> None:
+    """Settings only some engines honour are refused by the others unless left at their default,
+    so a setting is never silently dropped."""
+    defaults = GenerationArgs()
+    for name in sorted(GenerationArgs.OPTIONAL - supported):
+        if getattr(args, name) != getattr(defaults, name):
+            raise UnsupportedError(
+                f"{name} is not supported by the {engine} engine; leave it out or at its default "
+                f"({getattr(defaults, name)}), or load the model on a backend that supports it.",
+                setting=name,
+            )
+
+
+def check_scores_request(can_generate: bool, batch_input: list[str], kwargs: dict[str, Any]) -> None:
+    """The same refusals from every engine's get_scores, before any work starts."""
+    if can_generate:
+        raise UnsupportedError(
+            "This model does not produce scores: it is a generative model. "
+            "Load a reward model (a sequence-classification model with one label) to score texts."
+        )
+    if kwargs:
+        raise ConfigError(f"Unknown scoring argument(s): {', '.join(sorted(kwargs))}.")
+    if not batch_input or not all(isinstance(text, str) for text in batch_input):
+        raise ConfigError("get_scores needs a non-empty list of texts.")
 
 
 def _with_parts(prompt: Prompt, response: Response) -> Response:

@@ -123,16 +123,13 @@ class LlamaCppEngine(BaseEngine):
             raise ConfigError(f"llama.cpp's Llama() takes no argument {', '.join(unknown)}. Its arguments: {', '.join(sorted(known))}.")
         return {**settings, **args.engine_args}
 
-    def check_request(self, messages: list[dict[str, Any]], system: str | None = None, tools: Any = None, images: list | None = None,
-                      videos: list | None = None, audios: list | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                      **generation: Any) -> ChatRequest:
-        for kind, files in (("image", images), ("video", videos), ("audio", audios)):
-            if files:
-                raise MediaError(
-                    f"This model does not accept {kind}s on the llamacpp backend, which reads text only here. "
-                    "Remove them, or load the model's HF directory on the huggingface or vllm backend for media."
-                )
-        return super().check_request(messages, system, tools, None, None, None, chat_template_kwargs, **generation)
+    def check(self, request: ChatRequest) -> GenerationArgs:
+        for kind in request.media:
+            raise MediaError(
+                f"This model does not accept {kind}s on the llamacpp backend, which reads text only here. "
+                "Remove them, or load the model's HF directory on the huggingface or vllm backend for media."
+            )
+        return super().check(request)
 
     # ---- generation
 

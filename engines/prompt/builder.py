@@ -7,14 +7,13 @@ model's context. Engines take the ``Prompt`` it builds and do only what is their
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError, ModelLoadError, UnsupportedError
+from ..errors import ConfigError, MediaError, ModelLoadError, UnsupportedError
 from ..generation_args import GenerationArgs
 from ..model_files.model_args import ModelArgs
-from ..request import ChatRequest, build_request
+from ..request import ChatRequest
 from .processor import MediaProcessor, is_multimodal
 from .reply_parser import THINK_OPEN
 from .template import render_chat, template_source
@@ -24,17 +23,16 @@ LOAD_HINT = "Give a local model directory (with config.json), a .gguf file, or a
 
 @dataclass
 class Prompt:
-    """One request, ready for a backend: the rendered text, its token ids, and the media
-    regularised (images, engines.media.Video, mono audio), in the order of their placeholders."""
+    """One request, ready for a backend: its generation settings (the model's defaults with the
+    request's own, ``max_new_tokens`` fitted to the context), the rendered text, its token ids,
+    and the media regularised (images, engines.prompt.media.Video, mono audio), in the order of
+    their placeholders."""
 
     request: ChatRequest
+    generation: GenerationArgs
     text: str
     ids: list[int]
     media: dict[str, list[Any]] = field(default_factory=dict)
-
-    @property
-    def generation(self) -> GenerationArgs:
-        return self.request.generation
 
     @property
     def opens_reasoning(self) -> bool:
@@ -88,22 +86,24 @@ class PromptBuilder:
 
     # ---- requests
 
-    def request(self, messages: list[dict[str, Any]], system: str | None, tools: Any, media: dict[str, list | None],
-                chat_template_kwargs: dict[str, Any] | None, generation: dict[str, Any]) -> ChatRequest:
+    def generation(self, request: ChatRequest) -> GenerationArgs:
+        """What this model makes of ``request`` before any work: its generation settings (the
+        model's defaults with the request's own), or a clear error where the model cannot answer
+        it (a reward model, media it does not read)."""
         if not self.can_generate:
             raise UnsupportedError("This model is a reward model: it scores texts (get_scores) but does not write replies.")
         if self.media:
-            self.media.check_available(media.get("image"), media.get("video"), media.get("audio"))
-        return build_request(
-            self.defaults, self.media_kinds, messages, system, tools,
-            media.get("image"), media.get("video"), media.get("audio"), chat_template_kwargs, **generation,
-        )
+            self.media.check_available(request.media)
+        for kind in request.media:
+            if kind not in self.media_kinds:
+                raise MediaError(f"This model does not accept {kind}s. Remove the {kind} or load a model that takes {kind}s.")
+        return self.defaults.replace(**request.generation)
 
     def render(self, request: ChatRequest) -> str:
         messages = self.media.template_messages(request.messages, self.template) if self.media else request.messages
         return render_chat(self.tokenizer, self.template, messages, request.tools, request.template_kwargs)
 
-    def prepare(self, request: ChatRequest) -> Prompt:
+    def prepare(self, request: ChatRequest, generation: GenerationArgs) -> Prompt:
         """Render and tokenize; check the length against the context (what cannot fit before it
         is tokenized, what does not after) and the media against the prompt's media tokens;
         regularise the media. Slow: call it off the event loop."""
@@ -111,12 +111,12 @@ class PromptBuilder:
         text = self.render(request)
         self._refuse_what_cannot_fit(len(text))
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
-        request = dataclasses.replace(request, generation=self.fit(len(ids), request.generation))
+        generation = self.fit(len(ids), generation)
         if self.media:
             self.media.check_tokens(text, request.media)
         if not request.media:
-            return Prompt(request, text, ids)
-        return Prompt(request, text, ids, self.media.load_media(request.media))
+            return Prompt(request, generation, text, ids)
+        return Prompt(request, generation, text, ids, self.media.load_media(request.media))
 
     def fit(self, prompt_length: int, args: GenerationArgs) -> GenerationArgs:
         """Refuse a prompt that fills the context; cut max_new_tokens to what is left (as vLLM does)."""

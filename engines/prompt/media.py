@@ -34,7 +34,6 @@ VideoInput = Union[str, os.PathLike, bytes, list, Any]
 # A path, raw bytes, (samples, sample rate), or {"array": samples, "sampling_rate": rate}.
 AudioInput = Union[str, os.PathLike, bytes, tuple, dict, Any]
 
-PLACEHOLDERS = {"image": "<image>", "video": "<video>", "audio": "<audio>"}
 
 _EXTENSIONS = {
     "image": {".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".heic", ".avif"},

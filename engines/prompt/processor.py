@@ -15,10 +15,10 @@ from typing import Any
 
 from ..errors import MediaError, ModelLoadError
 from ..model_files.model_args import ModelArgs
-from .media import PLACEHOLDERS, describe, open_audio, open_image, open_video
+from ..request import MEDIA_KINDS, PLACEHOLDERS
+from .media import describe, open_audio, open_image, open_video
 from .media_budget import MediaBudget
 
-KINDS = ("image", "video", "audio")
 _COMPONENT = {"image": "image_processor", "video": "video_processor", "audio": "feature_extractor"}
 _SPLIT = re.compile("(" + "|".join(re.escape(tag) for tag in PLACEHOLDERS.values()) + ")")
 _KIND_OF_TAG = {tag: kind for kind, tag in PLACEHOLDERS.items()}
@@ -46,7 +46,7 @@ class MediaProcessor:
         self.unavailable = unavailable
         self.tokens = {
             kind: token
-            for kind in KINDS
+            for kind in MEDIA_KINDS
             if kind not in unavailable
             and getattr(processor, _COMPONENT[kind], None) is not None
             and (token := getattr(processor, f"{kind}_token", None))
@@ -72,10 +72,10 @@ class MediaProcessor:
             ) from error
         return cls(processor, model_args, unavailable)
 
-    def check_available(self, images: list | None, videos: list | None, audios: list | None) -> None:
+    def check_available(self, media: dict[str, list]) -> None:
         """A kind this model would take but this installation cannot read gets its own reason."""
-        for kind, files in zip(KINDS, (images, videos, audios)):
-            if files and kind in self.unavailable:
+        for kind in media:
+            if kind in self.unavailable:
                 raise MediaError(self.unavailable[kind])
 
     def template_messages(self, messages: list[dict[str, Any]], template: str) -> list[dict[str, Any]]:
