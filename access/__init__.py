@@ -6,19 +6,19 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-# logins first: the API's access check imports them, and hosts imports the API's error shape.
-from .login_throttle import LoginThrottle, TooManyFailedLogins
-from .logins import ClientAddress, Logins
 from .content_policy import ContentSecurityPolicy
 from .exposure import exposure_warnings
-from .hosts import AllowedHosts, HostAndOriginCheck, beyond_loopback
+from .hosts import AllowedHosts, HostAndOriginCheck, Refusal, beyond_loopback, plain_refusal
+from .login_throttle import LoginThrottle, TooManyFailedLogins
+from .logins import ClientAddress, Logins
 
 
-def guard(app: FastAPI, allowed_hosts: AllowedHosts) -> None:
-    """Check every request to ``app``, the page mounted on it included, before anything reads it."""
+def guard(app: FastAPI, allowed_hosts: AllowedHosts, refuse: Refusal = plain_refusal) -> None:
+    """Check every request to ``app``, the page mounted on it included, before anything reads it;
+    ``refuse`` answers those refused."""
     app.add_middleware(ClientAddress)
     app.add_middleware(ContentSecurityPolicy)
-    app.add_middleware(HostAndOriginCheck, allowed=allowed_hosts)  # added last: the outermost
+    app.add_middleware(HostAndOriginCheck, allowed=allowed_hosts, refuse=refuse)  # added last: the outermost
 
 
 __all__ = [

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import SplitResult, urlsplit
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
-
-from api.errors import API_PREFIX, APIError
 
 ANY_HOST = "*"
 DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
@@ -114,13 +112,24 @@ def _same_authority(origin: SplitResult, host: SplitResult) -> bool:
     return origin.hostname == host.hostname and (origin.port or DEFAULT_PORTS[origin.scheme]) == (host.port or DEFAULT_PORTS[origin.scheme])
 
 
+# A refusal's answer for a request's path: its status, message and code (named as OpenAI's API names them).
+Refusal = Callable[[str, int, str, str], Response]
+
+
+def plain_refusal(path: str, status: int, message: str, code: str) -> Response:
+    """The message as it is: a browser shows it so."""
+    return PlainTextResponse(message, status_code=status)
+
+
 class HostAndOriginCheck:
     """ASGI middleware refusing requests whose Host is not one of ``allowed`` (400) and those a
-    page of another origin sends (403), before anything else reads them."""
+    page of another origin sends (403), before anything else reads them, answered by ``refuse``
+    (the API answers in its own error shape under its own paths)."""
 
-    def __init__(self, app: ASGIApp, allowed: AllowedHosts) -> None:
+    def __init__(self, app: ASGIApp, allowed: AllowedHosts, refuse: Refusal = plain_refusal) -> None:
         self.app = app
         self.allowed = allowed
+        self.refuse = refuse
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -134,12 +143,5 @@ class HostAndOriginCheck:
         if problem is None:
             await self.app(scope, receive, send)
             return
-        await refusal(scope["path"], status, problem)(scope, receive, send)
-
-
-def refusal(path: str, status: int, message: str) -> Response:
-    """The API's own error shape under /v1, plain text elsewhere (a browser shows it as it is)."""
-    if path.startswith(API_PREFIX):
         code = "host_not_allowed" if status == 400 else "origin_not_allowed"
-        return JSONResponse(APIError(status, message, code=code).body(), status_code=status)
-    return PlainTextResponse(message, status_code=status)
+        await self.refuse(scope["path"], status, problem, code)(scope, receive, send)

@@ -39,6 +39,14 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+def refusal(path: str, status: int, message: str, code: str) -> Response:
+    """A request refused before any route runs (by a middleware): in OpenAI's error shape under
+    /v1, as plain text elsewhere (a browser shows it as it is)."""
+    if path.startswith(API_PREFIX):
+        return JSONResponse(APIError(status, message, code=code).body(), status_code=status)
+    return PlainTextResponse(message, status_code=status)
+
+
 def from_exception(error: Exception) -> APIError:
     """The APIError to answer with for anything a request raised."""
     if isinstance(error, APIError):
