@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from typing import get_origin
 
 # Set before torch or gradio are imported: gradio must not phone home, and torch's OpenMP
 # threads must not busy-wait (on a few cores they starve the web server and the streamer).
@@ -18,13 +19,19 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from engines import BACKEND_NAMES, ChatError  # noqa: E402
-from engines.backends.registry import AUTO  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+from pydantic.fields import FieldInfo  # noqa: E402
+
+from engines import ChatError, GenerationArgs, ModelArgs  # noqa: E402
 from engines.model_files.model_args import MediaSettings  # noqa: E402
+from engines.settings import choices, field_range, value_type  # noqa: E402
 from limits import Limits, parse_size, size_text  # noqa: E402
 
-
-DEFAULT_LIMITS = Limits().model_dump()
+# Flags the command line names otherwise than their settings (each still sets its setting's name).
+FLAG_NAMES = {"infer_backend": "backend", "model_name_or_path": "model", "infer_dtype": "dtype"}
+MODEL_FLAGS = ("infer_backend", "model_name_or_path", "infer_dtype", "engine_args", "trust_remote_code", "served_model_name")
+GENERATION_FLAGS = ("temperature", "max_new_tokens")
+LINE_FLAGS = ("max_concurrent", "max_waiting", "max_waiting_per_user")
 
 
 def size(text: str) -> int:
@@ -40,27 +47,71 @@ def count(text: str) -> int:
     return int(text)
 
 
+def json_value(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {error}") from None
+
+
+def add_flags(group: argparse._ArgumentGroup, settings: type[BaseModel], names: tuple[str, ...] | None = None,
+              with_defaults: bool = False, left_out: str | None = None) -> None:
+    """A flag for each of ``settings``' fields ``names`` (all by default), built from the field:
+    its type (sizes like 100mb for a size in bytes, JSON for a dict, a switch for a boolean), its
+    choices, and its description with its default as help. A flag sets the setting's name, to None
+    where it is left out, so that the settings' own default applies where they are built; or to
+    the default itself ``with_defaults``. ``left_out``: what leaving a flag out means, where it is
+    not the field's default."""
+    for name in names or tuple(settings.model_fields):
+        field = settings.model_fields[name]
+        flag = f"--{FLAG_NAMES.get(name, name).replace('_', '-')}"
+        default = field.default if with_defaults else None
+        shown = left_out or (f"default {_shown_default(field)}" if _shown_default(field) else None)
+        help = f"{field.description} ({shown})" if shown else field.description
+        if value_type(field) is bool:
+            group.add_argument(flag, dest=name, action="store_true", help=field.description)
+        elif choices(field):
+            group.add_argument(flag, dest=name, choices=choices(field), default=default, help=help)
+        else:
+            kind, metavar = _flag_type(field)
+            group.add_argument(flag, dest=name, type=kind, default=default, metavar=metavar or flag[2:].upper().replace("-", "_"), help=help)
+
+
+def _flag_type(field: FieldInfo) -> tuple[object, str | None]:
+    """How a flag reads its value, and what its help calls the value."""
+    kind = value_type(field)
+    bounds = field_range(field)
+    if (field.json_schema_extra or {}).get("unit") == "bytes":
+        return size, "SIZE"
+    if kind is int and (bounds.get("gt", -1) >= 0 or bounds.get("ge", 0) >= 1):
+        return count, "N"
+    if kind in (int, float):
+        return kind, "N"
+    if dict in (kind, get_origin(kind)):
+        return json_value, "JSON"
+    return kind, None
+
+
+def _shown_default(field: FieldInfo) -> str | None:
+    """A field's default as its flag's help says it (none for a default made when the settings are built)."""
+    default = field.default
+    if default is None or value_type(field) is bool or not isinstance(default, (int, float, str)):
+        return None
+    if (field.json_schema_extra or {}).get("unit") == "bytes":
+        return size_text(default)
+    return f"{default:,}" if isinstance(default, int) else f"{default:g}" if isinstance(default, float) else default
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="app.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", nargs="?", choices=("web", "chat", "api"), default="web")
     model = parser.add_argument_group("model")
-    model.add_argument(
-        "--backend", choices=(AUTO, *BACKEND_NAMES), default=AUTO,
-        help="inference backend (default auto: llamacpp for a GGUF file, the embedded default included, where "
-             "llama-cpp-python is installed; huggingface otherwise; the startup line says which and why)",
-    )
-    model.add_argument("--model", default=None, help="local HF directory, .gguf file or Hub name (default: embedded SmolLM2)")
+    add_flags(model, ModelArgs, MODEL_FLAGS)
     model.add_argument("--models-dir", default=None, metavar="DIR",
                        help="folder of GGUF files and model directories that the page's model picker lists, with the "
                             "Hugging Face cache (default: ./models where it exists)")
-    model.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
-    model.add_argument("--engine-args", default=None, help="JSON object of extra backend engine arguments")
-    model.add_argument("--trust-remote-code", action="store_true",
-                       help="let the models this server loads, from the page too, run code shipped with them "
-                            "(only here: the page and requests cannot ask for it)")
-    model.add_argument("--served-model-name", default=None, help="the model's id in the API (default: its file or directory name)")
-    model.add_argument("--temperature", type=float, default=None, help="default temperature (0: greedy; default: the model's own)")
-    model.add_argument("--max-new-tokens", type=int, default=None, help="default reply length limit in tokens")
+    generation = parser.add_argument_group("generation (the defaults of every request)")
+    add_flags(generation, GenerationArgs, GENERATION_FLAGS, left_out="default: the model's own")
     server = parser.add_argument_group("server (web, api)")
     server.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default: only this machine; beyond it without logins, nobody may manage models)")
@@ -78,26 +129,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "machine can reach it (--host), else nobody")
     server.add_argument("--api-key", default=None,
                         help="key required on /v1 (the process list shows it: prefer the environment variable ANYCHAT_API_KEY)")
-    server.add_argument("--max-concurrent", type=int, default=None,
-                        help="requests the model answers at once; more wait in line (default: env MAX_CONCURRENT or 1)")
-    server.add_argument("--max-waiting", type=int, default=None,
-                        help="requests that may wait in line; more are refused, with 503 and Retry-After on /v1 (default: env MAX_WAITING or 32)")
-    server.add_argument("--max-waiting-per-user", type=int, default=None,
-                        help="places in line one user may hold (the login name with --auth, else the client's address); the line "
-                             "takes users in turn (default: env MAX_WAITING_PER_USER or 16, the most replies one request may stream)")
+    add_flags(server, ModelArgs, LINE_FLAGS)
     server.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
                         help="folder whose files API requests may name as file:// URLs (default: none; remote URLs are never fetched)")
-    limits = parser.add_argument_group("limits (web, api; sizes like 100mb, 512kb, 2gb)")
-    for name, field in Limits.model_fields.items():
-        default = DEFAULT_LIMITS[name]
-        shown, kind = (size_text(default), size) if Limits.in_bytes(name) else (default, count)
-        limits.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default, metavar="SIZE" if kind is size else "N",
-                            help=f"{field.description} (default {shown})")
-    media = parser.add_argument_group("media (every model this server loads; per request unless said otherwise)")
-    for name, field in MediaSettings.model_fields.items():
-        shown = f"{field.default:,}" if field.annotation is int else f"{field.default:g}"
-        media.add_argument(f"--{name.replace('_', '-')}", type=field.annotation, default=None, metavar="N",
-                           help=f"{field.description} (default {shown})")
+    add_flags(parser.add_argument_group("limits (web, api; sizes like 100mb, 512kb, 2gb)"), Limits, with_defaults=True)
+    add_flags(parser.add_argument_group("media (every model this server loads; per request unless said otherwise)"), MediaSettings)
     chat = parser.add_argument_group("chat")
     chat.add_argument("--system", default=None, help="system prompt for the terminal chat")
     args = parser.parse_args(argv)
@@ -114,17 +150,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def model_settings(args: argparse.Namespace) -> dict:
-    settings = {"infer_backend": args.backend, "model_name_or_path": args.model, "infer_dtype": args.dtype,
-                "served_model_name": args.served_model_name, "trust_remote_code": args.trust_remote_code}
-    for name in ("temperature", "max_new_tokens", "max_concurrent", "max_waiting", "max_waiting_per_user", *MediaSettings.model_fields):
-        if getattr(args, name) is not None:
-            settings[name] = getattr(args, name)
-    if args.engine_args:
-        try:
-            settings["engine_args"] = json.loads(args.engine_args)
-        except json.JSONDecodeError as error:
-            raise SystemExit(f"--engine-args is not valid JSON: {error}")
-    return settings
+    """The settings of the model the command line loads: those its flags give."""
+    names = (*MODEL_FLAGS, *GENERATION_FLAGS, *LINE_FLAGS, *MediaSettings.model_fields)
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
 def main(argv: list[str] | None = None) -> None:

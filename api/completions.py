@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from engines import ChatModel, ChatRequest, Response
-from engines.generation_args import GenerationArgs
 from engines.prompt.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
 
 from .errors import APIError, from_exception
@@ -42,18 +41,7 @@ def chat_request(request: ChatCompletionRequest, model: ChatModel, local_media_d
     what the server cannot do is refused before any work starts."""
     refuse_unsupported(request, model)
     engine_input = to_engine_input(request.messages, local_media_dir)
-    generation: dict[str, Any] = {"num_return_sequences": request.n}
-    for name in ("temperature", "top_p", "top_k", "repetition_penalty", "seed"):
-        if getattr(request, name) is not None:
-            generation[name] = getattr(request, name)
-    max_tokens = request.max_completion_tokens or request.max_tokens
-    if max_tokens is not None:
-        generation["max_new_tokens"] = max_tokens
-    if request.stop is not None:
-        generation["stop"] = [request.stop] if isinstance(request.stop, str) else request.stop
-    for name in GenerationArgs.OPTIONAL & set(ChatCompletionRequest.model_fields):
-        if getattr(request, name):
-            generation[name] = getattr(request, name)
+    generation = request.generation()
     use_tools = bool(request.tools) and request.tool_choice != "none"
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if use_tools else None
     media = engine_input.media

@@ -3,8 +3,9 @@
 Requests are strict: an unknown field is an error naming it (as OpenAI's own API does), so a
 setting a client relies on is never dropped silently. Fields OpenAI defines that this server
 cannot honour are still declared, so the route can refuse them with a message that says why.
-Every number has the range the engines take (GenerationArgs), so a value out of it is a 400
-naming the API's own parameter, and NaN or infinity is no number at all. Text must be valid
+Every generation setting takes its range and description from GenerationArgs, where it is
+declared, so a value out of it is a 400 naming the API's own parameter (OpenAI's names map to
+GenerationArgs' in ``GENERATION_NAMES``), and NaN or infinity is no number at all. Text must be valid
 Unicode: JSON's \\u escapes can write a lone surrogate, which no tokenizer (nor our own JSON
 answers) can encode, so a body holding one is refused before anything reads it.
 """
@@ -18,7 +19,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engines.generation_args import INT32_MAX, INT64_MAX
+from engines.generation_args import GenerationArgs
+from engines.settings import field_range
+
+# OpenAI's names for generation settings, where ours differ; every other setting keeps its name.
+GENERATION_NAMES = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens", "n": "num_return_sequences"}
 
 
 class _Strict(BaseModel):
@@ -133,18 +138,25 @@ class StreamOptions(_Strict):
     include_obfuscation: bool | None = None
 
 
+def generation_field(name: str, default: Any = None) -> Any:
+    """The field of API parameter ``name`` that sets a generation setting: its range and
+    description are the setting's; ``default``, None, means "not given"."""
+    setting = GenerationArgs.model_fields[GENERATION_NAMES.get(name, name)]
+    return Field(default, description=setting.description, **field_range(setting))
+
+
 class ChatCompletionRequest(_RequestBody):
     model: str
     messages: list[Message] = Field(min_length=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
-    max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
-    stop: str | list[str] | None = None
-    n: int = Field(1, ge=1, le=16)
-    seed: int | None = Field(None, ge=0, le=INT64_MAX)
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    temperature: float | None = generation_field("temperature")
+    top_p: float | None = generation_field("top_p")
+    max_tokens: int | None = generation_field("max_tokens")
+    max_completion_tokens: int | None = generation_field("max_completion_tokens")
+    stop: str | list[str] | None = generation_field("stop")
+    n: int = generation_field("n", default=1)
+    seed: int | None = generation_field("seed")
+    presence_penalty: float | None = generation_field("presence_penalty")
+    frequency_penalty: float | None = generation_field("frequency_penalty")
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -162,9 +174,15 @@ class ChatCompletionRequest(_RequestBody):
     service_tier: str | None = None
     # Extensions that vLLM's API accepts as well.
     chat_template_kwargs: dict[str, Any] | None = Field(None, description='variables for the chat template, like {"enable_thinking": false}')
-    top_k: int | None = Field(None, ge=0, le=INT32_MAX)
-    repetition_penalty: float | None = Field(None, ge=0.01, le=2)
-    min_p: float | None = Field(None, ge=0, le=1)
+    top_k: int | None = generation_field("top_k")
+    repetition_penalty: float | None = generation_field("repetition_penalty")
+    min_p: float | None = generation_field("min_p")
+
+    def generation(self) -> dict[str, Any]:
+        """The generation settings the request gives, under GenerationArgs' names. Where both are
+        given, max_completion_tokens (declared after it) wins over its older name max_tokens."""
+        return {GENERATION_NAMES.get(name, name): value for name, value in self
+                if value is not None and GENERATION_NAMES.get(name, name) in GenerationArgs.model_fields}
 
 
 class ScoreRequest(_RequestBody):

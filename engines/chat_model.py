@@ -23,7 +23,7 @@ from .errors import ConfigError, ModelUnloadedError
 from .event_loop import EngineLoop
 from .generation_args import GenerationArgs
 from .model_files import Progress
-from .model_files.model_args import ModelArgs
+from .model_files.model_args import LoadSettings, ModelArgs
 from .prompt.reply_parser import ReplyChunk
 from .request import ChatRequest, MediaKind
 from .waiting_line import QueuePlace, WaitingLine
@@ -31,22 +31,6 @@ from .waiting_line import QueuePlace, WaitingLine
 T = TypeVar("T")
 P = ParamSpec("P")
 Messages = list[dict[str, Any]]
-
-
-def split_args(args: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split one flat settings dict into model settings and generation settings."""
-    args = dict(args or {})
-    model_names, generation_names = set(ModelArgs.names()), set(GenerationArgs.names())
-    unknown = sorted(set(args) - model_names - generation_names)
-    if unknown:
-        raise ConfigError(
-            f"Unknown setting(s): {', '.join(unknown)}. Model settings: {', '.join(ModelArgs.names())}; "
-            f"generation settings: {', '.join(GenerationArgs.names())}."
-        )
-    return (
-        {k: v for k, v in args.items() if k in model_names},
-        {k: v for k, v in args.items() if k in generation_names},
-    )
 
 
 def as_request(request: ChatRequest | Messages, options: dict[str, Any]) -> ChatRequest:
@@ -93,10 +77,10 @@ class ChatModel:
     and any GenerationArgs setting.
     """
 
-    def __init__(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None) -> None:
-        model_settings, self._generation_settings = split_args(args)
-        self.model_args: ModelArgs = ModelArgs.build(**model_settings)
-        GenerationArgs().replace(**self._generation_settings)  # a bad setting fails before the slow load
+    def __init__(self, args: Mapping[str, Any] | LoadSettings | None = None, progress: Progress | None = None) -> None:
+        settings = args if isinstance(args, LoadSettings) else LoadSettings.check(args)
+        self.model_args: ModelArgs = settings.model
+        self._generation_settings = settings.generation
         engine_type = engine_class(self.model_args.backend)
         self._loop = EngineLoop()
         started = time.perf_counter()

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from .settings import Settings
+from .settings import Settings, page_control
 
 # Bounds that keep every runtime's integer types safe (torch and llama.cpp take 64/32-bit values).
 INT32_MAX = 2**31 - 1
@@ -29,23 +29,29 @@ class GenerationArgs(Settings):
 
     kind = "generation"
 
-    temperature: float = Field(0.7, ge=0, le=2, description=f"0 (or below {GREEDY_BELOW}) means greedy")
-    top_p: float = Field(0.9, gt=0, le=1, description="1 turns it off")
-    top_k: int = Field(50, ge=0, le=INT32_MAX, description="0 turns it off")
+    temperature: float = Field(0.7, ge=0, le=2, description=f"0 (or below {GREEDY_BELOW}) means greedy",
+                               json_schema_extra=page_control("Temperature (0 = greedy)", step=0.05))
+    top_p: float = Field(0.9, gt=0, le=1, description="1 turns it off", json_schema_extra=page_control("top_p", step=0.01))
+    # The page's sliders stop where useful values end; the API and Python take the whole range.
+    top_k: int = Field(50, ge=0, le=INT32_MAX, description="0 turns it off", json_schema_extra=page_control("top_k (0 = off)", step=1, maximum=200))
     min_p: float = Field(0.0, ge=0, le=1, description="0 turns it off")
-    max_new_tokens: int = Field(1024, ge=1, le=INT32_MAX, description="the reply's length limit in tokens")
+    max_new_tokens: int = Field(1024, ge=1, le=INT32_MAX, description="the reply's length limit in tokens",
+                                json_schema_extra=page_control("max_new_tokens", step=1, maximum=8192))
     # Not near 0: the penalty divides the logits, and a tiny one overflows them.
-    repetition_penalty: float = Field(1.0, ge=0.01, le=2, description="1 means none")
+    repetition_penalty: float = Field(1.0, ge=0.01, le=2, description="1 means none",
+                                      json_schema_extra=page_control("Repetition penalty", step=0.01, minimum=0.5))
     presence_penalty: float = Field(0.0, ge=-2, le=2, description="0 means none")
     frequency_penalty: float = Field(0.0, ge=-2, le=2, description="0 means none")
     num_return_sequences: int = Field(1, ge=1, le=16, description="replies to write; streams show the first")
     stop: tuple[str, ...] = Field(
         (), description=f"strings that end the reply and are not part of it (at most {MAX_STOP_STRINGS}, of at most {MAX_STOP_LENGTH} characters)"
     )
-    seed: int | None = Field(None, ge=0, le=INT64_MAX, description="none for a random one")
+    seed: int | None = Field(None, ge=0, le=INT64_MAX, description="none for a random one",
+                             json_schema_extra=page_control("Seed (empty = random)", minimum=0))
     do_sample: bool = Field(True, description="False means greedy")
-    skip_special_tokens: bool = True
-    enable_thinking: bool | None = Field(None, description="for reasoning models' templates; None keeps the template's default")
+    skip_special_tokens: bool = Field(True, json_schema_extra=page_control("Skip special tokens"))
+    enable_thinking: bool | None = Field(None, description="for reasoning models' templates; None keeps the template's default",
+                                         json_schema_extra=page_control("Enable thinking", info="For reasoning models whose template supports it."))
     lora_adapter: str | None = Field(None, description='the loaded LoRA adapter that answers (its directory name; "" for the base model)')
 
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"min_p", "presence_penalty", "frequency_penalty", "lora_adapter"})

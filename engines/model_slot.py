@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from .backends import engine_class
-from .chat_model import ChatModel, split_args
+from .chat_model import ChatModel
 from .errors import ModelLoadingError, ModelUnloadedError
 from .model_files import Progress
-from .model_files.model_args import ModelArgs
+from .model_files.model_args import LoadSettings
 
 
 class ModelSlot:
@@ -41,16 +41,15 @@ class ModelSlot:
 
     def load(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None) -> ChatModel:
         """Load a model from ``args`` (ChatModel's settings) and make it the shared one."""
-        model_settings, _ = split_args(args)
-        model_args = ModelArgs.build(**model_settings)
-        engine_class(model_args.backend)  # fail fast, before any loading
+        settings = LoadSettings.check(args)
+        engine_class(settings.model.backend)  # fail fast, before any loading
         with self._lock:
-            self.loading = f"{model_args.display_name} (on {model_args.backend})"
+            self.loading = f"{settings.model.display_name} (on {settings.model.backend})"
             try:
                 if self._model is not None and self._model.engine is not None and self._model.engine.close_before_next_load:
                     self._model, old_model = None, self._model
                     old_model.close()
-                new_model = ChatModel(args, progress)
+                new_model = ChatModel(settings, progress)
                 old_model, self._model = self._model, new_model
             finally:
                 self.loading = None

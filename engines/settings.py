@@ -1,16 +1,20 @@
 """What model and generation settings share: pydantic models whose errors read as advice.
 
-A ``Settings`` subclass declares each setting with ``Field`` (default, range, description).
-Building one with bad values raises ``ConfigError`` naming every problem: unknown names
-together with the valid ones, and each bad value with its allowed range and what it means.
+A ``Settings`` subclass declares each setting with ``Field`` (default, range, description), and
+what its control on the page needs besides (``page_control``). That declaration is the only one:
+the API's fields, the page's controls and the command-line flags are built from it. Building
+settings with bad values raises ``ConfigError`` naming every problem: unknown names together
+with the valid ones, and each bad value with its allowed range or choices and what it means.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import types
+from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.fields import FieldInfo
 
 from .errors import ConfigError
 
@@ -57,7 +61,9 @@ class Settings(BaseModel):
             field = cls.model_fields.get(name)
             meaning = f" ({field.description})" if field and field.description else ""
             if item["type"] in _OUT_OF_RANGE and field:
-                problems.append(f"{name} must be {_allowed_range(field.metadata)}{meaning}, got {item['input']!r}")
+                problems.append(f"{name} must be {_allowed_range(field)}{meaning}, got {item['input']!r}")
+            elif item["type"] == "literal_error" and field:
+                problems.append(f"{name} must be one of: {', '.join(choices(field))}; got {item['input']!r}")
             elif item["type"] in ("int_parsing", "int_from_float", "int_type"):
                 problems.append(f"{name} must be a whole number{meaning}, got {item['input']!r}")
             elif item["type"] in ("float_parsing", "float_type"):
@@ -70,20 +76,39 @@ class Settings(BaseModel):
 
 
 _OUT_OF_RANGE = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
+_BOUNDS = {annotated_types.Gt: "gt", annotated_types.Ge: "ge", annotated_types.Lt: "lt", annotated_types.Le: "le"}
 
 
-def _allowed_range(metadata: list[Any]) -> str:
+def page_control(label: str, **options: Any) -> dict[str, Any]:
+    """A setting's ``json_schema_extra`` for its control on the page (webui/controls.py builds it):
+    the label, and what Gradio's component takes besides the field's own default, range and choices,
+    such as a slider's ``step``, a ``minimum`` or ``maximum`` within the field's range that a slider
+    can practically show, or an ``elem_id`` other than the setting's name."""
+    return {"page": {"label": label, **options}}
+
+
+def field_range(field: FieldInfo) -> dict[str, Any]:
+    """A field's bounds as ``Field`` takes them, like {"ge": 0, "le": 2}."""
+    return {_BOUNDS[type(constraint)]: getattr(constraint, _BOUNDS[type(constraint)]) for constraint in field.metadata if type(constraint) in _BOUNDS}
+
+
+def choices(field: FieldInfo) -> tuple[Any, ...]:
+    """The values a ``Literal`` field may take (none for any other field)."""
+    return get_args(field.annotation) if get_origin(field.annotation) is Literal else ()
+
+
+def value_type(field: FieldInfo) -> Any:
+    """A field's type with None taken out of it: int for ``int | None``."""
+    if get_origin(field.annotation) in (Union, types.UnionType):
+        return next(arg for arg in get_args(field.annotation) if arg is not type(None))
+    return field.annotation
+
+
+def _allowed_range(field: FieldInfo) -> str:
     """A field's bounds in words: "in (0, 1]", "at least 1", "above 0"."""
-    low = high = None
-    for constraint in metadata:
-        if isinstance(constraint, annotated_types.Ge):
-            low = ("[", constraint.ge)
-        elif isinstance(constraint, annotated_types.Gt):
-            low = ("(", constraint.gt)
-        elif isinstance(constraint, annotated_types.Le):
-            high = ("]", constraint.le)
-        elif isinstance(constraint, annotated_types.Lt):
-            high = (")", constraint.lt)
+    bounds = field_range(field)
+    low = ("[", bounds["ge"]) if "ge" in bounds else ("(", bounds["gt"]) if "gt" in bounds else None
+    high = ("]", bounds["le"]) if "le" in bounds else (")", bounds["lt"]) if "lt" in bounds else None
     if low and high:
         return f"in {low[0]}{low[1]}, {high[1]}{high[0]}"
     if low:

@@ -225,7 +225,7 @@ async def test_a_bad_message_is_shown_as_a_clear_message_and_the_chat_stays(case
     session = chat.session()
     files = [make(tmp_path) for make in case.files]
     updates = await run(chat.handlers.send(session, message(case.text, files), **{**settings(6), **case.settings}))
-    shown = updates[-1][0]
+    shown = updates[-1]["chatbot"]
 
     # The prior exchange is as it was, and the message sent is kept, marked with the reason.
     prior = len(chat.prior)
@@ -238,7 +238,7 @@ async def test_a_bad_message_is_shown_as_a_clear_message_and_the_chat_stays(case
     refusal = shown[-1]
     assert refusal["metadata"]["title"] == REFUSED
     assert re.search(case.says, refusal["content"], re.S), refusal["content"]
-    assert not STACK_TRACE.search(shown_text([update for update, _ in updates])), refusal["content"]
+    assert not STACK_TRACE.search(shown_text([update["chatbot"] for update in updates])), refusal["content"]
     assert str(tmp_path) not in refusal["content"], "the message shows where the file is on the server"
     await answered_next(chat, session)
 
@@ -319,9 +319,9 @@ async def test_a_bad_conversation_file_is_refused_clearly_and_the_chat_stays(cas
 
 async def test_a_message_of_only_whitespace_is_ignored(text_chat):
     session = text_chat.session()
-    [(shown, box)] = await run(text_chat.handlers.send(session, message(" \n\t  "), **settings()))
-    assert session.turns == text_chat.prior and shown == render(text_chat.prior)
-    assert box["value"] == {"text": "", "files": []} and box["interactive"]
+    [shown] = await run(text_chat.handlers.send(session, message(" \n\t  "), **settings()))
+    assert session.turns == text_chat.prior and shown["chatbot"] == render(text_chat.prior)
+    assert shown["message_box"]["value"] == {"text": "", "files": []} and shown["message_box"]["interactive"]
     await answered_next(text_chat, session)
 
 

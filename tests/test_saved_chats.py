@@ -135,7 +135,7 @@ async def test_a_second_message_waits_for_the_reply(handlers):
     task = await started_reply(handlers, session, "Write a long story about a dragon.")
     with pytest.warns(UserWarning, match="A reply is being written"):
         refused = await run(handlers.send(session, message("And a poem?"), **settings()))
-    assert refused == [({"__type__": "update"}, {"__type__": "update"})], "the page must stay as it is"
+    assert refused == [{}], "the page must stay as it is"
     assert [t.role for t in session.turns] == ["user", "assistant"] and session.answering
     handlers.stop(session)
     await task
@@ -145,18 +145,19 @@ async def test_a_second_message_waits_for_the_reply(handlers):
 
 
 async def test_switching_chats_stops_the_reply_and_keeps_it_in_its_own_chat(handlers, upload_folder):
-    chats, *_ = chat_sidebar.restore(None)
+    chats = chat_sidebar.restore(None)["chats"]
     first = chats.open(chats.current, str(upload_folder))
     await run(handlers.send(first, message("Say apple."), **settings(4)))
     chat_sidebar.keep_chat(chats, first, first.chat_id, "Be brief.", "")
-    second = (await chat_sidebar.new_chat(chats, first, first.chat_id, "Be brief.", ""))[0]
+    second = (await chat_sidebar.new_chat(chats, first, first.chat_id, "Be brief.", ""))["session"]
     task = await started_reply(handlers, second, "Write a long story about a lighthouse.")
 
-    shown, chatbot, system, tools, shown_id, *_, stored = await chat_sidebar.switch_chat(chats, second, second.chat_id, "Be long.", "", first.chat_id)
+    view = await chat_sidebar.switch_chat(chats, second, second.chat_id, "Be long.", "", first.chat_id)
     assert task.done() and not second.answering, "the switch waits for the reply to stop"
-    assert shown is not second and shown.chat_id == first.chat_id == shown_id
-    assert [t.content for t in shown.turns][0] == "Say apple." and system == "Be brief." and chatbot == render(shown.turns)
-    [kept] = [c for c in stored["chats"] if c["id"] == second.chat_id]
+    shown = view["session"]
+    assert shown is not second and shown.chat_id == first.chat_id == view["shown"]
+    assert [t.content for t in shown.turns][0] == "Say apple." and view["system"] == "Be brief." and view["chatbot"] == render(shown.turns)
+    [kept] = [c for c in view["storage"]["chats"] if c["id"] == second.chat_id]
     assert kept["system"] == "Be long." and kept["turns"][0]["content"] == "Write a long story about a lighthouse."
     assert kept["turns"][1]["stopped"] and kept["turns"][1]["content"] == second.turns[1].content
     assert len(second.turns[1].content) < 2000, "the reply went on after the switch"

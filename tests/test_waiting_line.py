@@ -82,7 +82,8 @@ async def test_the_page_shows_the_place_in_line_then_the_reply(slot):
         if first.turns[-1].role == "assistant" and first.turns[-1].content:
             break
     shown = []
-    async for chat, _ in handlers.send(second, message("What is the capital of France?"), **settings(12)):
+    async for update in handlers.send(second, message("What is the capital of France?"), **settings(12)):
+        chat = update["chatbot"]
         shown.append(chat[-1]["content"] if chat and chat[-1]["role"] == "assistant" else None)
         if len(shown) == 2:
             assert shown[-1] == "*Waiting for the model: 1 ahead…*", shown

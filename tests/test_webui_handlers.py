@@ -75,7 +75,7 @@ async def test_send_streams_the_same_reply_as_the_engine(handlers, slot):
     started = time.perf_counter()
     updates = await run(handlers.send(session, message("Name three colors."), **settings(24)))
     elapsed = time.perf_counter() - started
-    chats = [chat for chat, _ in updates]
+    chats = [update["chatbot"] for update in updates]
     assert len(chats) >= 3, "the reply should arrive in several updates"
     assert chats[0][-1] == {"role": "user", "content": ["Name three colors."]}
     expected = slot.model.chat([{"role": "user", "content": "Name three colors."}], temperature=0, max_new_tokens=24)[0]
@@ -90,14 +90,14 @@ async def test_send_streams_the_same_reply_as_the_engine(handlers, slot):
     assert all("reply-stats" not in shown_text(chat[-1]) for chat in chats[:-1]), "stats shown before the reply was finished"
     # The sent message leaves the box at once; the box stays editable, and later updates leave
     # alone what is typed there meanwhile.
-    assert updates[0][1] == {"__type__": "update", "value": {"text": "", "files": []}, "interactive": True}
-    assert all(box == gr.skip() for _, box in updates[1:])
+    assert updates[0]["message_box"] == {"__type__": "update", "value": {"text": "", "files": []}, "interactive": True}
+    assert all("message_box" not in update for update in updates[1:])
 
 
 async def test_media_a_text_model_cannot_read_is_refused_clearly_and_nothing_is_lost(handlers, image_file):
     session = ChatSession(turns=[Turn(role="user", content="Hi"), Turn(role="assistant", content="Hello!")])
     updates = await run(handlers.send(session, message("What is this?", [image_file]), **settings()))
-    final = updates[-1][0]
+    final = updates[-1]["chatbot"]
     asked = session.turns[2]
     assert asked.files == [image_file] and "does not accept images" in asked.error
     assert final[2]["content"] == [{"path": image_file}, "What is this?"]
@@ -123,7 +123,7 @@ async def test_stop_keeps_the_partial_reply_and_frees_the_engine(handlers, slot)
     session = ChatSession()
     updates = handlers.send(session, message("Write a long story about a dragon."), **settings(400))
     seen = 0
-    async for chat, _ in updates:
+    async for update in updates:
         if session.turns[-1].role == "assistant" and session.turns[-1].content:
             seen += 1
             if seen == 2:
@@ -132,7 +132,7 @@ async def test_stop_keeps_the_partial_reply_and_frees_the_engine(handlers, slot)
     assert reply.stopped and reply.content
     assert len(slot.model.engine.tokenizer(reply.content).input_ids) < 100
     assert (reply.stats.finish_reason, reply.stats.tokens) == ("stopped", slot.model.count_tokens(reply.content))
-    assert f"■ stopped after {reply.stats.tokens} tokens · " in chat[-1]["content"]
+    assert f"■ stopped after {reply.stats.tokens} tokens · " in update["chatbot"][-1]["content"]
     # The engine's generation slot is released only once the model thread really stopped.
     assert slot.model.line.running == 0
 
@@ -182,11 +182,11 @@ async def test_regenerate_undo_clear_and_edit(handlers):
     await run(handlers.edit(session, edit, **settings(6)))
     assert [t.content for t in session.turns][0] == "Count to two." and len(session.turns) == 2
 
-    chat, box = handlers.undo(session)
-    assert chat == [] and session.turns == []
-    assert box["value"] == {"text": "Count to two.", "files": []}
+    undone = handlers.undo(session)
+    assert undone["chatbot"] == [] and session.turns == []
+    assert undone["message_box"]["value"] == {"text": "Count to two.", "files": []}
     session.turns.append(Turn(role="user", content="x"))
-    assert handlers.clear(session)[0] == [] and session.turns == []
+    assert handlers.clear(session)["chatbot"] == [] and session.turns == []
 
 
 def test_thinking_and_tool_calls_show_as_collapsible_messages():
@@ -218,7 +218,7 @@ async def test_a_tool_call_streams_into_a_tool_call_block(handlers):
     updates = await run(handlers.regenerate(session, **settings(max_new_tokens=40, tools=tools)))
     reply = session.turns[-1]
     assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [("get_weather", {"city": "Oslo"})], reply
-    *_, call, stats = updates[-1][0]
+    *_, call, stats = updates[-1]["chatbot"]
     assert call["metadata"]["title"] == "⚙ Tool call: get_weather" and "reply-stats" in stats["content"]
 
 
@@ -252,12 +252,12 @@ def test_export_embeds_the_media_and_import_writes_them_to_the_upload_folder(han
 
     os.remove(image_file)  # as on another machine: the original file is not there
     restored = ChatSession()
-    chat, system = handlers.import_(restored, exported)
+    shown = handlers.import_(restored, exported)
     [imported] = restored.turns[0].files
     assert imported.startswith(str(upload_folder)) and os.path.basename(imported) == "red.png"
     assert open(imported, "rb").read() == picture
     assert [t.model_dump(exclude={"files"}) for t in restored.turns] == [t.model_dump(exclude={"files"}) for t in session.turns]
-    assert system == "Be brief." and chat == render(restored.turns)
+    assert shown == {"chatbot": render(restored.turns), "system": "Be brief."}
     # Importing again writes a fresh folder: the first import's files stay as they were.
     handlers.import_(ChatSession(), exported)
     assert len(written_imports(upload_folder)) == 2 and os.path.exists(imported)
@@ -273,7 +273,7 @@ def test_an_export_larger_than_an_import_takes_is_refused_and_leaves_nothing(slo
 async def test_a_file_gone_since_it_was_sent_shows_as_missing_and_the_chat_goes_on(handlers, image_file):
     session = ChatSession(turns=[Turn(role="user", content="Look.", files=[image_file]), Turn(role="assistant", content="Red.")])
     os.remove(image_file)  # the page's files are deleted after their lifetime
-    chat = (await run(handlers.send(session, message("And now?"), **settings(4))))[-1][0]
+    chat = (await run(handlers.send(session, message("And now?"), **settings(4))))[-1]["chatbot"]
     assert "red.png: no longer on the server, so neither shown nor sent to the model" in json.dumps(chat)
     assert session.turns[0].files == [] and session.turns[-1].role == "assistant" and session.turns[-1].content
 
@@ -348,7 +348,7 @@ async def test_load_unload_and_a_missing_backend(handlers, slot):
     session = ChatSession()
     await run(handlers.send(session, message("Hi"), **settings(4)))
     loaded_rss = rss_mib()
-    status = handlers.unload()[0]
+    status = handlers.unload()["status"]
     unloaded_rss = rss_mib()
     assert status.startswith("No model loaded.")
     print(f"RSS loaded {loaded_rss:.0f} MiB, unloaded {unloaded_rss:.0f} MiB")
@@ -357,20 +357,20 @@ async def test_load_unload_and_a_missing_backend(handlers, slot):
     await run(handlers.send(session, message("Still there?"), **settings(4)))
     assert "No model is loaded" in session.turns[-1].error
 
-    status, box, *defaults = handlers.load("huggingface", "", "bfloat16", max_concurrent=2, progress=lambda *a, **k: None)
-    assert status.startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface in ")
-    assert defaults[CONTROLS.index("max_new_tokens")] == slot.model.generation_defaults.max_new_tokens
+    shown = handlers.load("huggingface", "", "bfloat16", max_concurrent=2, progress=lambda *a, **k: None)
+    assert shown["status"].startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface in ")
+    assert shown["max_new_tokens"] == slot.model.generation_defaults.max_new_tokens and set(CONTROLS) < set(shown)
     assert slot.model.engine.model_args.max_concurrent == 2
-    assert box["sources"] == [] and "reads text only" in box["placeholder"]
+    assert shown["message_box"]["sources"] == [] and "reads text only" in shown["message_box"]["placeholder"]
     engine = slot.model.engine
 
-    status = handlers.load("huggingface", "", "bfloat16", kv_cache_space_gb=2, progress=lambda *a, **k: None)[0]
+    status = handlers.load("huggingface", "", "bfloat16", kv_cache_space_gb=2, progress=lambda *a, **k: None)["status"]
     assert "the huggingface backend does not use kv_cache_space_gb (kv_cache_space_gb is taken by vllm)" in status
-    status = handlers.load("vllm", "", "auto", engine_args='{"max_num_seqs": 8', progress=lambda *a, **k: None)[0]
+    status = handlers.load("vllm", "", "auto", engine_args='{"max_num_seqs": 8', progress=lambda *a, **k: None)["status"]
     assert "Engine arguments are not valid JSON" in status
     assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status and slot.model.engine is engine
 
-    status = handlers.load("sglang", "", "auto", progress=lambda *a, **k: None)[0]
+    status = handlers.load("sglang", "", "auto", progress=lambda *a, **k: None)["status"]
     assert "The sglang backend needs sglang" in status and BACKENDS["sglang"].install in status
     assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status
     await run(handlers.regenerate(session, **settings(4)))
@@ -396,7 +396,7 @@ def test_only_admins_manage_the_model(slot):
     assert "Model management needs an admin" in rights.note(bob) and "**bob**" in rights.note(bob)
     assert rights.note(alice) == "" and ModelRights().note(gr.Request()) == "", "without logins, the one user is the admin"
 
-    status = handlers.load("huggingface", "", "bfloat16", request=alice, progress=no_progress)[0]
+    status = handlers.load("huggingface", "", "bfloat16", request=alice, progress=no_progress)["status"]
     assert status.startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface") and slot.model.engine is not engine
 
 
@@ -405,9 +405,9 @@ def test_trust_remote_code_comes_only_from_the_command_line(slot):
     engine = slot.model.engine
     for backend in ("huggingface", "vllm", "sglang", "llamacpp"):
         for engine_args in ('{"trust_remote_code": true}', '{"trust-remote-code": true}'):
-            status = handlers.load(backend, "", "auto", engine_args=engine_args, progress=no_progress)[0]
+            status = handlers.load(backend, "", "auto", engine_args=engine_args, progress=no_progress)["status"]
             assert "engine_args must not hold trust_remote_code" in status and "start app.py with --trust-remote-code" in status, status
-    status = handlers.load("huggingface", "", "auto", trust_remote_code=True, progress=no_progress)[0]
+    status = handlers.load("huggingface", "", "auto", trust_remote_code=True, progress=no_progress)["status"]
     assert "trust_remote_code cannot be asked for from the page" in status and "--trust-remote-code" in status
     assert slot.model.engine is engine and not engine.model_args.trust_remote_code
     # The server's own choice reaches every load from the page.
@@ -466,7 +466,7 @@ async def test_a_hub_model_not_on_this_machine_is_refused_at_once_and_a_cached_o
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     engine = slot.model.engine
     started = time.perf_counter()
-    status = handlers.load("auto", "HuggingFaceTB/SmolLM2-360M-Instruct", "auto", progress=no_progress)[0]
+    status = handlers.load("auto", "HuggingFaceTB/SmolLM2-360M-Instruct", "auto", progress=no_progress)["status"]
     assert time.perf_counter() - started < 5, "an offline Hub load must fail at once"
     assert "**Could not load:** HuggingFaceTB/SmolLM2-360M-Instruct is not on this machine" in status and "HF_HUB_OFFLINE is set" in status
     assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status and slot.model.engine is engine
@@ -476,7 +476,7 @@ async def test_a_hub_model_not_on_this_machine_is_refused_at_once_and_a_cached_o
 
     # What the model picker lists from the Hugging Face cache loads by name, offline.
     cache_model(tmp_path / "hub", "org/SmolLM2-cached", Path(engine.model_path))
-    status = handlers.load("auto", "org/SmolLM2-cached", "bfloat16", progress=no_progress)[0]
+    status = handlers.load("auto", "org/SmolLM2-cached", "bfloat16", progress=no_progress)["status"]
     assert status.startswith("✓ Loaded org/SmolLM2-cached on huggingface (auto: not a GGUF file)"), status
     assert slot.model.model_id == "org/SmolLM2-cached"
 
@@ -500,7 +500,7 @@ def test_out_of_range_backend_options_are_explained_and_the_model_kept(handlers,
     for options, named in [({"max_concurrent": -2}, "max_concurrent must be in [1, 1024]"),
                            ({"max_model_len": 2**40}, "max_model_len must be in [1, "),
                            ({"max_concurrent": 2.5}, "max_concurrent must be a whole number")]:
-        status = handlers.load("huggingface", "", "bfloat16", progress=lambda *a, **k: None, **options)[0]
+        status = handlers.load("huggingface", "", "bfloat16", progress=lambda *a, **k: None, **options)["status"]
         assert named in status and slot.model.engine is engine
 
 

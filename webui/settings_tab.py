@@ -1,0 +1,84 @@
+"""The Settings tab: which model is loaded and how (backend, model, dtype, the backend's options),
+and the generation controls, which show the loaded model's own defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from engines import GenerationArgs, ModelArgs
+
+from .by_name import by_name
+from .controls import control
+from .handlers import ENGINE_MODES, ChatHandlers, control_value
+from .model_picker import model_picker
+from .model_rights import ModelRights
+
+# Rows of controls, named as the ModelArgs and GenerationArgs settings they set.
+BACKEND_OPTION_ROWS = (
+    ("max_concurrent", "max_model_len", "kv_cache_space_gb"),
+    ("gpu_memory_utilization", "tensor_parallel_size", "enforce_eager"),
+    ("threads", "batch_size", "gpu_layers"),
+)
+GENERATION_ROWS = (
+    ("temperature", "top_p", "top_k"),
+    ("max_new_tokens", "repetition_penalty", "seed"),
+)
+# enforce_eager's three values have names on the page (ENGINE_MODES).
+SHOWN_AS = {"enforce_eager": {"value": "auto", "choices": list(ENGINE_MODES)}}
+
+
+class SettingsTab:
+    """Built inside the page's Tabs; ``wire`` once the handlers exist. ``model``: the controls of
+    the ModelArgs settings a load takes, by name; ``generation``: those of GenerationArgs."""
+
+    def __init__(self, demo: gr.Blocks, models_dir: Path | None, rights: ModelRights) -> None:
+        # Until the page loads and asks the model for its own defaults.
+        defaults = GenerationArgs()
+        with gr.Tab("Settings", id="settings"):
+            self.status = gr.Markdown(elem_id="model-status")
+            self.rights_note = gr.Markdown(elem_id="rights-note", visible=False)
+            with gr.Group():
+                with gr.Row():
+                    self.model = {
+                        "infer_backend": control(ModelArgs, "infer_backend"),
+                        "model_name_or_path": control(ModelArgs, "model_name_or_path", scale=2),
+                        "infer_dtype": control(ModelArgs, "infer_dtype"),
+                    }
+                self.picker = model_picker(demo, models_dir, self.model["model_name_or_path"], rights)
+            with gr.Accordion("Backend options", open=False, elem_id="backend-options"):
+                gr.Markdown("Empty or 0: the backend's default. A backend refuses the options it does not take, and says which backends do.")
+                for row in BACKEND_OPTION_ROWS:
+                    with gr.Row():
+                        self.model |= {name: control(ModelArgs, name, **SHOWN_AS.get(name, {})) for name in row}
+                self.model |= {name: control(ModelArgs, name) for name in ("lora_adapters", "engine_args")}
+            with gr.Row():
+                self.load_btn = gr.Button("Load", elem_id="load-btn", variant="primary")
+                self.unload_btn = gr.Button("Unload", elem_id="unload-btn")
+            gr.Markdown("### Generation\nDefaults come from the loaded model's generation config; changes apply to this tab only.")
+            self.generation: dict[str, gr.components.Component] = {}
+            for row in GENERATION_ROWS:
+                with gr.Row():
+                    self.generation |= {name: control(GenerationArgs, name, control_value(defaults, name)) for name in row}
+            self.generation["skip_special_tokens"] = control(GenerationArgs, "skip_special_tokens", defaults.skip_special_tokens)
+
+    def wire(self, demo: gr.Blocks, handlers: ChatHandlers, rights: ModelRights, message_box: gr.MultimodalTextbox,
+             generation: dict[str, gr.components.Component]) -> None:
+        """Load and unload, and the model's status as the page opens: each shows the status, what
+        ``message_box`` takes, and the model's defaults in ``generation``, the page's generation
+        controls by setting name."""
+        shown = {"status": self.status, "message_box": message_box, **generation}
+        self.load_btn.click(inputs_kwargs=self.model, **by_name(handlers.load, shown), api_name="load", concurrency_limit=1)
+        self.unload_btn.click(**by_name(handlers.unload, shown), api_name="unload", concurrency_limit=1)
+        demo.load(**by_name(handlers.model_status, shown), api_visibility="private")
+
+        # Others see the model settings read-only; the load and unload handlers check again.
+        management = [*self.model.values(), *self.picker, self.load_btn, self.unload_btn]
+
+        def show_rights(request: gr.Request) -> dict[gr.components.Component, Any]:
+            note = rights.note(request)
+            return {self.rights_note: gr.update(value=note, visible=bool(note)), **{part: gr.update(interactive=not note) for part in management}}
+
+        demo.load(show_rights, None, [self.rights_note, *management], api_visibility="private", queue=False)
