@@ -3,7 +3,9 @@ and what a test does on the page (send a message, wait for the reply)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import re
 import socket
 import subprocess
@@ -43,8 +45,11 @@ class AppProcess:
             "OMP_WAIT_POLICY": "PASSIVE", "GRADIO_TEMP_DIR": str(temp_dir / "gradio"), "PYTHONUNBUFFERED": "1",
         }
         self._log = open(self.log_path, "w")
+        # A process group of its own, so that stopping it also stops what it started (vLLM's
+        # engine processes), even where the app itself has to be killed.
         self.process = subprocess.Popen(
-            [sys.executable, "app.py", "--port", str(self.port), *extra_args], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
+            [sys.executable, "app.py", "--port", str(self.port), *extra_args], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.url = self._wait_for_url(timeout)
 
@@ -68,6 +73,8 @@ class AppProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         self._log.close()
 
 
