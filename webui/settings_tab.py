@@ -72,7 +72,8 @@ class SettingsTab:
         shown = {"status": self.status, "message_box": message_box, **generation}
         self.load_btn.click(inputs_kwargs=self.model, **by_name(handlers.load, shown), api_name="load", concurrency_limit=1)
         self.unload_btn.click(**by_name(handlers.unload, shown), api_name="unload", concurrency_limit=1)
-        demo.load(**by_name(handlers.model_status, shown), api_visibility="private")
+        # Not queued: the status must show even while the queue is full (it only reads the slot).
+        demo.load(**by_name(handlers.model_status, shown), api_visibility="private", queue=False)
 
         # Others see the model settings read-only; the load and unload handlers check again.
         management = [*self.model.values(), *self.picker, self.load_btn, self.unload_btn]
