@@ -5,7 +5,7 @@
         --engine-args '{"kt_weight_path": "QUANTIZED_EXPERTS_DIR", "kt_method": "AMXINT4"}'
 
 The tests in tests/ run these engines on a fake runtime, since SGLang and KTransformers need an
-NVIDIA GPU; this script is the same contract (tests/engine_contract.py) on the real one, plus
+NVIDIA GPU; this script is the same contract (harness/engine_contract.py) on the real one, plus
 what only the real one can show: its import leaves the event loop policy alone, a cancelled
 stream leaves no request in the runtime, and close() leaves no process behind. It needs the
 backend's packages (pip install sglang, or pip install 'ktransformers[sglang]') and the default
@@ -32,7 +32,7 @@ import pytest  # noqa: E402
 from engines import ChatError, ChatModel  # noqa: E402
 from engines.backends import engine_class  # noqa: E402
 from engines.backends.sglang import require_gpu  # noqa: E402
-from tests.engine_contract import LONG_REQUEST, QUESTION, EngineContract  # noqa: E402
+from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract  # noqa: E402
 
 TIMINGS: dict[str, float] = {}
 

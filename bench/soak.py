@@ -3,7 +3,7 @@
     python bench/soak.py [--page-cycles 100] [--api-disconnects 100] [--lifetime-cycles 20]
                          [--cancel-backends huggingface,vllm] [--lifetime-backends huggingface,vllm] [--no-kill]
 
-The app runs in this process as `python app.py` wires it (tests/soak_cycles.py, shared with
+The app runs in this process as `python app.py` wires it (harness/soak_cycles.py, shared with
 tests/test_soak.py, which runs the same cycles at CI counts with assertions). For each backend:
 Stop/Regenerate cycles in the page in Chromium, then streams closed by the client after 3 chunks
 on /v1; then load/unload cycles through the page's /load and /unload; then vLLM's engine core is
@@ -32,8 +32,8 @@ import httpx  # noqa: E402
 from gradio_client import Client  # noqa: E402
 
 from engines import ModelSlot  # noqa: E402
-from tests.browser import chromium, open_chat  # noqa: E402
-from tests.soak_cycles import (  # noqa: E402
+from harness.browser import chromium, open_chat  # noqa: E402
+from harness.soak_cycles import (  # noqa: E402
     BACKENDS, COUNTING, ENGINE_STOPPED, VLLM, Trace, api_disconnects, busy, engine_core, load_unload_cycles, model_id, page_load,
     page_stop_regenerate, served_app, start_long_reply, timed_request, wait_until_idle,
 )

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from gradio_client import Client, handle_file  # noqa: E402
 
 from engines import ChatModel, Response  # noqa: E402
-from tests.browser import AppProcess  # noqa: E402
+from harness.browser import AppProcess  # noqa: E402
 
 QUESTION = "Write the numbers from 1 to 1000, separated by commas."
 
@@ -59,7 +59,7 @@ def timed_page(client: Client, conversation_file: str, chat_model: ChatModel, to
     client.predict(handle_file(conversation_file), api_name="/import_conversation")
     started = time.perf_counter()
     first, updates, reply = None, 0, ""
-    job = client.submit({"text": QUESTION, "files": []}, temperature=0, max_new_tokens=tokens, api_name="/chat")
+    job = client.submit({"text": QUESTION, "files": []}, temperature=0, max_new_tokens=tokens, seed=None, api_name="/chat")
     for chatbot, _ in job:
         updates += 1
         last = chatbot[-1] if chatbot else None

@@ -20,8 +20,9 @@ class ModelSlot:
     cannot live beside another (``BaseEngine.close_before_next_load``) is closed first, and
     while no model can answer, requests are told that one is loading."""
 
-    def __init__(self) -> None:
-        self._model: ChatModel | None = None
+    def __init__(self, model: ChatModel | None = None) -> None:
+        """``model``: one loaded already (a ChatModel built in Python), served until another is loaded."""
+        self._model = model
         self._lock = threading.Lock()
         self.loading: str | None = None
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -174,3 +174,13 @@ def set_number(page, elem_id: str, value) -> None:
     field = page.locator(f"#{elem_id} input[type=number]")
     field.fill(str(value))
     field.press("Enter")
+
+
+def load_model(page, path, loaded):
+    """Load a model from the Settings tab and wait for the status line that says it is loaded."""
+    from playwright.sync_api import expect
+
+    open_tab(page, "Settings")
+    page.locator("#model-path").get_by_role("textbox").fill(path)
+    page.locator("#load-btn").click()
+    expect(page.locator("#model-status")).to_contain_text(loaded)

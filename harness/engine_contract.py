@@ -17,6 +17,19 @@ QUESTION = [{"role": "user", "content": "Name three colors."}]
 LONG_REQUEST = [{"role": "user", "content": "Write a very long story about a dragon, in many chapters."}]
 # About 3,500 tokens: seconds of prefill on this machine.
 LONG_PROMPT = [{"role": "user", "content": " ".join(f"Item {i} weighs {i * 7 % 13} kilograms." for i in range(400)) + " Which item is heaviest?"}]
+# Greedy replies to these are compared token for token between backends on the same file.
+PARITY_PROMPTS = [
+    "Name three colors.",
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain photosynthesis in one sentence.",
+    "Give me a tip for learning to cook.",
+    "What is 12 times 7?",
+    "Translate 'good morning' into Spanish.",
+    "List two uses of a paperclip.",
+    "Why is the sky blue?",
+    "Describe a cat to someone who has never seen one.",
+]
 
 
 class EngineContract:

@@ -21,8 +21,8 @@ import httpx
 import psutil
 
 from engines import ModelSlot
-from tests.browser import bot_messages, free_port, open_tab, replies, send, set_number
-from tests.test_api import running_server
+from harness.browser import bot_messages, free_port, open_tab, replies, send, set_number
+from harness.running_server import running_server
 
 # Small and fixed, as in tests/test_vllm_engine.py, so an engine starts quickly on a shared machine.
 VLLM = {"infer_backend": "vllm", "kv_cache_space_gb": 1, "max_model_len": 2048, "max_concurrent": 8}

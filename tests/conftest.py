@@ -7,9 +7,14 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from pathlib import Path
+
 import pytest
 
-from engines import ChatModel
+from engines import ChatModel, ModelSlot
+from engines.model_files.paths import default_gguf
+from harness.browser import CHROMIUM, AppProcess, chromium, open_chat
+from tests.tiny_models import build_qwen2_vl
 
 GREEDY = {"temperature": 0, "max_new_tokens": 24}
 
@@ -19,6 +24,14 @@ def chat_model():
     """The default model on the HF engine, loaded once for the session (converted on first use)."""
     with ChatModel({"infer_backend": "huggingface"}) as model:
         yield model
+
+
+@pytest.fixture(scope="session")
+def slot(chat_model):
+    """The session's default model in a slot, for the tests that chat through one and neither load
+    nor unload (so one load serves them all). A module that loads, unloads or needs other settings
+    has a ``slot`` of its own."""
+    return ModelSlot(chat_model)
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +56,77 @@ def reward_model_dir(tmp_path_factory, default_model_dir):
                          pad_token_id=tokenizer.pad_token_id, architectures=["LlamaForSequenceClassification"])
     LlamaForSequenceClassification(config).save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def browser(request):
+    """Debian's Chromium through Playwright, one for a module's tests (each opens its own contexts).
+    Not one for the session: Playwright's sync API keeps an event loop running in this thread while
+    it is open, and the async tests of other modules need the thread's own. Its checks wait up to
+    the module's BROWSER_WAIT_MS, else two minutes (replies on a busy 2-core machine are slow)."""
+    pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    with chromium(getattr(request.module, "BROWSER_WAIT_MS", 120_000)) as browser:
+        yield browser
+
+
+@pytest.fixture(scope="session")
+def tiny_vision_model(tmp_path_factory):
+    """A random-weight Qwen2-VL with its real processor (tests/tiny_models.py), built offline."""
+    return build_qwen2_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"))
+
+
+@pytest.fixture(scope="session")
+def models_folder(tmp_path_factory, tiny_vision_model):
+    """The app's --models-dir: the embedded GGUF under another name, and a HF model directory."""
+    folder = tmp_path_factory.mktemp("models")
+    (folder / "gguf").mkdir()
+    (folder / "gguf" / "SmolLM2-copy.gguf").symlink_to(default_gguf())
+    (folder / "tiny-qwen2-vl").symlink_to(tiny_vision_model)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, models_folder):
+    """``python app.py`` on the default model with ``models_folder``, for one module's page tests."""
+    process = AppProcess(tmp_path_factory.mktemp("app"), ("--models-dir", str(models_folder)))
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def upload_folder(tmp_path, monkeypatch):
+    """Gradio's own upload storage for this test (where imports must write their media)."""
+    folder = tmp_path / "gradio"
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def requests_seen():
+    """Every URL the module's pages asked for (to check that none leaves this machine)."""
+    return []
+
+
+@pytest.fixture
+def open_page(app, browser, requests_seen):
+    """Opens the module's app in a Chromium context of its own, ready to chat; closed after the test."""
+    contexts = []
+
+    def open_page():
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.on("request", lambda request: requests_seen.append(request.url))
+        contexts.append(context)
+        page = context.new_page()
+        open_chat(page, app.url)
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def page(open_page):
+    return open_page()

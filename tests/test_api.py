@@ -15,52 +15,16 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from api import add_api
 from engines import ModelSlot
+from harness.running_server import running_server
+from tests.api_samples import COUNTING, PNG, QUESTION, WEATHER_TOOL, image_part
 from tests.held_load import load_held
 
 API_KEY = "test-key"
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 GREEDY = {"temperature": 0, "max_tokens": 24}
-COUNTING = [{"role": "user", "content": "Write the numbers from 1 to 1000, separated by commas."}]
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-
-
-@contextmanager
-def running_server(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free localhost port in a thread; yields the base URL."""
-    # A page's open event streams would hold a graceful shutdown until the join below gives up.
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def slot():
-    slot = ModelSlot()
-    slot.load({"infer_backend": "huggingface"})
-    yield slot
-    slot.unload()
 
 
 @pytest.fixture(scope="module")
@@ -345,16 +309,6 @@ def test_penalty_0_is_no_penalty(client, model_id):
     assert completion.choices[0].message.content == client.chat.completions.create(model=model_id, messages=QUESTION, **GREEDY).choices[0].message.content
 
 
-def image_part(url: str) -> dict:
-    return {"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": url}}]}
-
-
-PNG = base64.b64encode(bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201e2a1ed5a0000000049454e44ae426082"
-)).decode()
-
-
 @pytest.mark.parametrize(
     ("url", "message"),
     [
@@ -428,7 +382,7 @@ def test_page_and_api_at_once_on_one_model(tmp_path):
     """`python app.py` serves the page and /v1 from one ModelSlot: both answer at the same time,
     and what the page does to the model (unload, load) is what the API serves."""
     sync_api = pytest.importorskip("playwright.sync_api")
-    from tests.browser import CHROMIUM, CHROMIUM_ARGS, AppProcess
+    from harness.browser import CHROMIUM, CHROMIUM_ARGS, AppProcess
 
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")

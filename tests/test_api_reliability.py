@@ -14,13 +14,13 @@ import pytest
 import schemathesis
 from fastapi import FastAPI
 from hypothesis import HealthCheck, Phase, given, settings
+from media_samples import bomb_png, png_bytes, solid_image, tone, write_audio
 
 from api import add_api
 from engines import ModelSlot
 from engines.generation_args import INT32_MAX
-from media_samples import bomb_png, png_bytes, solid_image, tone, write_audio
-from tests.test_api import PNG, QUESTION, WEATHER_TOOL, image_part, running_server
-from tests.test_api import slot  # noqa: F401  (the fixture: the default model on the HF backend, per module)
+from harness.running_server import running_server
+from tests.api_samples import PNG, QUESTION, WEATHER_TOOL, image_part
 
 API_KEY = "reliability-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

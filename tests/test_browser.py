@@ -14,11 +14,10 @@ import pytest
 from PIL import Image, ImageDraw
 
 from engines.model_files.paths import default_gguf
-from tests.browser import (
-    CHROMIUM, ROOT, AppProcess, ask, bot_messages, chromium, click_and_wait, is_local, open_chat, open_tab, replies, send, set_number,
-    user_messages, wait_until_answered,
+from harness.browser import (
+    CHROMIUM, ROOT, ask, bot_messages, click_and_wait, is_local, load_model, open_tab, replies, send, set_number, user_messages,
+    wait_until_answered,
 )
-from tests.tiny_models import build_qwen2_vl
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -33,62 +32,6 @@ GGUF_BACKEND = "llamacpp" if importlib.util.find_spec("llama_cpp") else "hugging
 STATS = re.compile(r"^(?:■ stopped after )?(\d+) tokens(?: \(max_new_tokens reached\))? · ([\d.]+) tokens/s · first token [\d.]+ m?s · (\w+)$")
 
 
-@pytest.fixture(scope="module")
-def tiny_vision_model(tmp_path_factory):
-    """A random-weight Qwen2-VL with its real processor (tests/tiny_models.py), built offline."""
-    return build_qwen2_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"))
-
-
-@pytest.fixture(scope="module")
-def models_folder(tmp_path_factory, tiny_vision_model):
-    """The app's --models-dir: the embedded GGUF under another name, and a HF model directory."""
-    folder = tmp_path_factory.mktemp("models")
-    (folder / "gguf").mkdir()
-    (folder / "gguf" / "SmolLM2-copy.gguf").symlink_to(default_gguf())
-    (folder / "tiny-qwen2-vl").symlink_to(tiny_vision_model)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, models_folder):
-    process = AppProcess(tmp_path_factory.mktemp("app"), ("--models-dir", str(models_folder)))
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium(LONG) as browser:
-        yield browser
-
-
-@pytest.fixture(scope="module")
-def requests_seen():
-    return []
-
-
-@pytest.fixture
-def open_page(app, browser, requests_seen):
-    contexts = []
-
-    def open_page():
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        context.on("request", lambda request: requests_seen.append(request.url))
-        contexts.append(context)
-        page = context.new_page()
-        open_chat(page, app.url)
-        return page
-
-    yield open_page
-    for context in contexts:
-        context.close()
-
-
-@pytest.fixture
-def page(open_page):
-    return open_page()
-
-
 def reply_stats(page):
     return page.locator("#chatbot .reply-stats")
 
@@ -101,14 +44,6 @@ def check_stats(page, backend):
     tokens, rate, written_by = int(match[1]), float(match[2]), match[3]
     assert tokens > 0 and rate > 0 and written_by == backend, line
     return tokens
-
-
-def load_model(page, path, loaded):
-    """Load a model from the Settings tab and wait for the status line that says it is loaded."""
-    open_tab(page, "Settings")
-    page.locator("#model-path").get_by_role("textbox").fill(path)
-    page.locator("#load-btn").click()
-    expect(page.locator("#model-status")).to_contain_text(loaded)
 
 
 def test_a_message_gets_a_streamed_reply(page):

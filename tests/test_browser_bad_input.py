@@ -13,10 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.browser import CHROMIUM, AppProcess, ask, bot_messages, open_tab, set_number, user_messages
-from tests.test_browser import (  # noqa: F401  (the same fixtures: a Chromium, a page on this module's app)
-    browser, load_model, models_folder, open_page, page, requests_seen, tiny_vision_model,
-)
+from harness.browser import CHROMIUM, AppProcess, ask, bot_messages, load_model, open_tab, set_number, user_messages
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect

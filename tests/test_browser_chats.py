@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.browser import (
+from harness.browser import (
     CHROMIUM, AppProcess, ask, bot_messages, free_port, open_chat, open_tab, send, set_number, user_messages, wait_until_answered,
 )
-from tests.test_browser import app, browser, models_folder, tiny_vision_model  # noqa: F401  (the same fixtures: an app of this module's own, a Chromium)
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect

@@ -19,7 +19,7 @@ from engines import (
     UnsupportedError,
 )
 from engines.backends.registry import missing_packages
-from tests.engine_contract import LONG_PROMPT, LONG_REQUEST, QUESTION, EngineContract
+from harness.engine_contract import LONG_PROMPT, LONG_REQUEST, QUESTION, EngineContract
 
 
 class TestHuggingFaceContract(EngineContract):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import CHROMIUM, AppProcess, bot_messages, chromium, open_tab, set_number, user_messages, wait_until_ready
+from harness.browser import CHROMIUM, AppProcess, bot_messages, open_tab, set_number, user_messages, wait_until_ready
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -40,7 +40,7 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
 os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "anychat-test-vllm-cache"))
 
-LONG = 180_000  # ms; on a busy 2-core machine one request can wait behind seven others
+BROWSER_WAIT_MS = 180_000  # on a busy 2-core machine one request can wait behind seven others
 MAX_NEW_TOKENS = 32
 
 
@@ -102,12 +102,6 @@ def app(request, tmp_path_factory):
     process.stop()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium(LONG) as browser:
-        yield browser
-
-
 @pytest.fixture
 def pages(app, browser):
     """A page per user, in a context of its own, greedy and with the user's system prompt. The
@@ -136,7 +130,7 @@ def spans(page) -> list[list[int | None]]:
 
 def wait_for_replies(page, count: int) -> None:
     """Until the page has finished ``count`` replies."""
-    page.wait_for_function(f"window.spans.length >= {count} && window.spans[{count - 1}][1] !== null", timeout=LONG)
+    page.wait_for_function(f"window.spans.length >= {count} && window.spans[{count - 1}][1] !== null", timeout=BROWSER_WAIT_MS)
 
 
 def last_reply(page) -> tuple[str, int]:

@@ -21,7 +21,7 @@ from engines import BackendUnavailableError, ChatModel, ConfigError
 from engines.backends.ktransformers import numa_node_count
 from engines.model_files.paths import resolve_model_path
 from tests import fake_sglang, runtime_wheels
-from tests.engine_contract import QUESTION, EngineContract
+from harness.engine_contract import QUESTION, EngineContract
 
 REPO = Path(__file__).resolve().parent.parent
 AMX_BUILD = fake_sglang.kt_kernel_module("amx", ("AMXInt4_MOE", "AMXInt8_MOE"))

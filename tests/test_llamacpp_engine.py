@@ -10,12 +10,11 @@ import time
 import psutil
 import pytest
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh --llamacpp)", exc_type=ImportError)
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh builds it)", exc_type=ImportError)
 
 from engines import ChatModel, ConfigError, MediaError, ModelLoadError, ModelSlot  # noqa: E402
 from engines.model_files.paths import default_gguf  # noqa: E402
-from tests.engine_contract import LONG_PROMPT, LONG_REQUEST, QUESTION, EngineContract  # noqa: E402
-from tests.test_vllm_engine import PARITY_PROMPTS  # noqa: E402
+from harness.engine_contract import LONG_PROMPT, LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract  # noqa: E402
 
 LLAMACPP = {"infer_backend": "llamacpp"}
 
@@ -204,7 +203,7 @@ def test_auto_chooses_llamacpp_for_a_gguf_where_installed_and_says_why(monkeypat
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real_find_spec(name, *a))
     without = ModelArgs.build()
-    assert without.backend == "huggingface" and "bash scripts/setup.sh --llamacpp" in without.backend_reason
+    assert without.backend == "huggingface" and "bash scripts/setup.sh (with a C++ compiler" in without.backend_reason
 
 
 # ---- through the API
@@ -217,7 +216,7 @@ def api():
     from fastapi import FastAPI
 
     from api import add_api
-    from tests.test_api import running_server
+    from harness.running_server import running_server
 
     slot = ModelSlot()
     slot.load(LLAMACPP)

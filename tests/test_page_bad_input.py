@@ -27,8 +27,8 @@ from PIL import Image
 from engines import ModelSlot
 from limits import Limits
 from tests.media_samples import bomb_png, png_bytes, solid_image, tone, write_audio, write_video
-from tests.test_webui_handlers import CONTROLS, message, run, settings, upload_folder, written_imports  # noqa: F401  (upload_folder: a fixture)
-from tests.tiny_models import build_qwen2_audio, build_qwen2_vl
+from tests.page_input import CONTROLS, message, run, settings, written_imports
+from tests.tiny_models import build_qwen2_audio
 from webui.conversation import ChatSession, Turn, render, render_turn
 from webui.handlers import ChatHandlers
 
@@ -55,9 +55,13 @@ class Chat:
         return ChatSession(turns=[turn.model_copy(deep=True) for turn in self.prior])
 
 
-async def chat_on(args: dict[str, Any], first: dict[str, Any]) -> Chat:
+def loaded_slot(args: dict[str, Any]) -> ModelSlot:
     slot = ModelSlot()
     slot.load({"infer_backend": "huggingface", **args})
+    return slot
+
+
+async def chat_on(slot: ModelSlot, first: dict[str, Any]) -> Chat:
     chat = Chat(slot, ChatHandlers(slot, CONTROLS))
     session = ChatSession()
     await run(chat.handlers.send(session, first, **settings(6)))
@@ -67,18 +71,16 @@ async def chat_on(args: dict[str, Any], first: dict[str, Any]) -> Chat:
 
 
 @pytest.fixture(scope="module")
-async def text_chat():
-    chat = await chat_on({"infer_dtype": "bfloat16"}, message("Name a color."))
-    yield chat
-    chat.slot.unload()
+async def text_chat(slot):
+    """On the session's default model."""
+    return await chat_on(slot, message("Name a color."))
 
 
 @pytest.fixture(scope="module")
-async def vision_chat(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("vision")
-    picture = folder / "red.png"
+async def vision_chat(tmp_path_factory, tiny_vision_model):
+    picture = tmp_path_factory.mktemp("vision") / "red.png"
     solid_image((255, 0, 0)).save(picture)
-    chat = await chat_on({"model_name_or_path": str(build_qwen2_vl(folder / "model"))}, message("What color is this?", [str(picture)]))
+    chat = await chat_on(loaded_slot({"model_name_or_path": str(tiny_vision_model)}), message("What color is this?", [str(picture)]))
     yield chat
     chat.slot.unload()
 
@@ -87,7 +89,7 @@ async def vision_chat(tmp_path_factory):
 async def audio_chat(tmp_path_factory):
     folder = tmp_path_factory.mktemp("audio")
     clip = write_audio(folder / "beep.wav", tone(1.0, 16000), 16000)
-    chat = await chat_on({"model_name_or_path": str(build_qwen2_audio(folder / "model"))}, message("What is this sound?", [str(clip)]))
+    chat = await chat_on(loaded_slot({"model_name_or_path": str(build_qwen2_audio(folder / "model"))}), message("What is this sound?", [str(clip)]))
     yield chat
     chat.slot.unload()
 

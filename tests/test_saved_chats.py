@@ -7,21 +7,12 @@ import os
 import pytest
 from PIL import Image
 
-from engines import ModelSlot
+from tests.page_input import CONTROLS, message, run, settings
 from webui import chat_sidebar
 from webui.browser_storage import page_secret
 from webui.conversation import ChatSession, Turn, model_request, render
 from webui.handlers import ChatHandlers
 from webui.saved_chats import SavedChats, title_of
-from tests.test_webui_handlers import CONTROLS, message, run, settings
-
-
-@pytest.fixture(scope="module")
-def slot():
-    slot = ModelSlot()
-    slot.load({})
-    yield slot
-    slot.unload()
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from gradio_client.exceptions import AppError
 from access import Logins, exposure_warnings
 from api.auth import ApiAccess, ApiAccessCheck
 from app import parse_args
-from tests.browser import CHROMIUM, ROOT, AppProcess, ask, bot_messages, chromium, free_port, wait_until_ready
+from harness.browser import CHROMIUM, ROOT, AppProcess, ask, bot_messages, free_port, wait_until_ready
 from tests.media_samples import png_bytes, solid_image, tone, write_audio, write_video
 from webui.model_rights import NEEDS_LOGINS
 
@@ -295,12 +295,6 @@ def outside(app):
     site = OutsideSite(url_of(app))
     yield site
     site.stop()
-
-
-@pytest.fixture
-def browser():
-    with chromium(120_000) as browser:
-        yield browser
 
 
 def logged_in_page(app, context, user):

@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 
 from engines.model_files.paths import default_gguf
-from tests.browser import CHROMIUM, ROOT, AppProcess, chromium, open_chat
+from harness.browser import ROOT, AppProcess, open_chat
 from tests.page_client import GREEDY, PageClient, error, file_data, shown
 
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
@@ -280,16 +280,6 @@ def test_the_pages_files_expire_and_a_chat_then_shows_them_missing(small):
         assert missing in shown(reply) and answered(reply)
     finally:
         tab.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Debian's Chromium, for the one check that is about what the page shows (the attacks above need none)."""
-    pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
-    with chromium(30_000) as browser:
-        yield browser
 
 
 def test_the_page_says_why_a_message_over_the_limit_is_not_sent_and_keeps_it(small, browser):

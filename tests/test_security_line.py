@@ -27,7 +27,7 @@ import pytest
 from gradio_client import Client
 
 from engines.generation_args import MAX_STOP_LENGTH, MAX_STOP_STRINGS
-from tests.browser import AppProcess
+from harness.browser import AppProcess
 
 COUNTING = [{"role": "user", "content": "Write the numbers from 1 to 1000, separated by commas."}]
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

@@ -27,13 +27,12 @@ import numpy as np
 import psutil
 import pytest
 from gradio_client import Client, handle_file
-from PIL import Image
 
 from engines import ChatModel, MediaError
 from engines.prompt.media import _frames_decoded, load_audio, load_image, load_video
 from engines.prompt.media_budget import MediaBudget
 from engines.model_files.model_args import MediaSettings
-from tests.browser import ROOT, AppProcess
+from harness.browser import ROOT, AppProcess
 from tests.media_samples import flat_png, solid_image, tone, write_audio, write_plain_video, write_silence
 from tests.tiny_models import build_qwen2_audio, build_qwen2_vl
 

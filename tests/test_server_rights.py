@@ -16,9 +16,8 @@ from gradio_client.exceptions import AppError
 from gradio_client.utils import QueueError, Status
 
 from engines import ModelSlot
-from tests.browser import CHROMIUM, AppProcess, free_port
+from harness.browser import CHROMIUM, AppProcess, free_port
 from tests.held_load import load_held
-from tests.test_browser import browser  # noqa: F401  (the same Chromium fixture)
 from webui import build_demo
 
 playwright_api = pytest.importorskip("playwright.sync_api")

@@ -22,7 +22,7 @@ from PIL import Image
 
 from engines import BackendUnavailableError, ChatError, ChatModel, ConfigError, MediaError
 from tests import fake_sglang, tiny_models
-from tests.engine_contract import LONG_REQUEST, QUESTION, EngineContract
+from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract
 
 
 def start(settings: dict) -> ChatModel:

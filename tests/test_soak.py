@@ -1,6 +1,6 @@
 """Cancellation and model lifetime, soaked at counts a CI run can afford (bench/soak.py runs the
 issue's full counts and prints the figures): the app as `python app.py` wires it, in this process
-(tests/soak_cycles.py), the page in Chromium and through gradio_client, the API over HTTP, on the
+(harness/soak_cycles.py), the page in Chromium and through gradio_client, the API over HTTP, on the
 huggingface and the vllm backend.
 
 Memory is compared with a baseline taken after one warm cycle, not before the first: the first
@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from engines import ModelSlot
-from tests.browser import CHROMIUM, bot_messages, chromium, click_and_wait, open_chat, open_tab, send
-from tests.soak_cycles import (
+from harness.browser import CHROMIUM, bot_messages, click_and_wait, open_chat, open_tab, send
+from harness.soak_cycles import (
     BACKENDS, COUNTING, ENGINE_STOPPED, VLLM, Trace, api_disconnects, busy, engine_core, load_in_page, load_unload_cycles, model_id,
     page_load, page_reply, page_stop_regenerate, served_app, start_long_reply, timed_request, wait_until_idle,
 )
@@ -31,7 +31,6 @@ expect = playwright_api.expect
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
 
-LONG = 120_000  # ms
 PAGE_CYCLES = 10
 API_DISCONNECTS = 20
 LIFETIME_CYCLES = {"huggingface": 5, "vllm": 3}
@@ -56,12 +55,6 @@ def slot():
 def url(slot):
     with served_app(slot) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium(LONG) as browser:
-        yield browser
 
 
 @pytest.fixture

@@ -25,24 +25,10 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from engines import ChatModel, ConfigError, UnsupportedError  # noqa: E402
 from engines.model_files.paths import resolve_model_path  # noqa: E402
-from tests.engine_contract import LONG_REQUEST, QUESTION, EngineContract  # noqa: E402
+from harness.engine_contract import LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract  # noqa: E402
 
 # Small and fixed, so several engines fit beside each other on a shared CI machine.
 VLLM_SETTINGS = {"infer_backend": "vllm", "kv_cache_space_gb": 1, "max_model_len": 2048, "max_concurrent": 8}
-
-PARITY_PROMPTS = [
-    "Name three colors.",
-    "What is the capital of France?",
-    "Write a haiku about the sea.",
-    "Explain photosynthesis in one sentence.",
-    "Give me a tip for learning to cook.",
-    "What is 12 times 7?",
-    "Translate 'good morning' into Spanish.",
-    "List two uses of a paperclip.",
-    "Why is the sky blue?",
-    "Describe a cat to someone who has never seen one.",
-]
-
 
 @pytest.fixture(scope="module")
 def vllm_model():

@@ -16,8 +16,9 @@ from fastapi import FastAPI
 from api import add_api
 from engines import ConfigError, ModelBusyError, ModelSlot, QueuePlace, ReplyChunk
 from engines.waiting_line import WaitingLine
-from tests.test_api import COUNTING, QUESTION, running_server
-from tests.test_webui_handlers import CONTROLS, message, settings
+from harness.running_server import running_server
+from tests.api_samples import COUNTING, QUESTION
+from tests.page_input import CONTROLS, message, settings
 from webui.conversation import ChatSession
 from webui.handlers import ChatHandlers
 

@@ -18,23 +18,14 @@ from PIL import Image
 from engines import ConfigError, ModelSlot
 from engines.backends.registry import BACKENDS
 from limits import Limits
+from tests.held_load import load_held
+from tests.hub_cache import cache_model
+from tests.page_input import CONTROLS, message, run, settings, written_imports
 from webui.conversation import ChatSession, SavedToolCall, Turn, model_request, render, turn_of_message
 from webui.handlers import ChatHandlers, backend_options, message_box_for, page_user
 from webui.model_rights import ModelRights
 from webui.reply_stats import ReplyStats
 from webui.streaming import throttled
-from tests.held_load import load_held
-from tests.hub_cache import cache_model
-
-CONTROLS = ("temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty", "seed", "skip_special_tokens", "enable_thinking")
-
-
-def settings(max_new_tokens=16, temperature=0.0, seed=None, system="", tools=""):
-    """What the page hands the chat handlers: the chat's system prompt and tools, and its controls by name."""
-    return {
-        "system": system, "tools": tools, "temperature": temperature, "top_p": 1.0, "top_k": 50, "max_new_tokens": max_new_tokens,
-        "repetition_penalty": 1.0, "seed": seed, "skip_special_tokens": True, "enable_thinking": True,
-    }
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +39,6 @@ def slot():
 @pytest.fixture
 def handlers(slot):
     return ChatHandlers(slot, CONTROLS)
-
-
-async def run(updates):
-    return [update async for update in updates]
-
-
-def message(text, files=()):
-    return {"text": text, "files": list(files)}
 
 
 def shown_text(chat_message):
@@ -226,18 +209,6 @@ def test_media_placeholders_stay_with_their_message(image_file):
     turns = [Turn(role="user", content="first"), Turn(role="assistant", content="ok"), Turn(role="user", content="look", files=[image_file])]
     request = model_request(turns)
     assert request.messages[2] == {"role": "user", "content": "<image>look"} and request.media == {"image": [image_file]}
-
-
-@pytest.fixture
-def upload_folder(tmp_path, monkeypatch):
-    """Gradio's own upload storage for this test (where imports must write their media)."""
-    folder = tmp_path / "gradio"
-    monkeypatch.setenv("GRADIO_TEMP_DIR", str(folder))
-    return folder
-
-
-def written_imports(upload_folder):
-    return sorted(upload_folder.glob("anychat-import-*/*/*")) if upload_folder.exists() else []
 
 
 def test_export_embeds_the_media_and_import_writes_them_to_the_upload_folder(handlers, image_file, upload_folder):
