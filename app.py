@@ -25,7 +25,7 @@ from pydantic.fields import FieldInfo  # noqa: E402
 from engines import ChatError, GenerationArgs, ModelArgs  # noqa: E402
 from engines.model_files.model_args import MediaSettings  # noqa: E402
 from engines.settings import choices, field_range, value_type  # noqa: E402
-from limits import Limits, parse_size, size_text  # noqa: E402
+from limits import Limits, in_bytes, parse_size, size_text  # noqa: E402
 
 # Flags the command line names otherwise than their settings (each still sets its setting's name).
 FLAG_NAMES = {"infer_backend": "backend", "model_name_or_path": "model", "infer_dtype": "dtype"}
@@ -81,7 +81,7 @@ def _flag_type(field: FieldInfo) -> tuple[object, str | None]:
     """How a flag reads its value, and what its help calls the value."""
     kind = value_type(field)
     bounds = field_range(field)
-    if (field.json_schema_extra or {}).get("unit") == "bytes":
+    if in_bytes(field):
         return size, "SIZE"
     if kind is int and (bounds.get("gt", -1) >= 0 or bounds.get("ge", 0) >= 1):
         return count, "N"
@@ -97,7 +97,7 @@ def _shown_default(field: FieldInfo) -> str | None:
     default = field.default
     if default is None or value_type(field) is bool or not isinstance(default, (int, float, str)):
         return None
-    if (field.json_schema_extra or {}).get("unit") == "bytes":
+    if in_bytes(field):
         return size_text(default)
     return f"{default:,}" if isinstance(default, int) else f"{default:g}" if isinstance(default, float) else default
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from pydantic import BaseModel, Field
+from pydantic.fields import FieldInfo
 
 # Powers of 1024, as Gradio counts its upload limit, so the page's own message and ours agree.
 UNITS = {"b": 1, "kb": 2**10, "mb": 2**20, "gb": 2**30}
@@ -13,6 +14,11 @@ UNITS = {"b": 1, "kb": 2**10, "mb": 2**20, "gb": 2**30}
 def byte_size(default: int, description: str) -> int:
     """A limit in bytes: its flag takes sizes like 100mb, and messages say them so."""
     return Field(default, gt=0, description=description, json_schema_extra={"unit": "bytes"})
+
+
+def in_bytes(field: FieldInfo) -> bool:
+    """Whether a setting is a size in bytes (declared with ``byte_size``, written like 100mb) rather than a count."""
+    return (field.json_schema_extra or {}).get("unit") == "bytes"
 
 
 class Limits(BaseModel):
@@ -32,12 +38,6 @@ class Limits(BaseModel):
     max_queue_size: int = Field(64, gt=0, description="page requests waiting for their turn; more are told the server is busy")
     max_login_wait: int = Field(30, gt=0, description="longest wait in seconds before the next try after repeated failed logins "
                                                       "(page and API) from one address or for one user name")
-
-    @classmethod
-    def in_bytes(cls, name: str) -> bool:
-        """Whether limit ``name`` is a size in bytes (written like 100mb) rather than a count."""
-        return (cls.model_fields[name].json_schema_extra or {}).get("unit") == "bytes"
-
 
 def parse_size(text: str) -> int:
     """Bytes from "100mb", "512kb", "2gb" or a plain number of bytes."""
