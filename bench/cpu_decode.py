@@ -49,13 +49,13 @@ def open_way(name: str) -> tuple[Way, Callable[[], None]]:
     use it (create_chat_completion, with the chat template the GGUF carries), given the context,
     batch and threads our engine takes by default here."""
     if name == "bare llama-cpp-python":
-        import llama_cpp
+        from engines.backends.llamacpp import DEFAULT_BATCH, default_threads, open_llama
 
-        from engines.backends.llamacpp import DEFAULT_BATCH
-
-        threads = psutil.cpu_count(logical=False)
-        bare = llama_cpp.Llama(model_path=str(default_gguf()), n_ctx=CONTEXT, n_batch=DEFAULT_BATCH, n_threads=threads,
-                               n_threads_batch=threads, verbose=False)
+        threads = default_threads()
+        # Llama() itself, with llama.cpp's weight-repacking buffers off on CPUs with AMX, where
+        # llama.cpp 0.3.36 dies on the first evaluation (SIGILL or SIGSEGV) without it.
+        bare = open_llama(str(default_gguf()), {"n_ctx": CONTEXT, "n_batch": DEFAULT_BATCH, "n_threads": threads,
+                                                "n_threads_batch": psutil.cpu_count(logical=False), "verbose": False})
 
         def bare_stream(conversation: list[dict], tokens: int) -> Iterator[object]:
             chunks = bare.create_chat_completion(conversation, max_tokens=tokens, temperature=0, stream=True)
@@ -107,6 +107,9 @@ def main() -> None:
         load_only(args.load_only)
         return
 
+    from engines.backends.llamacpp import default_threads
+
+    threads = default_threads()
     loads = {name: load_in_fresh_process(name) for name in WAYS}
     opened = {name: open_way(name) for name in WAYS}
     for way, _ in opened.values():  # warm-up
@@ -119,7 +122,7 @@ def main() -> None:
         close()
 
     print(f"greedy, up to {args.tokens} new tokens, median of {args.rounds} interleaved rounds, "
-          f"load average {os.getloadavg()[0]:.1f}, {psutil.cpu_count(logical=False)} physical cores")
+          f"load average {os.getloadavg()[0]:.1f}, {psutil.cpu_count(logical=False)} physical cores, llama.cpp on {threads} threads")
     print(f"{'way':<24}{'decode tok/s':>13}{'TTFT ms':>9}{'tokens':>8}{'vs bare':>9}{'vs HF':>7}{'load s':>8}{'RSS MiB':>9}")
     rate = {name: statistics.median(r for _, r, _ in runs) for name, runs in results.items()}
     for name, runs in results.items():

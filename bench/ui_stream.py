@@ -1,18 +1,21 @@
-"""Streaming through the web page's endpoint against ChatModel directly, side by side in one run.
+"""What a person sees in the page against ChatModel directly, side by side in one run.
 
-    python bench/ui_stream.py [--rounds 3] [--tokens 128] [--history 200] [--model PATH]
+    python bench/ui_stream.py [--rounds 3] [--tokens 128] [--history 200] [--model PATH] [--no-browser]
 
-The page runs as `python app.py` in its own process (as users run it) and is read with
-gradio_client, which receives the same throttled Chatbot updates a browser does; ChatModel runs
-in this process. Each round sends the same greedy request both ways, alternating which goes
-first; then again after importing a conversation of --history messages into the page's session
-(and giving ChatModel the same messages). Reported: time to first visible token, decode tokens/s
-after it, the page / direct ratios, and how many updates the page sent.
+The page runs as `python app.py` in its own process (as users run it) and is read two ways: in
+Chromium (the reply's text as the browser shows it, timed by a MutationObserver in the page), and
+with gradio_client (the same throttled Chatbot updates a browser receives, without rendering
+them). ChatModel runs in this process, on the same model. Each round sends the same greedy
+request every way, rotating which goes first; then again after importing a conversation of
+--history messages into the page (and giving ChatModel the same messages). Reported: time to
+first visible token, decode tokens/s after it (tokens shown over the time from the first shown
+to the last), the ratios to direct, and how many updates the page sent.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -31,7 +34,9 @@ sys.path.insert(0, str(ROOT))
 from gradio_client import Client, handle_file  # noqa: E402
 
 from engines import ChatModel, Response  # noqa: E402
-from harness.browser import AppProcess  # noqa: E402
+from harness.browser import (  # noqa: E402
+    WATCH_REPLY, AppProcess, bot_messages, chromium, import_conversation, open_chat, open_tab, send, set_number, wait_until_answered,
+)
 
 QUESTION = "Write the numbers from 1 to 1000, separated by commas."
 
@@ -72,6 +77,25 @@ def timed_page(client: Client, conversation_file: str, chat_model: ChatModel, to
     return first - started, (reply_tokens - 1) / (ended - first), updates
 
 
+def timed_browser(page, conversation_file: str, history: list[dict], chat_model: ChatModel) -> tuple[float, float, int]:
+    """One fresh conversation (the imported history) and the question, typed into the page."""
+    from playwright.sync_api import expect
+
+    import_conversation(page, conversation_file)
+    expect(bot_messages(page)).to_have_count(sum(turn["role"] == "assistant" for turn in history))
+    page.evaluate(WATCH_REPLY)
+    started = page.evaluate("performance.now()")
+    wait_until_answered(page, send(page, QUESTION))
+    shown = page.evaluate("window.shown")
+    _, replies, reply = next(entry for entry in reversed(shown) if entry[2])
+    writing = [at for at, count, text in shown if count == replies and text]
+    last = next(at for at, count, text in shown if count == replies and text == reply)
+    reply_tokens = len(chat_model.engine.tokenizer(reply, add_special_tokens=False).input_ids)
+    showing = (last - writing[0]) / 1000
+    # A short reply may be shown whole in one update: no rate to tell.
+    return (writing[0] - started) / 1000, (reply_tokens - 1) / showing if showing else float("nan"), len(writing)
+
+
 def conversation_file(history: list[dict], folder: str) -> str:
     path = os.path.join(folder, f"history-{len(history)}.json")
     with open(path, "w", encoding="utf-8") as f:
@@ -85,6 +109,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--history", type=int, default=200, help="messages in the long conversation")
     parser.add_argument("--model", default=None, help="model path (default: the embedded SmolLM2)")
+    parser.add_argument("--no-browser", action="store_true", help="leave Chromium out (gradio_client and ChatModel only)")
     args = parser.parse_args()
 
     folder = tempfile.mkdtemp(prefix="anychat-bench-")
@@ -92,30 +117,50 @@ def main() -> None:
     rows = {}
     try:
         client = Client(server.url, verbose=False)
-        with ChatModel({"model_name_or_path": args.model} if args.model else None) as chat_model:
+        with ChatModel({"model_name_or_path": args.model} if args.model else None) as chat_model, \
+                contextlib.ExitStack() as browsers:
+            ways = {
+                "ChatModel": lambda history, saved, tokens: timed_direct(chat_model, history, tokens),
+                "gradio_client": lambda history, saved, tokens: timed_page(client, saved, chat_model, tokens),
+            }
+            if not args.no_browser:
+                page = browsers.enter_context(chromium(120_000)).new_page()
+                open_chat(page, server.url)
+                open_tab(page, "Settings")
+                set_number(page, "temperature", 0)
+                open_tab(page, "Chat")
+                settings = {"tokens": None}
+
+                def browser_way(history, saved, tokens):
+                    if settings["tokens"] != tokens:
+                        open_tab(page, "Settings")
+                        set_number(page, "max-new-tokens", tokens)
+                        open_tab(page, "Chat")
+                        settings["tokens"] = tokens
+                    return timed_browser(page, saved, history, chat_model)
+
+                ways["Chromium"] = browser_way
             for history in ([], history_of(args.history)):
                 saved = conversation_file(history, folder)
-                timed_direct(chat_model, history, 8)  # warm-up, both sides
-                timed_page(client, saved, chat_model, 8)
-                direct, page = [], []
+                for way in ways.values():  # warm-up
+                    way(history, saved, 8)
+                results = {name: [] for name in ways}
                 for round_index in range(args.rounds):
-                    runs = [
-                        (direct, lambda: timed_direct(chat_model, history, args.tokens)),
-                        (page, lambda: timed_page(client, saved, chat_model, args.tokens)),
-                    ]
-                    for results, run in runs if round_index % 2 == 0 else runs[::-1]:
-                        results.append(run())
-                rows[len(history)] = [[statistics.median(r[i] for r in results) for i in range(3)] for results in (direct, page)]
+                    order = list(ways.items())
+                    shift = round_index % len(order)
+                    for name, way in order[shift:] + order[:shift]:
+                        results[name].append(way(history, saved, args.tokens))
+                rows[len(history)] = {name: [statistics.median(r[i] for r in runs) for i in range(3)] for name, runs in results.items()}
     finally:
         server.stop()
 
-    print(f"{args.rounds} rounds, {args.tokens} tokens each, greedy, medians")
-    print(f"{'history':>8}{'':24}{'ChatModel':>12}{'page':>12}{'page/direct':>13}")
-    for length, ((ttft_direct, rate_direct, _), (ttft_page, rate_page, updates)) in rows.items():
-        print(f"{length:>8}  {'time to first token':22}{ttft_direct * 1000:>10.0f}ms{ttft_page * 1000:>10.0f}ms"
-              f"{ttft_direct / ttft_page:>13.2f}  (direct/page: higher is better)")
-        print(f"{length:>8}  {'decode tokens/s':22}{rate_direct:>12.1f}{rate_page:>12.1f}{rate_page / rate_direct:>13.2f}")
-        print(f"{length:>8}  {'updates sent':22}{'':>12}{updates:>12.0f}")
+    print(f"{args.rounds} rounds, {args.tokens} tokens each, greedy, medians, load average {os.getloadavg()[0]:.1f}")
+    print(f"{'history':>8}  {'way':<15}{'first token':>12}{'tokens/s':>10}{'vs direct':>11}{'updates':>9}")
+    for length, row in rows.items():
+        direct_rate = row["ChatModel"][1]
+        for name, (ttft, rate, updates) in row.items():
+            print(f"{length:>8}  {name:<15}{ttft * 1000:>10.0f}ms{rate:>10.1f}{rate / direct_rate:>11.2f}"
+                  f"{'' if name == 'ChatModel' else f'{updates:>9.0f}'}")
 
 
 if __name__ == "__main__":

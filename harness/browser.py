@@ -166,6 +166,27 @@ def user_messages(page):
     return page.locator("#chatbot [data-testid=user]")
 
 
+def import_conversation(page, path) -> None:
+    """Import a conversation file through the sidebar's button, as a person does."""
+    if not page.locator("#import-btn").is_visible():
+        page.get_by_text("Conversation file").click()
+    with page.expect_file_chooser() as chooser:
+        page.locator("#import-btn").click()
+    chooser.value.set_files(str(path))
+
+
+# Records, at every change of the chat, when it was and what the newest reply showed.
+WATCH_REPLY = """() => {
+    window.shown = [];
+    const chatbot = document.querySelector("#chatbot");
+    new MutationObserver(() => {
+        const replies = [...chatbot.querySelectorAll("[data-testid=bot]")].filter(m => !m.querySelector(".reply-stats"));
+        const newest = replies[replies.length - 1];
+        window.shown.push([performance.now(), replies.length, newest ? newest.innerText : ""]);
+    }).observe(chatbot, {subtree: true, childList: true, characterData: true});
+}"""
+
+
 def open_tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
 

@@ -5,6 +5,7 @@
 #   bash scripts/setup.sh --no-llamacpp # without llama.cpp: the app runs on transformers
 #   bash scripts/setup.sh --vllm        # plus the vLLM backend (CPU build)
 #   bash scripts/setup.sh --test        # plus everything the test suite needs (vLLM included)
+#   bash scripts/setup.sh --cuda        # llama.cpp built for NVIDIA GPUs (needs CUDA's nvcc); layers go to the GPU
 # (--llamacpp, which once added llama.cpp, is still taken: llama.cpp is part of every setup now.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,12 +13,14 @@ cd "$(dirname "$0")/.."
 want_tests=0
 want_vllm=0
 want_llamacpp=1
+want_cuda=0
 for arg in "$@"; do
   case "$arg" in
     --test) want_tests=1; want_vllm=1; want_llamacpp=1 ;;
     --vllm) want_vllm=1 ;;
     --llamacpp) want_llamacpp=1 ;;
     --no-llamacpp) want_llamacpp=0 ;;
+    --cuda) want_cuda=1; want_llamacpp=1 ;;
     *) echo "unknown option: $arg" >&2; exit 2 ;;
   esac
 done
@@ -40,16 +43,40 @@ if [ "$want_vllm" = 1 ] && ! has_module vllm; then
   .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 fi
 
-if [ "$want_llamacpp" = 1 ] && ! has_module llama_cpp; then
+# What the installed llama-cpp-python was built with: none, text (no libmtmd), mtmd, or cuda.
+llamacpp_build() {
+  .venv/bin/python - <<'PY'
+import importlib.util, pathlib
+spec = importlib.util.find_spec("llama_cpp")
+names = [path.name for path in (pathlib.Path(spec.origin).parent / "lib").iterdir()] if spec else []
+has = lambda prefix: any(name.startswith(prefix) for name in names)
+print("none" if spec is None else "cuda" if has("libggml-cuda") else "mtmd" if has("libmtmd") else "text")
+PY
+}
+
+build=$(llamacpp_build)
+if [ "$want_llamacpp" = 1 ] && { [ "$build" = none ] || [ "$build" = text ] || { [ "$want_cuda" = 1 ] && [ "$build" != cuda ]; }; }; then
+  cmake_args="-DGGML_OPENMP=OFF"
+  [ "$want_cuda" = 1 ] && cmake_args="$cmake_args -DGGML_CUDA=on"
   if ! command -v c++ >/dev/null && ! command -v g++ >/dev/null; then
     echo "No C++ compiler here, so llama.cpp is left out and the app runs on transformers (about 5 times slower on CPU)." >&2
     echo "To add it: install one (Debian/Ubuntu: apt-get install build-essential), then run this script again." >&2
     if [ "$want_tests" = 1 ]; then exit 1; fi
   else
-    echo "Building llama-cpp-python: it compiles llama.cpp, about 4 minutes on 2 cores (pip keeps the wheel, so only once)…"
+    echo "Building llama-cpp-python ($cmake_args): it compiles llama.cpp with libmtmd (images and audio), about 6 minutes on 2 cores, once (pip keeps the wheel)…"
+    reinstall=()
+    if [ "$build" != none ]; then
+      # pip's wheel cache is keyed by the source package, not by CMAKE_ARGS: drop the wheel built
+      # the other way (an earlier text-only or CPU build) so that this build is the one installed.
+      .venv/bin/python -m pip cache remove --quiet 'llama_cpp_python*' >/dev/null 2>&1 || true
+      reinstall=(--force-reinstall --no-deps)
+    fi
+    build_started=$SECONDS
     # ggml's own thread pool rather than OpenMP: with OMP_WAIT_POLICY=PASSIVE, which torch needs on a
-    # few cores, OpenMP's llama.cpp decodes three times slower. No mtmd: the llamacpp engine serves text.
-    if ! CMAKE_ARGS="-DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" llama-cpp-python==0.3.36; then
+    # few cores, OpenMP's llama.cpp decodes three times slower.
+    if CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" "${reinstall[@]}" llama-cpp-python==0.3.36; then
+      echo "llama-cpp-python built in $((SECONDS - build_started)) s."
+    else
       echo "llama-cpp-python did not build (the lines above say why), so the app runs on transformers; run this script again to retry." >&2
       if [ "$want_tests" = 1 ]; then exit 1; fi
     fi
@@ -68,5 +95,30 @@ if [ "$want_tests" = 1 ]; then
     sglang==0.5.23 sglang-kt==0.7.2 ktransformers==0.7.2 kt-kernel==0.7.2
   # Video processors need torchvision, which has no build beside .venv's CPU torch: a second venv.
   bash scripts/setup_video_env.sh
+  # The tiny multimodal GGUF fixtures (tests/tiny_gguf.py) are written by llama.cpp's own converter,
+  # at the version of the installed llama-cpp-python: its sdist holds it, with its gguf-py.
+  if [ ! -f .cache/llama-cpp-src/convert_hf_to_gguf.py ]; then
+    sdist_dir=$(mktemp -d)
+    .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-binary :all: --no-deps \
+      -d "$sdist_dir" llama-cpp-python==0.3.36
+    .venv/bin/python - "$sdist_dir"/llama_cpp_python-0.3.36.tar.gz .cache/llama-cpp-src <<'PY'
+import pathlib, shutil, sys, tarfile
+sdist, dest = sys.argv[1], pathlib.Path(sys.argv[2])
+prefix = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
+wanted = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "models/templates/")
+staging = dest.with_name(dest.name + ".partial")
+shutil.rmtree(staging, ignore_errors=True)
+with tarfile.open(sdist) as tar:
+    for member in tar.getmembers():
+        name = member.name[len(prefix):] if member.name.startswith(prefix) else ""
+        if member.isfile() and name.startswith(wanted) and ".." not in name.split("/"):
+            target = staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(tar.extractfile(member).read())
+shutil.rmtree(dest, ignore_errors=True)
+staging.rename(dest)
+PY
+    rm -rf "$sdist_dir"
+  fi
 fi
 echo "setup done: .venv"

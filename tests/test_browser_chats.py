@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from harness.browser import (
-    CHROMIUM, AppProcess, ask, bot_messages, free_port, open_chat, open_tab, send, set_number, user_messages, wait_until_answered,
+    CHROMIUM, AppProcess, ask, bot_messages, free_port, import_conversation, open_chat, open_tab, send, set_number, user_messages,
+    wait_until_answered,
 )
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -193,13 +194,6 @@ def conversation_file(path):
         {"role": "assistant", "content": "It is orange."},
     ]}))
     return str(path)
-
-
-def import_conversation(page, path):
-    page.get_by_text("Conversation file").click()
-    with page.expect_file_chooser() as chooser:
-        page.locator("#import-btn").click()
-    chooser.value.set_files(path)
 
 
 def test_chats_survive_a_reload_and_a_restart_and_a_lost_file_shows_as_missing(browser, context, tmp_path):

@@ -109,9 +109,9 @@ async def test_stop_during_a_long_prompt_returns_within_a_batch(llama_model):
     assert reply.response_length == 4
 
 
-async def test_requests_at_once_take_turns_and_stay_separate(llama_model):
-    """One context serves one request at a time; the others wait and get their own replies.
-    Seeded sampling is reproducible whatever ran before, so each reply must equal its prompt's alone."""
+async def test_requests_beyond_max_concurrent_wait_and_stay_separate(llama_model):
+    """With one sequence (the default), requests take turns and each gets its own reply. Seeded
+    sampling is reproducible whatever ran before, so each reply must equal its prompt's alone."""
     prompts = [[{"role": "user", "content": text}] for text in ("Say apple.", "Count to five.", "Name a river.")]
     settings = {"temperature": 0.7, "max_new_tokens": 20, "seed": 3}
     alone = [(await llama_model.achat(p, **settings))[0].response_text for p in prompts]
@@ -121,6 +121,98 @@ async def test_requests_at_once_take_turns_and_stay_separate(llama_model):
 
     together = await asyncio.gather(*(streamed(p) for p in prompts))
     assert together == alone and len(set(alone)) == 3
+
+
+# ---- several sequences in one context
+
+CHATS = [
+    [{"role": "user", "content": text}] for text in (
+        "Write a poem about the sea.", "Count from 1 to 30.", "Explain what a compiler does.", "Name ten rivers.",
+        "Tell a story about a fox.", "List the planets of the solar system.", "Describe a busy market.",
+        "Write a recipe for pancakes.",
+    )
+]
+GREEDY = {"temperature": 0, "max_new_tokens": 48}
+
+
+@pytest.fixture(scope="module")
+def batched_model():
+    with ChatModel({**LLAMACPP, "max_concurrent": 8}) as model:
+        yield model
+
+
+async def streamed_ids(model: ChatModel, messages, **settings) -> list[int]:
+    text = "".join([piece async for piece in model.astream_chat(messages, **settings)])
+    return model.engine.tokenizer(text, add_special_tokens=False).input_ids
+
+
+async def test_eight_greedy_chats_at_once_give_each_the_reply_it_gets_alone(batched_model):
+    """Each sequence has a KV cache of its own, so decoding beside seven others sums its attention
+    in the same order as alone: the replies are the same token for token."""
+    alone = [await streamed_ids(batched_model, chat, **GREEDY) for chat in CHATS]
+    # A fresh model: no sequence has a cached prompt, as for the first chats of a server.
+    with ChatModel({**LLAMACPP, "max_concurrent": 8}) as fresh:
+        together = await asyncio.gather(*(streamed_ids(fresh, chat, **GREEDY) for chat in CHATS))
+    assert len({tuple(ids) for ids in alone}) == 8
+    for index, (one, batched) in enumerate(zip(alone, together)):
+        assert batched == one, f"chat {index} differs when decoded beside seven others"
+
+
+async def test_seeded_sampling_in_a_batch_is_each_requests_own(batched_model):
+    """Each request samples with its own sampler and seed, so a seeded reply is the same beside
+    seven others as alone (a shared random stream, or a seed not applied, would change them)."""
+    settings = {"temperature": 0.7, "max_new_tokens": 24}
+    seeded = list(enumerate(CHATS))
+    alone = [await streamed_ids(batched_model, chat, seed=seed, **settings) for seed, chat in seeded]
+    together = await asyncio.gather(*(streamed_ids(batched_model, chat, seed=seed, **settings) for seed, chat in seeded))
+    assert together == alone and len({tuple(ids) for ids in together}) == 8
+
+
+async def test_a_request_joins_the_running_batch_and_stop_frees_only_its_own(batched_model):
+    """A second chat starts while the first is mid-reply (it does not wait for the end), and
+    stopping the second leaves the first writing."""
+    long = {"temperature": 0, "max_new_tokens": 400}
+    first_pieces: list[float] = []
+
+    async def first():
+        async for _ in batched_model.astream_chat(CHATS[1], **long):
+            first_pieces.append(time.perf_counter())
+
+    runner = asyncio.create_task(first())
+    while len(first_pieces) < 10:
+        await asyncio.sleep(0.01)
+    second = batched_model.astream_chat(CHATS[0], **long)
+    await anext(second)
+    joined_at = time.perf_counter()
+    assert not runner.done(), "the second chat started before the first ended"
+    for _ in range(5):
+        await anext(second)
+    await second.aclose()
+    stopped_at, count_then = time.perf_counter(), len(first_pieces)
+    await asyncio.sleep(0.5)
+    assert not runner.done() and len(first_pieces) > count_then + 5, "the first chat goes on after the second is stopped"
+    assert batched_model.line.running == 1
+    await runner
+    assert first_pieces[0] < joined_at < stopped_at < first_pieces[-1]
+
+
+async def test_a_hundred_streams_closed_mid_reply_leave_memory_flat(batched_model):
+    async def close_after(messages, pieces):
+        stream = batched_model.astream_chat(messages, temperature=0.8, max_new_tokens=200)
+        for _ in range(pieces):
+            await anext(stream)
+        await stream.aclose()
+
+    await asyncio.gather(*(close_after(chat, 3) for chat in CHATS))
+    before = rss()
+    for cycle in range(100 // len(CHATS)):
+        await asyncio.gather(*(close_after(chat, 2 + (cycle + index) % 5) for index, chat in enumerate(CHATS)))
+    after = rss()
+    print(f"\nRSS before {before / 2**20:.0f} MiB, after 96 closed streams {after / 2**20:.0f} MiB")
+    assert batched_model.line.running == 0
+    assert after - before < 20 * 2**20
+    [reply] = await batched_model.achat(QUESTION, temperature=0, max_new_tokens=4)
+    assert reply.response_length == 4
 
 
 def test_a_long_conversation_reuses_the_cache_for_its_next_turn(llama_model):
@@ -138,7 +230,7 @@ def test_a_long_conversation_reuses_the_cache_for_its_next_turn(llama_model):
 
 
 def test_media_are_refused_clearly(llama_model):
-    with pytest.raises(MediaError, match="does not accept images on the llamacpp backend, which reads text only"):
+    with pytest.raises(MediaError, match="does not accept images on the llamacpp backend: no projector"):
         llama_model.chat(QUESTION, images=[b"not used"])
 
 
@@ -155,8 +247,6 @@ def test_settings_reach_llama_cpp():
         assert reply.response_length == 4
     with pytest.raises(ConfigError, match="Llama\\(\\) takes no argument n_ctxx"):
         ChatModel({**LLAMACPP, "engine_args": {"n_ctxx": 512}})
-    with pytest.raises(ConfigError, match="answers one request at a time.*max_concurrent"):
-        ChatModel({**LLAMACPP, "max_concurrent": 4})
     with pytest.raises(ConfigError, match="the llamacpp backend does not use kv_cache_space_gb"):
         ChatModel({**LLAMACPP, "kv_cache_space_gb": 1})
 
@@ -198,8 +288,7 @@ def test_auto_chooses_llamacpp_for_a_gguf_where_installed_and_says_why(monkeypat
     from engines.model_files.model_args import ModelArgs
 
     assert ModelArgs.build(model_name_or_path=default_model_dir).backend == "huggingface"
-    several = ModelArgs.build(max_concurrent=4)
-    assert several.backend == "huggingface" and "llama.cpp answers one request at a time" in several.backend_reason
+    assert ModelArgs.build(max_concurrent=4).backend == "llamacpp", "llama.cpp serves several requests at once"
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real_find_spec(name, *a))
     without = ModelArgs.build()

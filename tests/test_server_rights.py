@@ -29,7 +29,7 @@ USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 NEEDS_ADMIN = "Model management needs an admin"
 # /load's empty fields have no default: they are sent as the page sends them.
 DEFAULT_MODEL = {"infer_backend": "huggingface", "model_name_or_path": "", "infer_dtype": "auto", "lora_adapters": "", "engine_args": ""} | dict.fromkeys(
-    ("max_concurrent", "max_model_len", "kv_cache_space_gb", "gpu_memory_utilization", "tensor_parallel_size", "threads", "batch_size", "gpu_layers"))
+    ("max_concurrent", "max_model_len", "kv_cache_space_gb", "gpu_memory_utilization", "tensor_parallel_size", "threads", "batch_size", "gpu_layers", "mmproj"))
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ BACKEND_OPTION_ROWS = (
     ("max_concurrent", "max_model_len", "kv_cache_space_gb"),
     ("gpu_memory_utilization", "tensor_parallel_size", "enforce_eager"),
     ("threads", "batch_size", "gpu_layers"),
+    ("mmproj",),
 )
 GENERATION_ROWS = (
     ("temperature", "top_p", "top_k"),

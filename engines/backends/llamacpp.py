@@ -3,16 +3,19 @@
 The GGUF file is opened as it is: no conversion, no dequantized copy. Prompts come from the
 shared prompt path (the model's own chat template, with the tokenizer read from the same GGUF,
 whose ids are llama.cpp's) and reach llama.cpp as token ids. Generation is our own loop over
-llama.cpp's low-level API on one worker thread:
+llama.cpp's low-level API, on one thread that owns the context (_Batcher):
 
-- one context serves one request at a time; the others wait on the event loop, in order;
-- the KV cache keeps the last conversation, so the next turn only evaluates what is new; a
-  prompt that was evaluated before is evaluated from the same position again, so a repeated
-  greedy request gives the same reply, and a seeded request always starts from an empty cache;
+- the context holds ``max_concurrent`` sequences, each with a KV cache of its own; every running
+  request is one sequence, and one llama_decode a step evaluates a token of each (continuous
+  batching: a new request joins at the next step, an ended one frees its sequence at once);
+- each sequence's cache keeps its last conversation, so the next turn only evaluates what is
+  new; a prompt that was evaluated before is evaluated from the same position again, so a
+  repeated greedy request gives the same reply, and a seeded request always starts from an
+  empty cache;
 - sampling is llama.cpp's sampler chain in the order transformers uses (penalties over prompt
-  and reply, temperature, top-k, top-p, min-p);
-- the prompt is evaluated in batches with an abort callback, so Stop during a long prefill
-  returns within milliseconds; during generation the loop stops at the next token;
+  and reply, temperature, top-k, top-p, min-p), one chain per request;
+- prompts are evaluated in batches with an abort callback, so Stop during a long prefill
+  returns within milliseconds; during generation the request stops at the next step;
 - text is decoded on the event loop by our IncrementalDecoder (llama-cpp-python's detokenize
   drops tokens longer than 32 bytes).
 """
@@ -20,14 +23,16 @@ llama.cpp's low-level API on one worker thread:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ctypes
+import dataclasses
 import inspect
 import logging
 import secrets
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
@@ -38,10 +43,12 @@ from ..model_files import Progress
 from ..model_files.gguf import gguf_metadata_dir
 from ..model_files.model_args import ModelArgs
 from ..model_files.paths import DEFAULT_MODEL_GENERATION, gguf_file
+from ..model_files.projector import Projector, find_projector
 from ..prompt.builder import Prompt, PromptBuilder
 from ..prompt.text_stream import IncrementalDecoder
 from ..request import ChatRequest
 from .base import BaseEngine, Response
+from .llamacpp_media import MediaChunk, MediaEncoder, mtmd
 from .registry import BACKENDS
 
 try:
@@ -67,15 +74,38 @@ _ABORT_LOG_LINES = ("failed to compute graph, compute status: 1", "removing memo
 _LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}
 
 
+class ErrorLines:
+    """llama.cpp's and libmtmd's latest error lines, for the messages of what they refuse."""
+
+    def __init__(self) -> None:
+        self._lines: collections.deque[str] = collections.deque(maxlen=50)
+        self.count = 0
+
+    def add(self, line: str) -> None:
+        self._lines.append(line)
+        self.count += 1
+
+    def since(self, count: int) -> str:
+        """The lines logged since ``count`` was read, in one line."""
+        return " ".join(list(self._lines)[len(self._lines) - min(self.count - count, len(self._lines)):])
+
+
+error_lines = ErrorLines()
+
+
 @lib.llama_log_callback
 def _log(level: int, text: bytes, user_data: Any) -> None:
     """llama.cpp's warnings and errors into Python's logging, except those a Stop causes."""
     message = text.decode("utf-8", "replace").rstrip()
     if level in _LOG_LEVELS and not any(line in message for line in _ABORT_LOG_LINES):
         logger.log(_LOG_LEVELS[level], "llama.cpp: %s", message)
+        if level == 4 and message:
+            error_lines.add(message)
 
 
 lib.llama_log_set(_log, ctypes.c_void_p(0))
+if mtmd is not None:
+    mtmd.mtmd_helper_log_set(_log, ctypes.c_void_p(0))
 
 
 class LlamaCppEngine(BaseEngine):
@@ -85,11 +115,6 @@ class LlamaCppEngine(BaseEngine):
     def __init__(self, model_args: ModelArgs, generation: dict[str, Any] | None = None, progress: Progress | None = None) -> None:
         report = progress or (lambda fraction, message: None)
         self.model_args = model_args
-        if model_args.max_concurrent != 1:
-            raise ConfigError(
-                f"The llamacpp backend answers one request at a time (others wait their turn), so max_concurrent "
-                f"must be 1, not {model_args.max_concurrent}. For many users at once, use the vllm backend."
-            )
         self.model_path = gguf = gguf_file(model_args.model_name_or_path)
         embedded = DEFAULT_MODEL_GENERATION if model_args.model_name_or_path is None else None
         metadata = gguf_metadata_dir(gguf, progress, embedded)
@@ -99,21 +124,42 @@ class LlamaCppEngine(BaseEngine):
                 f"{model_args.display_name} is a reward model; the llamacpp engine serves generative models only. "
                 "Load reward models on the huggingface or vllm backend."
             )
+        projector = find_projector(gguf, model_args.mmproj)
         report(0.7, f"Opening {gguf.name} with llama.cpp…")
-        self.model = _open(str(gguf), self._llama_args())
-        self._generator = _Generator(self.model)
-        self.prompts.context_length = self._generator.n_ctx
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="llamacpp")
+        sequences = model_args.max_concurrent
+        # What Llama() was given, for a reference run with the same settings (bench/).
+        self.llama_settings = self._llama_args()
+        self.model = open_llama(str(gguf), self.llama_settings, sequences)
+        self._media = None
+        if projector is not None:
+            report(0.9, f"Opening the projector {projector.path.name}…")
+            self._media = MediaEncoder(self.model, projector, self.llama_settings["n_threads"],
+                                       self.llama_settings["n_gpu_layers"] != 0, error_lines)
+            self.prompts.use_media(self._media.prompt_media(model_args, self.tokenizer))
+        self._batcher = _Batcher(self.model, sequences, self.llama_settings["n_batch"] - sequences, self._media)
+        self.prompts.context_length = self._batcher.n_ctx_sequence
+
+    @property
+    def projector(self) -> Projector | None:
+        return self._media.projector if self._media else None
 
     def _llama_args(self) -> dict[str, Any]:
         args = self.model_args
-        threads = args.threads or psutil.cpu_count(logical=False) or 1
+        threads = args.threads or default_threads()
+        # A prompt's evaluation does much work between two barriers, so all cores help it.
+        prompt_threads = args.threads or psutil.cpu_count(logical=False) or 1
+        sequences = args.max_concurrent
+        context = _whole_steps(args.max_model_len) if args.max_model_len else _fitting_context(self.prompts.config, sequences)
+        # Room in one batch for a prompt's batch beside one token of every other sequence.
+        batch = (args.batch_size or DEFAULT_BATCH) + sequences
         settings = {
-            "n_ctx": _whole_steps(args.max_model_len) if args.max_model_len else _fitting_context(self.prompts.config),
-            "n_batch": args.batch_size or DEFAULT_BATCH,
+            "n_ctx": context * sequences,
+            "n_batch": batch,
+            "n_ubatch": batch,
             "n_threads": threads,
-            "n_threads_batch": threads,
-            "n_gpu_layers": args.gpu_layers or 0,
+            "n_threads_batch": prompt_threads,
+            # Every layer on the GPU where this llama.cpp was built for one.
+            "n_gpu_layers": args.gpu_layers if args.gpu_layers is not None else -1 if lib.llama_supports_gpu_offload() else 0,
             "verbose": False,
         }
         known = set(inspect.signature(llama_cpp.Llama.__init__).parameters) - {"self", "model_path", "kwargs"}
@@ -125,16 +171,19 @@ class LlamaCppEngine(BaseEngine):
 
     def check(self, request: ChatRequest) -> GenerationArgs:
         for kind in request.media:
-            raise MediaError(
-                f"This model does not accept {kind}s on the llamacpp backend, which reads text only here. "
-                "Remove them, or load the model's HF directory on the huggingface or vllm backend for media."
-            )
+            if kind not in self.media_kinds:
+                reads = (f"its projector {self.projector.path.name} reads {', '.join(sorted(self.media_kinds))} only"
+                         if self._media else "no projector (mmproj*.gguf) was found beside it")
+                raise MediaError(
+                    f"This model does not accept {kind}s on the llamacpp backend: {reads}. Remove the {kind}s, or load a model "
+                    "that reads them (on llama.cpp, a GGUF with its mmproj file beside it, or named with the mmproj setting)."
+                )
         return super().check(request)
 
     # ---- generation
 
     async def _complete(self, prompt: Prompt, args: GenerationArgs) -> list[Response]:
-        """n replies one after the other (one context serves one request), each with its own seed."""
+        """n replies one after the other (the request holds one sequence), each with its own seed."""
         responses = []
         for index in range(args.num_return_sequences):
             seed = None if args.seed is None else args.seed + index
@@ -143,11 +192,28 @@ class LlamaCppEngine(BaseEngine):
         return responses
 
     async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
-        cancel = threading.Event()
-        tokens: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        hand_over = lambda item: loop.call_soon_threadsafe(tokens.put_nowait, item)  # noqa: E731
-        worker = loop.run_in_executor(self._executor, self._generator.run, prompt.ids, args, cancel, hand_over)
+        tokens: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
+        released = loop.create_future()
+
+        def arrive(item: int | BaseException | None) -> None:
+            tokens.put_nowait(item)
+            if item is None:
+                released.set_result(None)
+
+        job = _Job(prompt.ids, args, threading.Event(), lambda item: loop.call_soon_threadsafe(arrive, item))
+        prompt_length = len(prompt.ids)
+        if prompt.media:
+            chunks = await loop.run_in_executor(None, self._media.chunks, prompt)
+            try:
+                # The media's own tokens count now that libmtmd has said how many they are.
+                args = self.prompts.fit(chunks.length, args)
+            except BaseException:
+                chunks.free()
+                raise
+            job = dataclasses.replace(job, prompt=chunks.items, args=args, release=chunks.free)
+            prompt_length = chunks.length
+        self._batcher.submit(job)
         decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
         text, count, ended = "", 0, False
         try:
@@ -155,7 +221,7 @@ class LlamaCppEngine(BaseEngine):
                 if isinstance(token, BaseException):
                     raise token
                 count += 1
-                ended = self._generator.is_end(token)
+                ended = self._batcher.is_end(token)
                 if piece := decoder.push([token]):
                     text += piece
                     yield piece
@@ -165,143 +231,345 @@ class LlamaCppEngine(BaseEngine):
                 text += tail
                 yield tail
             finish = "length" if count >= args.max_new_tokens and not (ended or decoder.stopped) else "stop"
-            yield Response(response_text=text, response_length=count, prompt_length=len(prompt.ids), finish_reason=finish)
+            yield Response(response_text=text, response_length=count, prompt_length=prompt_length, finish_reason=finish)
         finally:
-            cancel.set()
-            # The context is free for the next request only once the worker has let go of it.
-            await asyncio.shield(worker)
+            job.cancel.set()
+            # The sequence is free for the next request only once the batcher has let go of it.
+            await asyncio.shield(released)
 
     # ---- lifetime
 
     async def close(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+        await asyncio.get_running_loop().run_in_executor(None, self._batcher.close)
+        if self._media is not None:
+            self._media.close()
         model, self.model = self.model, None
         if model is not None:
             model.close()
 
 
-class _Generator:
-    """llama.cpp's context, driven token by token from the worker thread (and only there)."""
+@dataclass(eq=False)
+class _Job:
+    """One reply to generate: handed to the batcher's thread, which hands back its tokens.
+    ``prompt``: token ids, and libmtmd's chunks for its media; ``release`` frees those chunks."""
 
-    def __init__(self, model: llama_cpp.Llama) -> None:
+    prompt: list[int | MediaChunk]
+    args: GenerationArgs
+    cancel: threading.Event
+    hand_over: Callable[[Any], None]
+    release: Callable[[], None] = lambda: None
+
+
+# What a sequence's cache holds, item by item: a token id, or a media chunk's key.
+_Cached = int | tuple
+
+
+def _cache_keys(prompt: list[int | MediaChunk]) -> list[_Cached]:
+    return [item if isinstance(item, int) else item.key for item in prompt]
+
+
+@dataclass(eq=False)
+class _Sequence:
+    """One of the context's sequences: what its part of the KV cache holds, and the job it runs."""
+
+    seq_id: int
+    cached: list[_Cached] = field(default_factory=list)
+    # The position after each cached item (a media chunk may take several).
+    ends: list[int] = field(default_factory=list)
+    # The last prompt evaluated here and where its evaluation started (see reusable).
+    last_prompt: list[_Cached] | None = None
+    last_start: int = 0
+    job: _Job | None = None
+    sampler: Any = None
+    # What to put into the cache next: the rest of the prompt, then each sampled token.
+    pending: list[int | MediaChunk] = field(default_factory=list)
+    generated: int = 0
+
+    @property
+    def position(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def keep(self, items: int) -> int:
+        """Forget all but the first ``items`` cached items; the position after them."""
+        del self.cached[items:], self.ends[items:]
+        return self.position
+
+    def add(self, item: _Cached, positions: int = 1) -> None:
+        self.cached.append(item)
+        self.ends.append(self.position + positions)
+
+    def reusable(self, prompt: list[_Cached], fresh: bool) -> int:
+        """How many items of ``prompt`` this cache already holds and need not evaluate again."""
+        if fresh:
+            return 0
+        common = 0
+        for cached, new in zip(self.cached, prompt):
+            if cached != new:
+                break
+            common += 1
+        if common < len(prompt):
+            return common
+        # The whole prompt is cached, but not the logits of its last token. Evaluating it again
+        # from where it started last time repeats that evaluation exactly.
+        return self.last_start if prompt == self.last_prompt else 0
+
+
+class _Batcher:
+    """llama.cpp's context, owned by one thread that decodes every running sequence together.
+
+    Each step puts one token of every sequence that is generating, and as much as fits of the
+    prompts being evaluated, into one batch; one llama_decode evaluates them all, then each
+    sequence samples from its own logits with its own sampler. A job that arrives joins at the
+    next step; one that ends (or is cancelled) frees its sequence at once. What a sequence's
+    cache holds stays after its job, and the next job goes to the sequence that holds the
+    longest start of its prompt."""
+
+    def __init__(self, model: llama_cpp.Llama, sequences: int, prompt_batch: int, media: MediaEncoder | None) -> None:
         self._ctx = model.ctx
+        self._media = media
         self._vocab = lib.llama_model_get_vocab(model.model)
         self._memory = lib.llama_get_memory(self._ctx)
-        self.n_ctx = lib.llama_n_ctx(self._ctx)
-        self._n_batch = lib.llama_n_batch(self._ctx)
+        self.n_ctx_sequence = lib.llama_n_ctx_seq(self._ctx)
         self._n_vocab = lib.llama_vocab_n_tokens(self._vocab)
-        # What the KV cache holds, and where the last prompt's evaluation started.
-        self._cached: list[int] = []
-        self._last_prompt: list[int] | None = None
-        self._last_start = 0
+        self._prompt_batch = prompt_batch
+        self._sequences = [_Sequence(seq_id) for seq_id in range(sequences)]
+        self._batch = lib.llama_batch_init(prompt_batch + sequences, 0, 1)
+        self._arrived: collections.deque[_Job | None] = collections.deque()
+        self._wake = threading.Condition()
+        # What has been put into the caches so far: text tokens and media chunks (each encoded once).
+        self.evaluated = collections.Counter()
+        self._thread = threading.Thread(target=self._run, name="llamacpp", daemon=True)
+        self._thread.start()
 
     def is_end(self, token: int) -> bool:
         return bool(lib.llama_vocab_is_eog(self._vocab, token))
 
-    def run(self, ids: list[int], args: GenerationArgs, cancel: threading.Event, hand_over: Callable[[Any], None]) -> None:
-        """Generate the reply to ``ids``, handing each token over as it is sampled, then None (or
-        the error). ``cancel`` stops the work within one token, or within milliseconds while the
-        prompt is being evaluated."""
-        try:
-            with self._sampler(ids, args) as sampler:
-                if not self._evaluate(ids, fresh=args.seed is not None, cancel=cancel):
+    def submit(self, job: _Job) -> None:
+        """Start ``job``: its tokens are handed over one by one as they are sampled, then None
+        (after an error, the error, then None) once its sequence is free again. Setting its
+        ``cancel`` ends it within one step, or within milliseconds while its prompt is evaluated."""
+        with self._wake:
+            self._arrived.append(job)
+            self._wake.notify()
+
+    def close(self) -> None:
+        with self._wake:
+            self._arrived.append(None)
+            self._wake.notify()
+        self._thread.join()
+        lib.llama_batch_free(self._batch)
+
+    # ---- the thread
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._arrived and not self._running():
+                    self._wake.wait()
+                arrived = list(self._arrived)
+                self._arrived.clear()
+            for job in arrived:
+                if job is None:
+                    for sequence in self._running():
+                        self._end(sequence)
                     return
-                one = (lib.llama_token * 1)()
-                for count in range(1, args.max_new_tokens + 1):
-                    token = lib.llama_sampler_sample(sampler, self._ctx, -1)
-                    hand_over(token)
-                    if self.is_end(token) or count == args.max_new_tokens or cancel.is_set():
-                        return
-                    one[0] = token
-                    self._decode(one, 1)
-                    self._cached.append(token)
-        except BaseException as error:  # handed to the event loop, which raises it in the request's task
-            hand_over(error)
-        finally:
-            hand_over(None)
+                self._start(job)
+            for sequence in self._running():
+                if sequence.job.cancel.is_set():
+                    self._end(sequence)
+            if self._running():
+                self._step()
+
+    def _running(self) -> list[_Sequence]:
+        return [sequence for sequence in self._sequences if sequence.job is not None]
+
+    def _start(self, job: _Job) -> None:
+        free = [sequence for sequence in self._sequences if sequence.job is None]
+        if not free:
+            # The waiting line in front admits no more jobs than there are sequences.
+            job.release()
+            job.hand_over(ChatError("llama.cpp has no free sequence for this request; try again."))
+            job.hand_over(None)
+            return
+        fresh = job.args.seed is not None
+        keys = _cache_keys(job.prompt)
+        # The sequence whose cache holds the most of this prompt (a seeded job starts from an
+        # empty cache), then the lowest: llama.cpp decodes a run of consecutive sequences in one
+        # pass, and one pass per run.
+        sequence = max(free, key=lambda s: (0 if fresh else s.reusable(keys, False), -s.seq_id))
+        start = sequence.reusable(keys, fresh)
+        lib.llama_memory_seq_rm(self._memory, sequence.seq_id, sequence.keep(start), -1)
+        sequence.last_prompt, sequence.last_start = keys, start
+        sequence.job, sequence.pending, sequence.generated = job, job.prompt[start:], 0
+        try:
+            sequence.sampler = self._sampler([item for item in job.prompt if isinstance(item, int)], job.args)
+        except BaseException as error:
+            self._end(sequence, error)
+
+    def _end(self, sequence: _Sequence, error: BaseException | None = None) -> None:
+        job, sequence.job = sequence.job, None
+        if sequence.pending and sequence.generated == 0:
+            # Its prompt was not evaluated whole, so the next prompt cannot repeat its evaluation.
+            sequence.last_prompt = None
+        sequence.pending = []
+        if sequence.sampler is not None:
+            lib.llama_sampler_free(sequence.sampler)
+            sequence.sampler = None
+        job.release()
+        if error is not None:
+            job.hand_over(error)
+        job.hand_over(None)
+
+    def _step(self) -> None:
+        """One llama_decode over every running sequence, then a token sampled for each sequence
+        whose prompt is now evaluated whole. A media chunk next in a prompt is evaluated first,
+        on its own (libmtmd encodes it, then decodes its embeddings)."""
+        for sequence in self._running():
+            if sequence.pending and isinstance(sequence.pending[0], MediaChunk) and not self._evaluate_media(sequence):
+                return
+        running = self._running()
+        # One token of each sequence that is generating; the prompts being evaluated share the
+        # prompt batch, first come first served, up to their next media chunk.
+        takes, room = {}, self._prompt_batch
+        for sequence in sorted(running, key=lambda s: s.generated == 0):
+            text = next((index for index, item in enumerate(sequence.pending) if not isinstance(item, int)), len(sequence.pending))
+            takes[sequence] = 1 if sequence.generated else min(room, text)
+            room -= 0 if sequence.generated else takes[sequence]
+        fed: list[tuple[_Sequence, int]] = []
+        outputs: list[tuple[_Sequence, int]] = []
+        batch, count = self._batch, 0
+        # In the order of the sequences' ids: llama.cpp evaluates each run of consecutive ids in one pass.
+        for sequence in running:
+            take = takes[sequence]
+            if not take:
+                continue
+            for offset, token in enumerate(sequence.pending[:take]):
+                batch.token[count] = token
+                batch.pos[count] = sequence.position + offset
+                batch.n_seq_id[count] = 1
+                batch.seq_id[count][0] = sequence.seq_id
+                batch.logits[count] = take == len(sequence.pending) and offset == take - 1
+                count += 1
+            fed.append((sequence, take))
+            if batch.logits[count - 1]:
+                outputs.append((sequence, count - 1))
+        if not count:
+            return
+        batch.n_tokens = count
+        with self._abortable(any(s.generated == 0 for s, _ in fed)):
+            status = lib.llama_decode(self._ctx, batch)
+        if status != 0:
+            self._failed(status)
+            return
+        for sequence, take in fed:
+            for token in sequence.pending[:take]:
+                sequence.add(token)
+            del sequence.pending[:take]
+        self.evaluated["tokens"] += count
+        for sequence, index in outputs:
+            token = lib.llama_sampler_sample(sequence.sampler, self._ctx, index)
+            sequence.generated += 1
+            sequence.job.hand_over(token)
+            if self.is_end(token) or sequence.generated == sequence.job.args.max_new_tokens or sequence.job.cancel.is_set():
+                self._end(sequence)
+            else:
+                sequence.pending = [token]
+
+    def _evaluate_media(self, sequence: _Sequence) -> bool:
+        """The sequence's next media chunk into its cache; False if that did not happen."""
+        chunk = sequence.pending[0]
+        with self._abortable(True):
+            after = self._media.evaluate(self._ctx, chunk, sequence.position, sequence.seq_id, self._prompt_batch)
+        if after is None:
+            # Stopped, or failed: what it put into the cache is taken out again.
+            lib.llama_memory_seq_rm(self._memory, sequence.seq_id, sequence.position, -1)
+            if not sequence.job.cancel.is_set():
+                self._end(sequence, ChatError("llama.cpp could not evaluate this medium with the model's projector. The server log may say more."))
+            return False
+        sequence.add(chunk.key, after - sequence.position)
+        del sequence.pending[0]
+        self.evaluated["media"] += 1
+        return True
 
     @contextlib.contextmanager
-    def _sampler(self, ids: list[int], args: GenerationArgs) -> Iterator[Any]:
+    def _abortable(self, evaluating_prompts: bool) -> Iterator[None]:
+        """While prompts are evaluated, llama.cpp stops as soon as one of them is cancelled. The
+        callback runs once per graph node, so it is set only then (a long prompt is where Stop
+        must not wait); a generation step ends within a token anyway."""
+        if not evaluating_prompts:
+            yield
+            return
+
+        @lib.ggml_abort_callback
+        def abort(_: Any) -> bool:
+            return any(s.job.cancel.is_set() for s in self._running() if s.generated == 0)
+
+        lib.llama_set_abort_callback(self._ctx, abort, None)
+        try:
+            yield
+        finally:
+            lib.llama_set_abort_callback(self._ctx, lib.ggml_abort_callback(), None)
+
+    def _failed(self, status: int) -> None:
+        """After a llama_decode that did not run: llama.cpp took the batch's tokens back out of
+        the cache, and the step is tried again, unless it cannot succeed."""
+        if status == 2:  # cancelled: the cancelled jobs end at the next step
+            return
+        if status == 1 and self._free_idle_caches():
+            return
+        error = ChatError(
+            "llama.cpp has no room left in its context for all the conversations running at once; try again shortly, "
+            "or load the model with a larger max_model_len."
+            if status == 1 else f"llama.cpp could not evaluate the prompt (llama_decode returned {status}). The server log may say more."
+        )
+        # The conversations that have started their replies keep going where they can.
+        running = self._running()
+        for sequence in [s for s in running if s.generated == 0] or running:
+            self._end(sequence, error)
+
+    def _free_idle_caches(self) -> bool:
+        """Empty the caches of the sequences no job runs on; False if there were none to empty."""
+        idle = [s for s in self._sequences if s.job is None and s.cached]
+        for sequence in idle:
+            lib.llama_memory_seq_rm(self._memory, sequence.seq_id, 0, -1)
+            sequence.keep(0)
+            sequence.last_prompt = None
+        return bool(idle)
+
+    def _sampler(self, ids: list[int], args: GenerationArgs) -> Any:
         """The sampler chain for ``args``, in transformers' order: penalties (over the prompt too),
         temperature, top-k, top-p, min-p, then the draw."""
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         add = lambda sampler: lib.llama_sampler_chain_add(chain, sampler)  # noqa: E731
-        try:
-            if (args.repetition_penalty, args.presence_penalty, args.frequency_penalty) != (1.0, 0.0, 0.0):
-                add(lib.llama_sampler_init_penalties(self._n_vocab, self.n_ctx, args.repetition_penalty,
-                                                     args.frequency_penalty, args.presence_penalty))
-                for token in ids:
-                    lib.llama_sampler_accept(chain, token)
-            if args.greedy:
-                add(lib.llama_sampler_init_greedy())
-            else:
-                add(lib.llama_sampler_init_temp(args.temperature))
-                if args.top_k > 0:
-                    add(lib.llama_sampler_init_top_k(args.top_k))
-                if args.top_p < 1.0:
-                    add(lib.llama_sampler_init_top_p(args.top_p, 1))
-                if args.min_p > 0.0:
-                    add(lib.llama_sampler_init_min_p(args.min_p, 1))
-                seed = secrets.randbits(32) if args.seed is None else args.seed % 2**32
-                add(lib.llama_sampler_init_dist(seed if seed != RANDOM_SEED else 0))
-            yield chain
-        finally:
-            lib.llama_sampler_free(chain)
-
-    def _evaluate(self, ids: list[int], fresh: bool, cancel: threading.Event) -> bool:
-        """Evaluate the part of the prompt the cache does not hold, in batches; False if cancelled."""
-        start = self._reusable(ids, fresh)
-        lib.llama_memory_seq_rm(self._memory, 0, start, -1)
-        self._cached = self._cached[:start]
-        self._last_prompt, self._last_start = None, start
-
-        @lib.ggml_abort_callback
-        def abort(_: Any) -> bool:
-            return cancel.is_set()
-
-        # The callback runs once per graph node: only while the prompt is evaluated, not per token.
-        lib.llama_set_abort_callback(self._ctx, abort, None)
-        try:
-            for begin in range(start, len(ids), self._n_batch):
-                chunk = ids[begin: begin + self._n_batch]
-                if not self._decode((lib.llama_token * len(chunk))(*chunk), len(chunk)):
-                    self._cached = ids[: lib.llama_memory_seq_pos_max(self._memory, 0) + 1]
-                    return False
-                self._cached += chunk
-        finally:
-            lib.llama_set_abort_callback(self._ctx, lib.ggml_abort_callback(), None)
-        self._last_prompt = ids
-        return True
-
-    def _reusable(self, ids: list[int], fresh: bool) -> int:
-        """How much of the prompt the cache already holds and need not be evaluated again."""
-        if fresh:
-            return 0
-        common = 0
-        for cached, new in zip(self._cached, ids):
-            if cached != new:
-                break
-            common += 1
-        if common < len(ids):
-            return common
-        # The whole prompt is cached, but not the logits of its last token. Evaluating it again
-        # from where it started last time repeats that evaluation exactly.
-        return self._last_start if ids == self._last_prompt else 0
-
-    def _decode(self, tokens: Any, count: int) -> bool:
-        """False if the abort callback stopped it."""
-        status = lib.llama_decode(self._ctx, lib.llama_batch_get_one(tokens, count))
-        if status == 2:
-            return False
-        if status != 0:
-            raise ChatError(f"llama.cpp could not evaluate the prompt (llama_decode returned {status}). The server log may say more.")
-        return True
+        if (args.repetition_penalty, args.presence_penalty, args.frequency_penalty) != (1.0, 0.0, 0.0):
+            add(lib.llama_sampler_init_penalties(self._n_vocab, self.n_ctx_sequence, args.repetition_penalty,
+                                                 args.frequency_penalty, args.presence_penalty))
+            for token in ids:
+                lib.llama_sampler_accept(chain, token)
+        if args.greedy:
+            add(lib.llama_sampler_init_greedy())
+        else:
+            add(lib.llama_sampler_init_temp(args.temperature))
+            if args.top_k > 0:
+                add(lib.llama_sampler_init_top_k(args.top_k))
+            if args.top_p < 1.0:
+                add(lib.llama_sampler_init_top_p(args.top_p, 1))
+            if args.min_p > 0.0:
+                add(lib.llama_sampler_init_min_p(args.min_p, 1))
+            seed = secrets.randbits(32) if args.seed is None else args.seed % 2**32
+            add(lib.llama_sampler_init_dist(seed if seed != RANDOM_SEED else 0))
+        return chain
 
 
-def _open(path: str, settings: dict[str, Any]) -> llama_cpp.Llama:
-    """Llama(path), with llama.cpp's weight-repacking buffers off on CPUs with AMX, where they
-    crashed (Llama() silently ignores that setting as an argument, so its defaults are patched)."""
-    with _load_lock, _model_defaults(use_extra_bufts=not _cpu_has_amx()):
+def open_llama(path: str, settings: dict[str, Any], sequences: int = 1) -> llama_cpp.Llama:
+    """Llama(path) with a context of ``sequences`` sequences, each with a KV cache of its own, and
+    llama.cpp's weight-repacking buffers off on CPUs with AMX, where they crashed. Llama() takes
+    neither as an argument (it silently ignores them), so llama.cpp's defaults are patched while
+    it opens. A cache of its own keeps a sequence's attention summed in the same order whatever
+    runs beside it (in one shared cache, its tokens sit among the others' and the sums round
+    differently), so a reply is the same alone or in a batch."""
+    with (_load_lock, _patched_defaults("llama_model_default_params", use_extra_bufts=not _cpu_has_amx()),
+          _patched_defaults("llama_context_default_params", n_seq_max=sequences, kv_unified=False)):
         try:
             return llama_cpp.Llama(model_path=path, **settings)
         except (ValueError, RuntimeError) as error:
@@ -309,8 +577,8 @@ def _open(path: str, settings: dict[str, Any]) -> llama_cpp.Llama:
 
 
 @contextlib.contextmanager
-def _model_defaults(**fields: Any) -> Iterator[None]:
-    original = lib.llama_model_default_params
+def _patched_defaults(function: str, **fields: Any) -> Iterator[None]:
+    original = getattr(lib, function)
 
     def patched() -> Any:
         params = original()
@@ -318,11 +586,19 @@ def _model_defaults(**fields: Any) -> Iterator[None]:
             setattr(params, name, value)
         return params
 
-    lib.llama_model_default_params = patched
+    setattr(lib, function, patched)
     try:
         yield
     finally:
-        lib.llama_model_default_params = original
+        setattr(lib, function, original)
+
+
+def default_threads() -> int:
+    """Threads to generate with: the physical cores but one. ggml's threads spin at each of a
+    step's barriers while they wait for each other, so one thread held up by any other busy
+    thread (the page's server, the browser showing the reply) stalls them all: on 2 cores, 2
+    threads wrote 19 tok/s beside one busy process, 1 thread 68."""
+    return max(1, (psutil.cpu_count(logical=False) or 1) - 1)
 
 
 def _cpu_has_amx() -> bool:
@@ -333,15 +609,15 @@ def _cpu_has_amx() -> bool:
         return False
 
 
-def _fitting_context(config: Any) -> int:
-    """The model's trained context, or less where its KV cache (f16) would take more than a
-    quarter of the free memory."""
+def _fitting_context(config: Any, sequences: int) -> int:
+    """Each sequence's context: the model's trained context, or less where the KV cache (f16) of
+    all ``sequences`` would take more than a quarter of the free memory."""
     text = config.get_text_config()
-    trained = getattr(text, "max_position_embeddings", None) or 4096
     heads = getattr(text, "num_attention_heads", 1)
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     per_token = 2 * text.num_hidden_layers * getattr(text, "num_key_value_heads", heads) * head_dim * 2
-    fits = int(psutil.virtual_memory().available * KV_CACHE_SHARE // per_token)
+    fits = int(psutil.virtual_memory().available * KV_CACHE_SHARE // per_token // sequences)
+    trained = getattr(text, "max_position_embeddings", None) or 4096
     return max(CONTEXT_STEP, min(trained, fits) // CONTEXT_STEP * CONTEXT_STEP)
 
 

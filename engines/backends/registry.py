@@ -44,8 +44,8 @@ BACKENDS = {
                 "(it brings kt-kernel and sglang-kt, KTransformers' fork of SGLang, which replaces plain sglang)",
                 _SGLANG_SETTINGS),
         Backend("llamacpp", "LlamaCppEngine", ("llama_cpp",),
-                "bash scripts/setup.sh (with a C++ compiler, it compiles llama-cpp-python: about 4 minutes on 2 cores, once)",
-                frozenset({"max_model_len", "threads", "batch_size", "gpu_layers"})),
+                "bash scripts/setup.sh (with a C++ compiler, it compiles llama-cpp-python: about 6 minutes on 2 cores, once)",
+                frozenset({"max_model_len", "threads", "batch_size", "gpu_layers", "mmproj"})),
     )
 }
 BACKEND_NAMES = tuple(BACKENDS)
@@ -61,16 +61,13 @@ def backends_taking() -> dict[str, list[str]]:
     return taking
 
 
-def choose_backend(infer_backend: str, model_name_or_path: str | None, max_concurrent: int = 1) -> tuple[str, str | None]:
+def choose_backend(infer_backend: str, model_name_or_path: str | None) -> tuple[str, str | None]:
     """The backend that runs a model, and why where the app chose it: a GGUF file (the embedded
-    default is one) runs on llama.cpp where it is installed, anything else on transformers, as
-    does a GGUF file asked to answer several requests at once (llama.cpp answers one at a time)."""
+    default is one) runs on llama.cpp where it is installed, anything else on transformers."""
     if infer_backend != AUTO:
         return infer_backend, None
     if model_name_or_path is not None and not model_name_or_path.lower().endswith(".gguf"):
         return "huggingface", "auto: not a GGUF file"
-    if max_concurrent > 1:
-        return "huggingface", f"auto: max_concurrent {max_concurrent}, and llama.cpp answers one request at a time"
     if not missing_packages("llamacpp"):
         return "llamacpp", "auto: a GGUF file, and llama.cpp is installed"
     return "huggingface", (

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import ModelLoadError
 from .model_args import EMBEDDED_MODEL_NAME
 from .paths import default_gguf
+from .projector import find_projector
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def _in_folder(root: Path) -> list[FoundModel]:
     for path in _walk(root, MAX_DEPTH):
         name = str(path.relative_to(root))
         if path.is_file():
-            found.append(FoundModel(str(path), name.removesuffix(path.suffix), "models folder", "GGUF", _gguf_size(path), ()))
+            found.append(FoundModel(str(path), name.removesuffix(path.suffix), "models folder", "GGUF", _gguf_size(path), _gguf_reads(path)))
         else:
             found.append(FoundModel(str(path), name, "models folder", "HF", _size(path), _reads(path)))
     return found
@@ -129,7 +130,8 @@ def _in_hub_cache(hub_cache: Path | None) -> list[FoundModel]:
             found.append(FoundModel(value, repo.repo_id, "HF cache", "HF", revision.size_on_disk, _reads(snapshot)))
         for file in sorted(revision.files, key=lambda file: file.file_name):
             if _is_model_gguf(file.file_name):
-                found.append(FoundModel(str(file.file_path), f"{repo.repo_id}/{file.file_path.stem}", "HF cache", "GGUF", file.size_on_disk, ()))
+                found.append(FoundModel(str(file.file_path), f"{repo.repo_id}/{file.file_path.stem}", "HF cache", "GGUF",
+                                        file.size_on_disk, _gguf_reads(file.file_path)))
     return found
 
 
@@ -153,6 +155,17 @@ def _gguf_size(first_part: Path) -> int:
         return _file_size(first_part)
     prefix = glob.escape(first_part.name[: part.start()])
     return sum(_file_size(file) for file in first_part.parent.glob(f"{prefix}-*-of-{part.group(2)}.gguf"))
+
+
+def _gguf_reads(model: Path) -> tuple[str, ...] | None:
+    """The media a GGUF model reads through the projector beside it (llama.cpp pairs them as one
+    model); None where that cannot be told."""
+    try:
+        projector = find_projector(model)
+    except ModelLoadError:
+        return None
+    kinds = projector.kinds if projector else ()
+    return tuple(kind for kind in MEDIA if kind.removesuffix("s") in kinds)
 
 
 def _reads(model_dir: Path) -> tuple[str, ...] | None:

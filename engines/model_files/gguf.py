@@ -5,6 +5,7 @@ runs the GGUF file itself)."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from ..errors import ModelLoadError
@@ -23,21 +24,53 @@ def gguf_metadata_dir(gguf_path: Path, progress: Progress | None = None, generat
     return written_once(gguf_path, "metadata", _write_metadata, "Reading {name}'s tokenizer and chat template (once)…", progress, generation)
 
 
+# llama.cpp's names for multimodal architectures whose text model transformers reads under the
+# name of its text architecture (their keys are the same but for the prefix).
+_TEXT_ARCHITECTURES = {"qwen2vl": "qwen2", "qwen3vl": "qwen3", "qwen3vlmoe": "qwen3moe"}
+
+
 def _write_metadata(gguf_path: Path, out_dir: Path, report: Progress, generation: dict | None) -> None:
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-    source_dir, name = str(gguf_path.parent), gguf_path.name
-    try:
-        config = AutoConfig.from_pretrained(source_dir, gguf_file=name)
-        report(0.3, "Reading the tokenizer from the GGUF file…")
-        tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=name)
-    except Exception as error:
-        raise ModelLoadError(f"Could not read the GGUF file {gguf_path}: {error}") from error
+    with tempfile.TemporaryDirectory(prefix="anychat-gguf-") as scratch:
+        readable = _as_text_architecture(gguf_path, Path(scratch))
+        source_dir, name = str(readable.parent), readable.name
+        try:
+            config = AutoConfig.from_pretrained(source_dir, gguf_file=name)
+            report(0.3, "Reading the tokenizer from the GGUF file…")
+            tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=name)
+        except Exception as error:
+            raise ModelLoadError(f"Could not read the GGUF file {gguf_path}: {error}") from error
     config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     generation_config = GenerationConfig.from_model_config(config)
     generation_config.update(**(generation or {}))
     generation_config.save_pretrained(out_dir)
+
+
+def _as_text_architecture(gguf_path: Path, scratch: Path) -> Path:
+    """The GGUF itself, or, for an architecture transformers does not read (_TEXT_ARCHITECTURES),
+    a copy of its metadata alone (no weights: the prompt path needs none) under its text
+    architecture's name."""
+    import gguf
+
+    reader = gguf.GGUFReader(gguf_path)
+    architecture = reader.fields["general.architecture"].contents()
+    text = _TEXT_ARCHITECTURES.get(architecture)
+    if text is None:
+        return gguf_path
+    copy = scratch / f"{gguf_path.stem}.metadata.gguf"
+    writer = gguf.GGUFWriter(copy, text)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        kind = field.types[0]
+        renamed = text + key[len(architecture):] if key.startswith(architecture + ".") else key
+        writer.add_key_value(renamed, field.contents(), kind, sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return copy
 
 
 def _convert(gguf_path: Path, out_dir: Path, report: Progress, generation: dict | None) -> None:

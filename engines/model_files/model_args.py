@@ -109,12 +109,17 @@ class ModelArgs(MediaSettings):
                                        json_schema_extra=page_control("Graphs (auto: eager on CPU)", elem_id="engine-mode"))
     lora_adapters: tuple[str, ...] = Field((), description="PEFT adapter directories (a list, or one comma-separated string)",
                                            json_schema_extra=page_control("LoRA adapter directories (comma-separated)"))
-    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads; None: the physical cores",
-                                json_schema_extra=page_control("CPU threads (llamacpp; 0: physical cores)"))
+    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads; None: the physical cores but one to generate (ggml's threads stall when any other busy thread "
+                                            "takes their core), all of them to read prompts",
+                                json_schema_extra=page_control("CPU threads (llamacpp; 0: physical cores but one)"))
     batch_size: int | None = Field(None, ge=1, le=INT32_MAX, description="prompt tokens processed per step",
                                    json_schema_extra=page_control("Prompt batch size (llamacpp)"))
-    gpu_layers: int | None = Field(None, ge=-1, le=100_000, description="layers offloaded to the GPU; -1 all, 0 none",
+    gpu_layers: int | None = Field(None, ge=-1, le=100_000, description="layers offloaded to the GPU; -1 all, 0 none; None: all where llama.cpp was built for a GPU",
                                    json_schema_extra=page_control("GPU layers (llamacpp; -1: all)"))
+    mmproj: str | None = Field(None, description="the multimodal projector (mmproj GGUF) that reads images or audio for the model; "
+                                                 "None: an mmproj*.gguf file beside the model that fits it",
+                               json_schema_extra=page_control("Projector (llamacpp; mmproj .gguf, empty: found beside the model)",
+                                                              elem_id="mmproj"))
 
     # The backend that runs the model and why (None when the user chose it), decided once, when
     # the settings are built: auto looks at what is installed, which is no question to ask again.
@@ -164,7 +169,7 @@ class ModelArgs(MediaSettings):
     @model_validator(mode="after")
     def _choose_backend(self) -> ModelArgs:
         """Record the backend, and refuse the serving settings it does not take."""
-        self._backend = choose_backend(self.infer_backend, self.model_name_or_path, self.max_concurrent)
+        self._backend = choose_backend(self.infer_backend, self.model_name_or_path)
         taken = BACKENDS[self.backend].settings
         unused = [name for name in self.non_defaults() if name in backends_taking() and name not in taken]
         if unused:

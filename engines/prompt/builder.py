@@ -84,6 +84,12 @@ class PromptBuilder:
         defaults = GenerationArgs.from_model_dir(path).replace(**(generation or {}))
         return cls(model_args, config, tokenizer, defaults, media)
 
+    def use_media(self, media: Any) -> None:
+        """Read media through ``media`` (a runtime's own, such as engines/prompt/media_markers.py's
+        MarkerMedia) instead of a processor loaded with the model."""
+        self.media = media
+        self.media_kinds = media.kinds
+
     # ---- requests
 
     def generation(self, request: ChatRequest) -> GenerationArgs:

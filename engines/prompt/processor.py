@@ -107,28 +107,8 @@ class MediaProcessor:
         return {**message, "content": parts}
 
     def load_media(self, media: dict[str, list]) -> dict[str, list]:
-        """Each file regularised by engines/prompt/media.py, in the order of its placeholder: RGB images,
-        sampled videos (engines.media.Video), and mono audio at ``sampling_rate``. Every file's
-        header is read and charged to the request's MediaBudget before any file is decoded."""
-        settings = self.model_args
-        budget = MediaBudget(settings)
-        budget.check_counts(media)
-        openers = {
-            "image": lambda source, name: open_image(source, name, settings.image_max_pixels, budget),
-            "video": lambda source, name: open_video(
-                source, name, settings.video_fps, settings.video_max_frames, settings.video_max_pixels, budget
-            ),
-            "audio": lambda source, name: open_audio(source, name, self.sampling_rate, *self._audio_limits(), budget),
-        }
-        opened: dict[str, list] = {}
-        with contextlib.ExitStack() as unread:
-            for kind, files in media.items():
-                opened[kind] = []
-                for i, source in enumerate(files):
-                    opened[kind].append(file := openers[kind](source, describe(kind, i, source)))
-                    unread.callback(file.close)
-            unread.pop_all()
-        return {kind: [file.read() for file in files] for kind, files in opened.items()}
+        """Each file regularised for this model, in the order of its placeholder (read_media)."""
+        return read_media(media, self.model_args, self.sampling_rate, *self._audio_limits())
 
     @property
     def sampling_rate(self) -> int:
@@ -187,6 +167,32 @@ class MediaProcessor:
         if window and window / self.sampling_rate < self.model_args.audio_max_seconds:
             return window / self.sampling_rate, "this model hears at most that much per clip"
         return self.model_args.audio_max_seconds, "the audio_max_seconds setting"
+
+def read_media(media: dict[str, list], settings: ModelArgs, sampling_rate: int, audio_max_seconds: float,
+               audio_limit: str) -> dict[str, list]:
+    """Each file regularised by engines/prompt/media.py, in the order of its placeholder: RGB images,
+    sampled videos (engines.media.Video), and mono audio at ``sampling_rate`` (at most
+    ``audio_max_seconds`` long, ``audio_limit`` saying why). Every file's header is read and
+    charged to the request's MediaBudget before any file is decoded."""
+    budget = MediaBudget(settings)
+    budget.check_counts(media)
+    openers = {
+        "image": lambda source, name: open_image(source, name, settings.image_max_pixels, budget),
+        "video": lambda source, name: open_video(
+            source, name, settings.video_fps, settings.video_max_frames, settings.video_max_pixels, budget
+        ),
+        "audio": lambda source, name: open_audio(source, name, sampling_rate, audio_max_seconds, audio_limit, budget),
+    }
+    opened: dict[str, list] = {}
+    with contextlib.ExitStack() as unread:
+        for kind, files in media.items():
+            opened[kind] = []
+            for i, source in enumerate(files):
+                opened[kind].append(file := openers[kind](source, describe(kind, i, source)))
+                unread.callback(file.close)
+        unread.pop_all()
+    return {kind: [file.read() for file in files] for kind, files in opened.items()}
+
 
 def _typed(kind: str, token: str) -> str:
     """What to look for in the text: the placeholder people type, and the model's own token where it differs."""
