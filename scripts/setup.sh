@@ -63,7 +63,7 @@ if [ "$want_llamacpp" = 1 ] && { [ "$build" = none ] || [ "$build" = text ] || {
     echo "To add it: install one (Debian/Ubuntu: apt-get install build-essential), then run this script again." >&2
     if [ "$want_tests" = 1 ]; then exit 1; fi
   else
-    echo "Building llama-cpp-python ($cmake_args): it compiles llama.cpp with libmtmd (images and audio), about 6 minutes on 2 cores, once (pip keeps the wheel)…"
+    echo "Building llama-cpp-python ($cmake_args): it compiles llama.cpp with libmtmd (images and audio), about 3 to 4 minutes on 2 cores, once (pip keeps the wheel)…"
     reinstall=()
     if [ "$build" != none ]; then
       # pip's wheel cache is keyed by the source package, not by CMAKE_ARGS: drop the wheel built

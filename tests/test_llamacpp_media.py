@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 import wave
 
 import numpy as np
@@ -159,3 +160,23 @@ def test_media_to_a_text_only_gguf_and_a_projector_of_another_model_are_refused(
     (tmp_path / "mmproj-other.gguf").symlink_to(pairs["smolvlm"].mmproj)
     with pytest.raises(ModelLoadError, match="mmproj-other.gguf beside model.gguf is for another model"):
         ChatModel({"model_name_or_path": str(stray)})
+
+
+def test_an_image_attached_in_the_page_is_answered_on_llamacpp(page, pairs, tmp_path):
+    from harness.browser import ask, bot_messages, load_model, open_tab, set_number
+
+    expect = pytest.importorskip("playwright.sync_api").expect
+    load_model(page, str(pairs["qwen2_vl"].model), re.compile("Loaded qwen2_vl.* on llamacpp"))
+    expect(page.locator("#model-status")).to_contain_text("Reads text, images, videos.")
+    set_number(page, "max-new-tokens", 6)
+    open_tab(page, "Chat")
+    path = tmp_path / "red.png"
+    picture((200, 30, 30)).save(path)
+    page.locator("#chat-input input[type=file]").set_input_files(str(path))
+    expect(page.locator("#chat-input img")).to_have_count(1)
+    ask(page, "What is in this picture?")
+    expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
+    expect(bot_messages(page)).to_have_count(1)
+    expect(bot_messages(page).last).not_to_contain_text("could not answer")
+    assert bot_messages(page).last.inner_text().strip(), "no reply"
+    expect(page.locator("#chatbot .reply-stats").last).to_contain_text("llamacpp")

@@ -48,9 +48,9 @@ from transformers import (
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
 try:  # imported both as tests.tiny_gguf and, from a test module's folder, as tiny_gguf
-    from tests.tiny_models import QWEN2_VL_TEMPLATE, _mrope_section, _published_weight_names
+    from tests.tiny_models import QWEN2_VL_TEMPLATE, _mrope_section, _published_weight_names, write_qwen2_vl_processor
 except ImportError:
-    from tiny_models import QWEN2_VL_TEMPLATE, _mrope_section, _published_weight_names
+    from tiny_models import QWEN2_VL_TEMPLATE, _mrope_section, _published_weight_names, write_qwen2_vl_processor
 
 REPO = Path(__file__).resolve().parent.parent
 LLAMA_CPP_SRC = REPO / ".cache" / "llama-cpp-src"
@@ -191,13 +191,7 @@ def build_qwen2_vl_hf(out: Path) -> Path:
         "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
         "image_mean": OPENAI_CLIP_MEAN, "image_std": OPENAI_CLIP_STD,
     }
-    processor_config = {
-        "processor_class": "Qwen2VLProcessor",
-        "image_processor": {"image_processor_type": "Qwen2VLImageProcessor", **vision},
-        "video_processor": {"video_processor_type": "Qwen2VLVideoProcessor", **vision},
-    }
-    (out / "processor_config.json").write_text(json.dumps(processor_config, indent=2))
-    (out / "chat_template.jinja").write_text(QWEN2_VL_TEMPLATE)
+    write_qwen2_vl_processor(out, vision)
     return out
 
 

@@ -152,7 +152,12 @@ def build_qwen2_vl(out: Path, head_size: int = HEAD_SIZE) -> Path:
     # The processor config is written as the published model ships it, rather than by
     # Qwen2VLProcessor.save_pretrained: its video processor cannot be built without torchvision,
     # and the directory must be the same in both environments.
-    vision = {"size": QWEN2_VL_PIXELS, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
+    write_qwen2_vl_processor(out, {"size": QWEN2_VL_PIXELS, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2})
+    return out
+
+
+def write_qwen2_vl_processor(out: Path, vision: dict) -> None:
+    """Qwen2-VL's processor config, with ``vision`` for its image and video processors, and its chat template."""
     processor_config = {
         "processor_class": "Qwen2VLProcessor",
         "image_processor": {"image_processor_type": "Qwen2VLImageProcessor", **vision},
@@ -160,7 +165,6 @@ def build_qwen2_vl(out: Path, head_size: int = HEAD_SIZE) -> Path:
     }
     (out / "processor_config.json").write_text(json.dumps(processor_config, indent=2))
     (out / "chat_template.jinja").write_text(QWEN2_VL_TEMPLATE)
-    return out
 
 
 def build_llava(out: Path, head_size: int = HEAD_SIZE) -> Path:

@@ -44,7 +44,7 @@ BACKENDS = {
                 "(it brings kt-kernel and sglang-kt, KTransformers' fork of SGLang, which replaces plain sglang)",
                 _SGLANG_SETTINGS),
         Backend("llamacpp", "LlamaCppEngine", ("llama_cpp",),
-                "bash scripts/setup.sh (with a C++ compiler, it compiles llama-cpp-python: about 6 minutes on 2 cores, once)",
+                "bash scripts/setup.sh (with a C++ compiler, it compiles llama-cpp-python: about 3 to 4 minutes on 2 cores, once)",
                 frozenset({"max_model_len", "threads", "batch_size", "gpu_layers", "mmproj"})),
     )
 }

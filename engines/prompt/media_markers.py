@@ -63,8 +63,8 @@ class MarkerMedia:
             )
 
     def load_media(self, media: dict[str, list]) -> dict[str, list]:
-        limit = (self.model_args.audio_max_seconds, "the audio_max_seconds setting")
-        return read_media(media, self.model_args, self.sampling_rate or 16_000, *limit)
+        audio = (self.sampling_rate, self.model_args.audio_max_seconds, "the audio_max_seconds setting") if self.sampling_rate else None
+        return read_media(media, self.model_args, audio)
 
     @staticmethod
     def order(messages: list[dict[str, Any]]) -> list[MediaKind]:

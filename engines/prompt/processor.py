@@ -108,7 +108,8 @@ class MediaProcessor:
 
     def load_media(self, media: dict[str, list]) -> dict[str, list]:
         """Each file regularised for this model, in the order of its placeholder (read_media)."""
-        return read_media(media, self.model_args, self.sampling_rate, *self._audio_limits())
+        audio = (self.sampling_rate, *self._audio_limits()) if "audio" in media else None
+        return read_media(media, self.model_args, audio)
 
     @property
     def sampling_rate(self) -> int:
@@ -168,11 +169,10 @@ class MediaProcessor:
             return window / self.sampling_rate, "this model hears at most that much per clip"
         return self.model_args.audio_max_seconds, "the audio_max_seconds setting"
 
-def read_media(media: dict[str, list], settings: ModelArgs, sampling_rate: int, audio_max_seconds: float,
-               audio_limit: str) -> dict[str, list]:
+def read_media(media: dict[str, list], settings: ModelArgs, audio: tuple[int, float, str] | None) -> dict[str, list]:
     """Each file regularised by engines/prompt/media.py, in the order of its placeholder: RGB images,
-    sampled videos (engines.media.Video), and mono audio at ``sampling_rate`` (at most
-    ``audio_max_seconds`` long, ``audio_limit`` saying why). Every file's header is read and
+    sampled videos (engines.media.Video), and mono audio as ``audio`` says: (sampling rate,
+    longest clip in seconds, where that limit comes from). Every file's header is read and
     charged to the request's MediaBudget before any file is decoded."""
     budget = MediaBudget(settings)
     budget.check_counts(media)
@@ -181,7 +181,7 @@ def read_media(media: dict[str, list], settings: ModelArgs, sampling_rate: int, 
         "video": lambda source, name: open_video(
             source, name, settings.video_fps, settings.video_max_frames, settings.video_max_pixels, budget
         ),
-        "audio": lambda source, name: open_audio(source, name, sampling_rate, audio_max_seconds, audio_limit, budget),
+        "audio": lambda source, name: open_audio(source, name, *audio, budget),
     }
     opened: dict[str, list] = {}
     with contextlib.ExitStack() as unread:
