@@ -23,6 +23,7 @@ import psutil
 from engines import ModelSlot
 from harness.browser import bot_messages, free_port, open_tab, replies, send, set_number
 from harness.running_server import running_server
+from webui.settings_tab import BACKEND_OPTION_ROWS
 
 # Small and fixed, as in tests/test_vllm_engine.py, so an engine starts quickly on a shared machine.
 VLLM = {"infer_backend": "vllm", "kv_cache_space_gb": 1, "max_model_len": 2048, "max_concurrent": 8}
@@ -32,8 +33,8 @@ BACKENDS = {"huggingface": HF, "vllm": VLLM}
 COUNTING = "Write the numbers from 1 to 1000, separated by commas."
 SHORT = [{"role": "user", "content": "What is the capital of France?"}]
 # The page's backend options, all left to the backend (None, as an empty field sends).
-BACKEND_OPTIONS = ("max_concurrent", "max_model_len", "kv_cache_space_gb", "gpu_memory_utilization", "tensor_parallel_size",
-                   "threads", "batch_size", "gpu_layers")
+# The Settings tab's backend options that /load takes empty (enforce_eager has a named choice).
+BACKEND_OPTIONS = tuple(name for row in BACKEND_OPTION_ROWS for name in row if name != "enforce_eager")
 # The Settings tab's fields (webui/layout.py) for the settings above.
 OPTION_FIELDS = {"max_concurrent": "max-concurrent", "max_model_len": "max-model-len", "kv_cache_space_gb": "kv-cache-gb"}
 ENGINE_STOPPED = re.compile(r"vLLM's engine process stopped.*Settings", re.S)

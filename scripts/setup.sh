@@ -95,7 +95,7 @@ if [ "$want_tests" = 1 ]; then
     sglang==0.5.23 sglang-kt==0.7.2 ktransformers==0.7.2 kt-kernel==0.7.2
   # Video processors need torchvision, which has no build beside .venv's CPU torch: a second venv.
   bash scripts/setup_video_env.sh
-  # The tiny multimodal GGUF fixtures (tests/tiny_gguf.py) are written by llama.cpp's own converter,
+  # The tiny multimodal GGUF fixtures (harness/tiny_gguf.py) are written by llama.cpp's own converter,
   # at the version of the installed llama-cpp-python: its sdist holds it, with its gguf-py.
   if [ ! -f .cache/llama-cpp-src/convert_hf_to_gguf.py ]; then
     sdist_dir=$(mktemp -d)

@@ -14,7 +14,7 @@ import pytest
 from engines import ChatModel, ModelSlot
 from engines.model_files.paths import default_gguf
 from harness.browser import CHROMIUM, AppProcess, chromium, open_chat
-from tests.tiny_models import build_qwen2_vl
+from harness.tiny_models import build_qwen2_vl
 
 GREEDY = {"temperature": 0, "max_new_tokens": 24}
 
@@ -73,7 +73,7 @@ def browser(request):
 
 @pytest.fixture(scope="session")
 def tiny_vision_model(tmp_path_factory):
-    """A random-weight Qwen2-VL with its real processor (tests/tiny_models.py), built offline."""
+    """A random-weight Qwen2-VL with its real processor (harness/tiny_models.py), built offline."""
     return build_qwen2_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"))
 
 

@@ -477,7 +477,7 @@ def recording_generate(monkeypatch, media_slot: ModelSlot) -> list[dict]:
 
 def test_an_image_part_reaches_a_multimodal_model(tmp_path, monkeypatch):
     from media_samples import png_bytes, solid_image
-    from tiny_models import build_qwen2_vl
+    from harness.tiny_models import build_qwen2_vl
 
     with serving_model(build_qwen2_vl(tmp_path / "qwen2_vl")) as (media_slot, media_client, model):
         calls = recording_generate(monkeypatch, media_slot)
@@ -499,7 +499,7 @@ def test_an_image_part_reaches_a_multimodal_model(tmp_path, monkeypatch):
 
 def test_an_input_audio_part_reaches_an_audio_model(tmp_path, monkeypatch):
     from media_samples import tone, write_audio
-    from tiny_models import build_qwen2_audio
+    from harness.tiny_models import build_qwen2_audio
 
     wav = write_audio(tmp_path / "tone.wav", tone(1.0, 16000), 16000).read_bytes()
     with serving_model(build_qwen2_audio(tmp_path / "qwen2_audio")) as (media_slot, media_client, model):

@@ -197,7 +197,7 @@ def test_the_server_still_answers_after_the_bad_input(base_url):
 
 @pytest.fixture(scope="module")
 def vision_url(tmp_path_factory):
-    from tiny_models import build_qwen2_vl
+    from harness.tiny_models import build_qwen2_vl
 
     vision_slot = ModelSlot()
     vision_slot.load({"model_name_or_path": str(build_qwen2_vl(tmp_path_factory.mktemp("qwen2_vl")))})

@@ -240,7 +240,8 @@ def test_settings_reach_llama_cpp():
         llama = model.engine.model
         assert model.context_length == 1024, "llama.cpp sizes its context in steps of 256"
         params = llama.context_params
-        assert (params.n_threads, params.n_batch, params.flash_attn_type) == (1, 64, llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED)
+        # The batch has room for a prompt batch beside one token of each sequence (one here).
+        assert (params.n_threads, params.n_batch, params.flash_attn_type) == (1, 64 + 1, llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED)
         with pytest.raises(ConfigError, match="The conversation is .* tokens long, more than this model's limit of 1024"):
             model.chat(LONG_PROMPT)
         [reply] = model.chat(QUESTION, temperature=0, max_new_tokens=4)

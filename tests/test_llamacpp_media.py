@@ -1,6 +1,6 @@
 """Images, video frames and audio on the llama.cpp backend, for real: tiny GGUF models of real
-multimodal architectures and their projectors, made by llama.cpp's own converter (tests/tiny_gguf.py),
-run through our engine and, as the reference, through libmtmd called directly (tests/bare_mtmd.py)."""
+multimodal architectures and their projectors, made by llama.cpp's own converter (harness/tiny_gguf.py),
+run through our engine and, as the reference, through libmtmd called directly (harness/bare_mtmd.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from PIL import Image  # noqa: E402
 
 from engines import ChatModel, MediaError, ModelLoadError  # noqa: E402
 from engines.model_files.catalog import find_models  # noqa: E402
-from tests.bare_mtmd import BareMtmd  # noqa: E402
-from tests.tiny_gguf import build_gguf  # noqa: E402
+from harness.bare_mtmd import BareMtmd  # noqa: E402
+from harness.tiny_gguf import build_gguf  # noqa: E402
 
 MARKER = "<__media__>"
 

@@ -13,7 +13,7 @@ from engines.model_files import catalog as model_catalog
 from engines.model_files.catalog import FoundModel, find_models
 from engines.model_files.paths import default_gguf
 from tests.hub_cache import cache_model
-from tests.tiny_models import build_qwen2_audio
+from harness.tiny_models import build_qwen2_audio
 from webui.model_picker import label
 
 TEXT_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}

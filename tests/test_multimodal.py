@@ -1,5 +1,5 @@
 """Images, video and audio through the HF engine, on tiny random-weight Qwen2-VL, LLaVA and
-Qwen2-Audio models with their real processors (tests/tiny_models.py).
+Qwen2-Audio models with their real processors (harness/tiny_models.py).
 
 Each test looks at what model.generate really receives: the media tokens in input_ids, per file
 and per turn, and the pixel / audio tensors. Replies are noise and are not looked at.
@@ -13,7 +13,7 @@ import pytest
 from engines import ChatModel, ConfigError, MediaError
 from engines.prompt.media import load_image
 from media_samples import solid_image, tone, write_audio, write_video
-from tiny_models import build_llava, build_qwen2_audio, build_qwen2_vl
+from harness.tiny_models import build_llava, build_qwen2_audio, build_qwen2_vl
 
 HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None
 needs_torchvision = pytest.mark.skipif(

@@ -2,7 +2,7 @@
 
 Every kind goes through the page's own handlers (webui/handlers.py) on real models: the embedded
 text model, and tiny random-weight Qwen2-VL (images, video) and Qwen2-Audio models with their real
-processors (tests/tiny_models.py). For each kind the test checks what the page shows: the message
+processors (harness/tiny_models.py). For each kind the test checks what the page shows: the message
 names what was wrong (and, where there is something to do, what), no stack trace is shown, the
 conversation that was there before is unchanged, the user's own message is kept, and the model
 answers the next message. The kinds are the parametrize ids; SENT_KINDS, IMPORTED_KINDS and
@@ -28,7 +28,7 @@ from engines import ModelSlot
 from limits import Limits
 from tests.media_samples import bomb_png, png_bytes, solid_image, tone, write_audio, write_video
 from tests.page_input import CONTROLS, message, run, settings, written_imports
-from tests.tiny_models import build_qwen2_audio
+from harness.tiny_models import build_qwen2_audio
 from webui.conversation import ChatSession, Turn, render, render_turn
 from webui.handlers import ChatHandlers
 

@@ -18,7 +18,8 @@ from PIL import Image
 from engines import ChatModel
 from engines.backends.ktransformers import _METHOD_KERNELS, KT_RUN_DEFAULTS, KTransformersEngine
 from engines.backends.sglang import SGLangEngine
-from tests import fake_sglang, runtime_wheels, tiny_models
+from harness import tiny_models
+from tests import fake_sglang, runtime_wheels
 
 
 

@@ -34,7 +34,7 @@ from engines.prompt.media_budget import MediaBudget
 from engines.model_files.model_args import MediaSettings
 from harness.browser import ROOT, AppProcess
 from tests.media_samples import flat_png, solid_image, tone, write_audio, write_plain_video, write_silence
-from tests.tiny_models import build_qwen2_audio, build_qwen2_vl
+from harness.tiny_models import build_qwen2_audio, build_qwen2_vl
 
 HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None
 LIMITS = MediaSettings()

@@ -17,6 +17,7 @@ from gradio_client.utils import QueueError, Status
 
 from engines import ModelSlot
 from harness.browser import CHROMIUM, AppProcess, free_port
+from harness.soak_cycles import load_request
 from tests.held_load import load_held
 from webui import build_demo
 
@@ -28,8 +29,7 @@ if not Path(CHROMIUM).exists():
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 NEEDS_ADMIN = "Model management needs an admin"
 # /load's empty fields have no default: they are sent as the page sends them.
-DEFAULT_MODEL = {"infer_backend": "huggingface", "model_name_or_path": "", "infer_dtype": "auto", "lora_adapters": "", "engine_args": ""} | dict.fromkeys(
-    ("max_concurrent", "max_model_len", "kv_cache_space_gb", "gpu_memory_utilization", "tensor_parallel_size", "threads", "batch_size", "gpu_layers", "mmproj"))
+DEFAULT_MODEL = load_request({"infer_backend": "huggingface"})
 
 
 @pytest.fixture(scope="module")

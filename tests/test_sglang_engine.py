@@ -21,7 +21,8 @@ import uvloop
 from PIL import Image
 
 from engines import BackendUnavailableError, ChatError, ChatModel, ConfigError, MediaError
-from tests import fake_sglang, tiny_models
+from harness import tiny_models
+from tests import fake_sglang
 from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract
 
 

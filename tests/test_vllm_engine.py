@@ -163,10 +163,20 @@ async def test_eight_concurrent_streams_are_batched_and_kept_apart(vllm_model):
     watcher.cancel()
     assert peak >= 4, f"at most {peak} requests ran at once: vLLM did not batch them"
     assert max(gaps) < 0.5, f"the caller's event loop was blocked for {max(gaps):.2f} s"
+    # Batched bf16 matmuls may round differently from a lone request's, which can flip a near-tie
+    # anywhere (how often depends on the CPU's kernels: 3 to 8 of 8 were the same, on machines
+    # with and without AMX). What must hold is that each stream wrote its own prompt's reply: it
+    # starts as its own alone reply does at least as far as it starts like any other's.
     same = sum(a == b for a, b in zip(together, alone))
-    # Batched bf16 matmuls may round differently from a lone request's, which can flip a near-tie.
-    assert same >= 6, list(zip(prompts, alone, together))
+    print(f"\n{same}/8 batched replies equal to alone")
+    for index, reply in enumerate(together):
+        own = shared_start(reply, alone[index])
+        assert all(own >= shared_start(reply, other) for other in alone), f"stream {index} wrote another prompt's reply: {reply!r}"
     assert len(set(together)) == len(prompts), "replies were mixed up between streams"
+
+
+def shared_start(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def test_extra_sampling_params_are_honoured_and_checked(vllm_model):

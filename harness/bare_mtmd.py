@@ -4,7 +4,7 @@ anychat code, the way llama.cpp's own mtmd-cli does it: tokenize a prompt whose 
 (``<__media__>``) stand for the given images or audio, evaluate the chunks with
 mtmd_helper_eval_chunks, then sample greedily. Tests compare the engine against it.
 
-    python tests/bare_mtmd.py MODEL.gguf MMPROJ.gguf "<__media__>What is this?" picture.png [-n 8]
+    python harness/bare_mtmd.py MODEL.gguf MMPROJ.gguf "<__media__>What is this?" picture.png [-n 8]
 """
 
 from __future__ import annotations
