@@ -153,6 +153,33 @@ async def test_throttled_updates_gather_pieces():
     assert len(chunks) < 50, f"{len(chunks)} updates for 200 pieces: not throttled"
 
 
+async def test_updates_are_spaced_out_when_the_page_is_slow_to_handle_them():
+    """Where each update takes the page a while (a long conversation re-processed every time),
+    updates come further apart, so the page's work stays a small share of the machine's time."""
+    from webui.streaming import PAGE_SHARE
+
+    async def steady():
+        for _ in range(150):
+            yield "a"
+            await asyncio.sleep(0.004)
+
+    received, handled_for, waited = [], [], []
+    resumed = None
+    async for chunk in throttled(steady(), lambda: False, interval=0.01):
+        now = time.monotonic()
+        if resumed is not None:
+            waited.append(now - resumed)
+        received += chunk
+        work = 0.03 + 0.01 * len(handled_for)
+        time.sleep(work)  # the page's own work, holding the event loop as Gradio's does
+        handled_for.append(work)
+        resumed = time.monotonic()
+    assert received == ["a"] * 150
+    # Every gap after an update took the page w is at least w / PAGE_SHARE (the interval alone is 10 ms).
+    for work, gap in list(zip(handled_for, waited))[:-1]:
+        assert gap >= 0.9 * work / PAGE_SHARE, (work, gap)
+
+
 async def test_regenerate_undo_clear_and_edit(handlers):
     session = ChatSession()
     await run(handlers.send(session, message("Count to five."), **settings(12)))

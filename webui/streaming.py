@@ -10,6 +10,10 @@ from typing import TypeVar
 # One browser update per ~40 ms: Gradio re-processes the whole Chatbot and the browser
 # re-renders the message on every update, so per-token updates fall seconds behind.
 UPDATE_INTERVAL = 0.04
+# The share of the time the page's own work on updates may take. That work grows with the
+# conversation (Gradio re-processes every message on each update), and on a small machine it
+# takes CPU from the model; past this share, updates are spaced further apart instead.
+PAGE_SHARE = 0.2
 
 _END = object()
 T = TypeVar("T")
@@ -19,7 +23,8 @@ async def throttled(
     stream: AsyncIterator[T], should_stop: Callable[[], bool], interval: float = UPDATE_INTERVAL
 ) -> AsyncIterator[list[T]]:
     """Yield the items gathered since the last yield, at most once per ``interval`` (the first
-    item at once, for a quick first token). The model stream is drained by its own task, so it
+    item at once, for a quick first token), or less often where the caller's handling of each
+    yield takes more than PAGE_SHARE of the time between them. The model stream is drained by its own task, so it
     runs at full speed however slowly the caller consumes. Stopping (``should_stop()`` turning
     true, or the caller closing this generator) cancels that task, which closes the model stream
     and so stops generation in the engine."""
@@ -35,7 +40,7 @@ async def throttled(
             queue.put_nowait(_END)
 
     task = asyncio.create_task(drain())
-    last_yield = 0.0
+    last_yield, spacing = 0.0, interval
     try:
         finished = False
         while not finished:
@@ -44,7 +49,7 @@ async def throttled(
             while True:
                 if should_stop():
                     return
-                timeout = interval if deadline is None else deadline - time.monotonic()
+                timeout = spacing if deadline is None else deadline - time.monotonic()
                 if timeout <= 0 and pending:
                     break
                 try:
@@ -60,10 +65,12 @@ async def throttled(
                     raise item
                 pending.append(item)
                 if deadline is None:
-                    deadline = max(time.monotonic(), last_yield + interval)
+                    deadline = max(time.monotonic(), last_yield + spacing)
             if pending:
-                last_yield = time.monotonic()
+                yielded = time.monotonic()
                 yield pending
+                last_yield = time.monotonic()
+                spacing = max(interval, (last_yield - yielded) / PAGE_SHARE)
     finally:
         if not task.done():
             task.cancel()
