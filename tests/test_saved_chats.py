@@ -1,5 +1,7 @@
-"""Saved chats and one reply at a time, as plain functions (no browser): the list a browser keeps,
-its media checks, its secret, and switching chats while a reply streams, on the real default model."""
+"""Saved chats and one reply at a time, as plain functions (no browser): one user's chats in the
+store (SQLite here; tests/test_store.py runs the store on PostgreSQL too), their media checks,
+the browser's id and secret, the chats older versions kept in the browser, and switching chats
+while a reply streams, on the real default model."""
 
 import asyncio
 import os
@@ -9,10 +11,12 @@ from PIL import Image
 
 from tests.page_input import CONTROLS, message, run, settings
 from webui import chat_sidebar
-from webui.browser_storage import page_secret
+from store import open_store
+from webui.browser_storage import browser_memory, page_secret
+from webui.chat_keeper import title_of
 from webui.conversation import ChatSession, Turn, model_request, render
 from webui.handlers import ChatHandlers
-from webui.saved_chats import SavedChats, title_of
+from webui.saved_chats import SavedChats
 
 
 @pytest.fixture
@@ -21,62 +25,100 @@ def handlers(slot):
 
 
 @pytest.fixture
-def upload_folder(tmp_path, monkeypatch):
-    folder = tmp_path / "gradio"
-    folder.mkdir()
-    monkeypatch.setenv("GRADIO_TEMP_DIR", str(folder))
-    return folder
+def chat_store(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}")
+    yield store
+    store.close()
 
 
-def chat_session(chat_id, *texts):
-    turns = [Turn(role=("user", "assistant")[i % 2], content=text) for i, text in enumerate(texts)]
-    return ChatSession(turns=turns, chat_id=chat_id)
+def user_chats(store, owner="browser:" + "a" * 32):
+    return SavedChats(store, owner, owner.removeprefix("browser:"))
 
 
-def test_chats_are_kept_titled_listed_renamed_searched_and_deleted():
-    chats = SavedChats()
+def chat_session(chats, *texts):
+    session = chats.new_session()
+    session.turns = [Turn(role=("user", "assistant")[i % 2], content=text) for i, text in enumerate(texts)]
+    return session
+
+
+def test_chats_are_kept_titled_listed_renamed_searched_and_deleted(chat_store):
+    chats = user_chats(chat_store)
     new = chats.new_session()
     chats.keep(new, new.chat_id, "Be brief.", "")
-    assert chats.chats == [], "a chat is listed once it has a message"
+    assert chats.choices() == [], "a chat is listed once it has a message"
 
-    chats.keep(chat_session("a", "Say   apple,\nplease.", "Apple."), "a", "Be brief.", "[]")
-    chats.keep(chat_session("b", "x" * 80, "Banana."), "b", "", "")
-    assert [c.title for c in chats.chats] == ["x" * 59 + "…", "Say apple, please."]
-    assert (chats.find("a").system, chats.find("a").tools) == ("Be brief.", "[]")
+    a = chat_session(chats, "Say   apple,\nplease.", "Apple.")
+    chats.keep(a, a.chat_id, "Be brief.", "[]")
+    b = chat_session(chats, "x" * 80, "Banana, 100% yellow.")
+    chats.keep(b, b.chat_id, "", "")
+    assert [title for title, _ in chats.choices()] == ["x" * 59 + "…", "Say apple, please."]
+    assert (chats.find(a.chat_id).system, chats.find(a.chat_id).tools) == ("Be brief.", "[]")
     # A chat that changes comes first; keeping it unchanged (a switch away) leaves the order.
-    chats.keep(chat_session("a", "Say apple, please.", "Apple.", "More?", "Sure."), "a", "Be brief.", "[]")
-    chats.keep(chat_session("b", "x" * 80, "Banana."), "b", "", "")
-    assert [c.id for c in chats.chats] == ["a", "b"]
+    a.turns += [Turn(role="user", content="More?"), Turn(role="assistant", content="Sure.")]
+    chats.keep(a, a.chat_id, "Be brief.", "[]")
+    chats.keep(b, b.chat_id, "", "")
+    assert [chat_id for _, chat_id in chats.choices()] == [a.chat_id, b.chat_id]
     # The page's system prompt goes to the chat it was shown with, not to a newer session.
-    chats.keep(chat_session("b", "x" * 80, "Banana."), "a", "Be kind.", "")
-    assert (chats.find("a").system, chats.find("b").system) == ("Be kind.", "")
+    chats.keep(b, a.chat_id, "Be kind.", "")
+    assert (chats.find(a.chat_id).system, chats.find(b.chat_id).system) == ("Be kind.", "")
 
-    assert chats.rename("a", "  Fruit\n talk ") == "" and chats.find("a").title == "Fruit talk"
-    assert "needs a title" in chats.rename("a", "  ") and chats.find("a").title == "Fruit talk"
+    assert chats.rename(a.chat_id, "  Fruit\n talk ") == "" and chats.find(a.chat_id).title == "Fruit talk"
+    assert "needs a title" in chats.rename(a.chat_id, "  ") and chats.find(a.chat_id).title == "Fruit talk"
     assert "once it has a message" in chats.rename(new.chat_id, "Nothing yet")
-    assert chats.choices("FRUIT") == [("Fruit talk", "a")] and len(chats.choices("")) == 2
-    chats.delete("a")
-    assert [c.id for c in chats.chats] == ["b"]
+    # Search reads titles and messages, whatever their case; % and _ are letters there, not wildcards.
+    assert chats.choices("FRUIT") == [("Fruit talk", a.chat_id)] and len(chats.choices("")) == 2
+    assert chats.choices("banana") == [("x" * 59 + "…", b.chat_id)] and chats.choices("SURE") == [("Fruit talk", a.chat_id)]
+    assert chats.choices("100%") == [("x" * 59 + "…", b.chat_id)] and chats.choices("1%0") == []
+    chats.delete(a.chat_id)
+    assert [chat_id for _, chat_id in chats.choices()] == [b.chat_id]
     assert title_of([Turn(role="user", files=["/x/sunset.png"])]) == "sunset.png"
 
 
-def test_the_browser_keeps_only_what_a_chat_needs_and_bad_data_is_explained():
-    chats = SavedChats()
-    session = chat_session("a", "Hi", "Hello")
+def test_each_message_is_a_row_and_a_reopened_chat_is_as_it_was(chat_store):
+    chats = user_chats(chat_store)
+    session = chat_session(chats, "Hi", "Hello")
     session.turns[1].writing, session.turns[1].tool_text = True, "<tool_call>"
-    chats.keep(session, "a", "", "")
-    chats.current = "a"
-    stored = chats.for_browser()
-    assert stored == {"current": "a", "chats": [{"id": "a", "title": "Hi", "updated": chats.chats[0].updated,
-                                                   "turns": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}]}
-    restored, problem = SavedChats.from_browser(stored)
-    assert problem == "" and restored.find("a").turns == [Turn(role="user", content="Hi"), Turn(role="assistant", content="Hello")]
-    assert SavedChats.from_browser(None) == (SavedChats(), "")
-    empty, problem = SavedChats.from_browser({"chats": [{"id": "a", "title": "x", "turns": [{"role": "robot"}]}]})
-    assert empty.chats == [] and problem.startswith("⚠ The chats saved in this browser could not be read (chats.0.turns.0.role")
+    session.keeper.save(session.turns)
+    assert [m.state for m in chat_store.messages(chats.owner, session.chat_id)] == ["done", "writing"]
+    # Only what a chat needs is stored: nothing that exists only while a reply streams.
+    assert [m.data for m in chat_store.messages(chats.owner, session.chat_id)] == [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    # A reply the store still has as writing (the server died mid-reply) opens as stopped.
+    reopened = chats.open(session.chat_id, "")
+    assert [(t.content, t.stopped) for t in reopened.turns] == [("Hi", False), ("Hello", True)]
+
+    session.turns[1].writing = False
+    session.turns[1].content = "Hello there"
+    session.turns.append(Turn(role="user", content="Bye", error="No model is loaded."))
+    session.keeper.save(session.turns)
+    rows = chat_store.messages(chats.owner, session.chat_id)
+    assert [(m.data["content"], m.state) for m in rows] == [("Hi", "done"), ("Hello there", "done"), ("Bye", "error")]
+    assert [t.row for t in session.turns] == [m.id for m in rows]
+    # A regenerated reply's row goes; the others stay the rows they were.
+    del session.turns[1:]
+    session.keeper.save(session.turns)
+    assert [m.id for m in chat_store.messages(chats.owner, session.chat_id)] == [rows[0].id]
 
 
-def test_media_the_server_no_longer_has_or_never_stored_show_as_missing(upload_folder, tmp_path):
+def test_two_tabs_of_one_chat_never_drop_each_others_messages(chat_store):
+    chats = user_chats(chat_store)
+    first = chat_session(chats, "Hi", "Hello")
+    chats.keep(first, first.chat_id, "", "")
+    second = chats.open(first.chat_id, "")
+    first.turns += [Turn(role="user", content="From tab one")]
+    second.turns += [Turn(role="user", content="From tab two")]
+    first.keeper.save(first.turns)
+    second.keeper.save(second.turns)
+    other_tab = user_chats(chat_store)
+    other_chat = chat_session(other_tab, "Another chat")
+    other_tab.keep(other_chat, other_chat.chat_id, "", "")
+    contents = [t.content for t in chats.open(first.chat_id, "").turns]
+    assert contents == ["Hi", "Hello", "From tab one", "From tab two"]
+    assert len(chats.choices()) == 2
+
+
+def test_media_the_server_no_longer_has_or_never_stored_show_as_missing(chat_store, upload_folder, tmp_path):
+    upload_folder.mkdir()
     kept = upload_folder / "abc" / "kept.png"
     kept.parent.mkdir()
     Image.new("RGB", (8, 8), "red").save(kept)
@@ -85,11 +127,11 @@ def test_media_the_server_no_longer_has_or_never_stored_show_as_missing(upload_f
     Image.new("RGB", (8, 8), "blue").save(outside)
     link = upload_folder / "abc" / "link.png"
     link.symlink_to(outside)
-    chats = SavedChats()
+    chats = user_chats(chat_store)
     turn = Turn(role="user", content="Look", files=[str(kept), str(gone), str(outside), str(link), "/etc/hostname"])
-    chats.keep(ChatSession(turns=[turn], chat_id="a"), "a", "", "")
+    a = chats.add([turn])
 
-    session = chats.open("a", str(upload_folder))
+    session = chats.open(a.chat_id, str(upload_folder))
     [opened] = session.turns
     assert opened.files == [str(kept)]
     assert opened.missing_files == ["gone.png", "outside.png", "link.png", "hostname"]
@@ -99,9 +141,8 @@ def test_media_the_server_no_longer_has_or_never_stored_show_as_missing(upload_f
     request = model_request(session.turns)
     assert request.messages == [{"role": "user", "content": "<image>Look"}] and request.media == {"image": [str(kept)]}
     # A message whose only file is gone still shows.
-    only = Turn(role="user", files=[str(gone)])
-    chats.keep(ChatSession(turns=[only], chat_id="b"), "b", "", "")
-    assert render(chats.open("b", str(upload_folder)).turns)[0]["content"] == ["📎 gone.png"]
+    b = chats.add([Turn(role="user", files=[str(gone)])])
+    assert render(chats.open(b.chat_id, str(upload_folder)).turns)[0]["content"] == ["📎 gone.png"]
 
 
 def test_the_secret_is_made_once_and_kept(tmp_path):
@@ -110,6 +151,36 @@ def test_the_secret_is_made_once_and_kept(tmp_path):
     assert (tmp_path / "browser-state-secret").stat().st_mode & 0o777 == 0o600
     assert os.listdir(tmp_path) == ["browser-state-secret"]
     assert page_secret(tmp_path / "other") != secret
+
+
+def test_a_browser_id_that_is_not_one_gets_a_new_one():
+    browser, current = browser_memory({"id": "b" * 32, "current": "c1"})
+    assert (browser, current) == ("b" * 32, "c1")
+    for stored in (None, {"id": "../../x"}, {"id": "B" * 32}, {"id": 7, "current": 3}, []):
+        browser, current = browser_memory(stored)
+        assert len(browser) == 32 and browser != "b" * 32 and current == ""
+
+
+def test_the_chats_a_browser_held_move_into_the_store_once(chat_store, upload_folder):
+    old = {"current": "b", "chats": [
+        {"id": "b", "title": "Renamed", "system": "Be kind.", "updated": 2.0,
+         "turns": [{"role": "user", "content": "Second"}, {"role": "assistant", "content": "Two", "stopped": True}]},
+        {"id": "a", "title": "First", "updated": 1.0, "turns": [{"role": "user", "content": "First"}]},
+    ]}
+    sidebar = chat_sidebar.ChatSidebar.__new__(chat_sidebar.ChatSidebar)
+    sidebar.store = chat_store
+    view = sidebar.restore({"id": "c" * 32}, old)
+    assert view["old_chats"] is None, "the browser's copy is removed once moved"
+    assert "Moved 2 chats from this browser" in view["note"]
+    assert [title for title, _ in view["chats"].choices()] == ["Renamed", "First"]
+    assert [t.content for t in view["session"].turns] == ["Second", "Two"] and view["session"].turns[1].stopped
+    assert view["system"] == "Be kind." and view["storage"] == {"id": "c" * 32, "current": view["session"].chat_id}
+    again = sidebar.restore(view["storage"], None)
+    assert again["old_chats"] is not None and len(again["chats"].choices()) == 2
+    assert [t.content for t in again["session"].turns] == ["Second", "Two"], "the page opens on the chat it showed last"
+    broken = sidebar.restore({"id": "d" * 32}, {"chats": [{"id": "a", "title": "x", "turns": [{"role": "robot"}]}]})
+    assert broken["note"].startswith("⚠ The chats saved in this browser could not be read (chats.0.turns.0.role")
+    assert broken["chats"].choices() == []
 
 
 async def started_reply(handlers, session, text):
@@ -135,10 +206,10 @@ async def test_a_second_message_waits_for_the_reply(handlers):
     assert [t.content for t in session.turns if t.role == "user"] == ["Write a long story about a dragon.", "And a poem?"]
 
 
-async def test_switching_chats_stops_the_reply_and_keeps_it_in_its_own_chat(handlers, upload_folder):
-    chats = chat_sidebar.restore(None)["chats"]
-    first = chats.open(chats.current, str(upload_folder))
-    await run(handlers.send(first, message("Say apple."), **settings(4)))
+async def test_switching_chats_stops_the_reply_and_keeps_it_in_its_own_chat(handlers, chat_store, upload_folder):
+    chats = user_chats(chat_store)
+    first = chats.new_session()
+    await run(handlers.send(first, message("Say apple."), **settings(4, system="Be brief.")))
     chat_sidebar.keep_chat(chats, first, first.chat_id, "Be brief.", "")
     second = (await chat_sidebar.new_chat(chats, first, first.chat_id, "Be brief.", ""))["session"]
     task = await started_reply(handlers, second, "Write a long story about a lighthouse.")
@@ -148,7 +219,30 @@ async def test_switching_chats_stops_the_reply_and_keeps_it_in_its_own_chat(hand
     shown = view["session"]
     assert shown is not second and shown.chat_id == first.chat_id == view["shown"]
     assert [t.content for t in shown.turns][0] == "Say apple." and view["system"] == "Be brief." and view["chatbot"] == render(shown.turns)
-    [kept] = [c for c in view["storage"]["chats"] if c["id"] == second.chat_id]
-    assert kept["system"] == "Be long." and kept["turns"][0]["content"] == "Write a long story about a lighthouse."
-    assert kept["turns"][1]["stopped"] and kept["turns"][1]["content"] == second.turns[1].content
+    assert chats.find(second.chat_id).system == "Be long."
+    kept = chats.open(second.chat_id, str(upload_folder)).turns
+    assert kept[0].content == "Write a long story about a lighthouse."
+    assert kept[1].stopped and kept[1].content == second.turns[1].content
     assert len(second.turns[1].content) < 2000, "the reply went on after the switch"
+
+
+async def test_the_message_is_saved_when_sent_and_the_reply_as_it_streams(handlers, chat_store):
+    chats = user_chats(chat_store)
+    session = chats.new_session()
+    task = await started_reply(handlers, session, "Write a long story about a dragon.")
+    rows = chat_store.messages(chats.owner, session.chat_id)
+    assert rows[0].data["content"] == "Write a long story about a dragon.", "the message is saved before its reply"
+    assert chats.find(session.chat_id).title == "Write a long story about a dragon."
+    deadline = asyncio.get_running_loop().time() + 30
+    while len(rows) < 2 or len(rows[1].data["content"]) < 20:
+        assert asyncio.get_running_loop().time() < deadline and not task.done(), "the reply was not saved while it streamed"
+        await asyncio.sleep(0.2)
+        rows = chat_store.messages(chats.owner, session.chat_id)
+    assert rows[1].state == "writing" and session.turns[1].content.startswith(rows[1].data["content"])
+    handlers.stop(session)
+    await task
+    [asked, reply] = chat_store.messages(chats.owner, session.chat_id)
+    assert reply.state == "stopped" and reply.data["content"] == session.turns[1].content
+    assert reply.data["stats"]["finish_reason"] == "stopped"
+    await run(handlers.send(session, message("Say hi."), **settings(2)))
+    assert chat_store.messages(chats.owner, session.chat_id)[-1].state == "length"

@@ -1,0 +1,139 @@
+"""What the page asks of the store. Every call names the owner it acts for, and touches only that
+owner's chats: a chat id of someone else's reads as no chat at all, and writing to one is refused
+(ids come from the page, and an attacker can send any). Each call is one short transaction,
+so two tabs, or two app processes, never overwrite each other's rows."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, delete, exists, func, select, update
+from sqlalchemy.orm import Session
+
+from .tables import Chat, Message
+
+
+class StoreError(Exception):
+    """The store cannot be opened or written; the message says why and what to do."""
+
+
+class NotYours(StoreError):
+    """A chat id that belongs to another owner."""
+
+
+@dataclass(frozen=True)
+class ChatInfo:
+    id: str
+    title: str
+    system: str
+    tools: str
+    updated: float
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """``data``: the message as the page keeps it, ``role`` and ``content`` included."""
+
+    id: int
+    data: dict[str, Any]
+    state: str
+
+
+@dataclass
+class MessageChanges:
+    """What one save writes into a chat: messages ``added`` (in order), ``changed`` by id, and
+    the ids of those ``removed``. A message is a dict with its ``role`` and ``content``, and its
+    ``state`` (see tables.Message)."""
+
+    added: list[dict[str, Any]]
+    changed: dict[int, dict[str, Any]]
+    removed: list[int]
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.changed or self.removed)
+
+
+class ChatStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def chats(self, owner: str, query: str = "") -> list[ChatInfo]:
+        """``owner``'s chats, newest first; with ``query``, those whose title or any message holds it, whatever its case."""
+        statement = select(Chat).where(Chat.owner == owner).order_by(Chat.updated.desc())
+        query = query.strip()
+        if query:
+            in_messages = exists().where(Message.chat_id == Chat.id, Message.content.icontains(query, autoescape=True))
+            statement = statement.where(Chat.title.icontains(query, autoescape=True) | in_messages)
+        with Session(self.engine) as session:
+            return [_info(chat) for chat in session.scalars(statement)]
+
+    def chat(self, owner: str, chat_id: str) -> ChatInfo | None:
+        with Session(self.engine) as session:
+            chat = _owned(session, owner, chat_id)
+            return _info(chat) if chat else None
+
+    def messages(self, owner: str, chat_id: str) -> list[StoredMessage]:
+        """The chat's messages in order (none for a chat that is not ``owner``'s)."""
+        statement = (select(Message).join(Chat).where(Chat.owner == owner, Message.chat_id == chat_id).order_by(Message.id))
+        with Session(self.engine) as session:
+            return [StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state)
+                    for row in session.scalars(statement)]
+
+    def write(self, owner: str, chat_id: str, changes: MessageChanges, created: dict[str, str]) -> list[int]:
+        """Write ``changes`` into the chat, made with ``created`` (its title, system and tools) if
+        it is new; the ids of the messages added. Rows this save does not name are left as they are."""
+        now = time.time()
+        with Session(self.engine) as session, session.begin():
+            chat = session.get(Chat, chat_id, with_for_update=True)
+            if chat is None:
+                chat = Chat(id=chat_id, owner=owner, **{"system": "", "tools": "", **created}, created=now, updated=now)
+                session.add(chat)
+            elif chat.owner != owner:
+                raise NotYours(f"Chat {chat_id} is not yours.")
+            chat.updated = now
+            if changes.removed:
+                session.execute(delete(Message).where(Message.chat_id == chat_id, Message.id.in_(changes.removed)))
+            for row_id, message in changes.changed.items():
+                session.execute(update(Message).where(Message.chat_id == chat_id, Message.id == row_id).values(**_columns(message, now)))
+            rows = [Message(chat_id=chat_id, **_columns(message, now)) for message in changes.added]
+            session.add_all(rows)
+            session.flush()
+            return [row.id for row in rows]
+
+    def set_settings(self, owner: str, chat_id: str, system: str, tools: str) -> bool:
+        """The chat's system prompt and tools; false where ``owner`` has no such chat (yet)."""
+        return self._update(owner, chat_id, system=system, tools=tools)
+
+    def rename(self, owner: str, chat_id: str, title: str) -> bool:
+        return self._update(owner, chat_id, title=title)
+
+    def delete(self, owner: str, chat_id: str) -> bool:
+        with Session(self.engine) as session, session.begin():
+            return session.execute(delete(Chat).where(Chat.owner == owner, Chat.id == chat_id)).rowcount > 0
+
+    def count(self, owner: str) -> int:
+        with Session(self.engine) as session:
+            return session.scalar(select(func.count()).select_from(Chat).where(Chat.owner == owner)) or 0
+
+    def _update(self, owner: str, chat_id: str, **values: str) -> bool:
+        with Session(self.engine) as session, session.begin():
+            return session.execute(update(Chat).where(Chat.owner == owner, Chat.id == chat_id).values(**values)).rowcount > 0
+
+
+def _owned(session: Session, owner: str, chat_id: str) -> Chat | None:
+    chat = session.get(Chat, chat_id)
+    return chat if chat is not None and chat.owner == owner else None
+
+
+def _info(chat: Chat) -> ChatInfo:
+    return ChatInfo(chat.id, chat.title, chat.system, chat.tools, chat.updated)
+
+
+def _columns(message: dict[str, Any], now: float) -> dict[str, Any]:
+    data = dict(message)
+    return {"role": data.pop("role"), "content": data.pop("content", ""), "state": data.pop("state", "done"), "data": data, "updated": now}
