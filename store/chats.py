@@ -91,7 +91,7 @@ class ChatStore:
         with Session(self.engine) as session, session.begin():
             chat = session.get(Chat, chat_id, with_for_update=True)
             if chat is None:
-                chat = Chat(id=chat_id, owner=owner, **{"system": "", "tools": "", **created}, created=now, updated=now)
+                chat = Chat(id=chat_id, owner=owner, **{"system": "", "tools": "", **_without_nul(created)}, created=now, updated=now)
                 session.add(chat)
             elif chat.owner != owner:
                 raise NotYours(f"Chat {chat_id} is not yours.")
@@ -107,10 +107,10 @@ class ChatStore:
 
     def set_settings(self, owner: str, chat_id: str, system: str, tools: str) -> bool:
         """The chat's system prompt and tools; false where ``owner`` has no such chat (yet)."""
-        return self._update(owner, chat_id, system=system, tools=tools)
+        return self._update(owner, chat_id, system=_without_nul(system), tools=_without_nul(tools))
 
     def rename(self, owner: str, chat_id: str, title: str) -> bool:
-        return self._update(owner, chat_id, title=title)
+        return self._update(owner, chat_id, title=_without_nul(title))
 
     def delete(self, owner: str, chat_id: str) -> bool:
         with Session(self.engine) as session, session.begin():
@@ -135,5 +135,17 @@ def _info(chat: Chat) -> ChatInfo:
 
 
 def _columns(message: dict[str, Any], now: float) -> dict[str, Any]:
-    data = dict(message)
+    data = _without_nul(message)
     return {"role": data.pop("role"), "content": data.pop("content", ""), "state": data.pop("state", "done"), "data": data, "updated": now}
+
+
+def _without_nul(value: Any) -> Any:
+    """``value`` with each NUL character as U+FFFD: PostgreSQL's text cannot hold one, and a
+    message may have one (the page's endpoints take anything)."""
+    if isinstance(value, str):
+        return value.replace("\0", "\ufffd")
+    if isinstance(value, dict):
+        return {key: _without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    return value

@@ -79,6 +79,11 @@ def test_messages_rows_search_and_delete(chat_store):
     assert [c.id for c in chat_store.chats("alice", "PAPAYA")] == ["c1"]
     assert [c.id for c in chat_store.chats("alice", "greet")] == ["c2"]
     assert [c.id for c in chat_store.chats("alice", "o_w")] == ["c2"] and chat_store.chats("alice", "o%w") == []
+    # A NUL character (PostgreSQL's text holds none) is kept as U+FFFD rather than failing the save.
+    chat_store.write("alice", "c3", MessageChanges(added=[{"role": "user", "content": "a\0b", "files": ["/tmp/a\0.png"]}], changed={}, removed=[]),
+                     {"title": "a\0b"})
+    assert chat_store.messages("alice", "c3")[0].data == {"role": "user", "content": "a\ufffdb", "files": ["/tmp/a\ufffd.png"]}
+    assert chat_store.set_settings("alice", "c3", "\0", "\0") and chat_store.chat("alice", "c3").system == "\ufffd"
     assert chat_store.delete("alice", "c1") and chat_store.messages("alice", "c1") == []
     with chat_store.engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM messages WHERE chat_id = 'c1'")).scalar() == 0, "its messages go with it"
