@@ -53,7 +53,7 @@ def web_app(slot, args: argparse.Namespace):
     app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
                        flag="--max-page-request-size", advice="Send a shorter message, or ask the server's operator to raise the limit.")
     try:
-        store = open_store(args.database_url)
+        store = open_store(args.database_url, limits.max_user_media_size)
     except StoreError as error:
         raise SystemExit(f"--database-url: {error}") from None
     print(f"Chats kept in {shown_url(args.database_url)}", flush=True)

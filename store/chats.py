@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, delete, exists, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from .tables import Chat, Message
+from .media import MediaFiles
+from .tables import Chat, ChatMedia, Media, Message
 
 
 class StoreError(Exception):
@@ -56,8 +58,13 @@ class MessageChanges:
 
 
 class ChatStore:
-    def __init__(self, engine: Engine) -> None:
+    """``media``: where the media kept with the chats are; ``media_quota``: how many bytes of them
+    one owner may keep (None: no limit)."""
+
+    def __init__(self, engine: Engine, media: MediaFiles, media_quota: int | None = None) -> None:
         self.engine = engine
+        self.media = media
+        self.media_quota = media_quota
 
     def close(self) -> None:
         self.engine.dispose()
@@ -84,9 +91,10 @@ class ChatStore:
             return [StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state)
                     for row in session.scalars(statement)]
 
-    def write(self, owner: str, chat_id: str, changes: MessageChanges, created: dict[str, str]) -> list[int]:
+    def write(self, owner: str, chat_id: str, changes: MessageChanges, created: dict[str, str], media: dict[str, int] | None = None) -> list[int]:
         """Write ``changes`` into the chat, made with ``created`` (its title, system and tools) if
-        it is new; the ids of the messages added. Rows this save does not name are left as they are."""
+        it is new; the ids of the messages added. Rows this save does not name are left as they
+        are. ``media``: the hashes and sizes of the media its messages use (kept in MediaFiles first)."""
         now = time.time()
         with Session(self.engine) as session, session.begin():
             chat = session.get(Chat, chat_id, with_for_update=True)
@@ -103,7 +111,17 @@ class ChatStore:
             rows = [Message(chat_id=chat_id, **_columns(message, now)) for message in changes.added]
             session.add_all(rows)
             session.flush()
+            if media:
+                insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
+                session.execute(insert(Media).on_conflict_do_nothing(), [{"sha256": h, "size": size, "created": now} for h, size in media.items()])
+                session.execute(insert(ChatMedia).on_conflict_do_nothing(), [{"chat_id": chat_id, "sha256": h} for h in media])
             return [row.id for row in rows]
+
+    def media_of(self, owner: str) -> dict[str, int]:
+        """The hashes and sizes of the media ``owner``'s chats keep (each once)."""
+        statement = select(Media.sha256, Media.size).join(ChatMedia).join(Chat).where(Chat.owner == owner).distinct()
+        with Session(self.engine) as session:
+            return {digest: size for digest, size in session.execute(statement)}
 
     def set_settings(self, owner: str, chat_id: str, system: str, tools: str) -> bool:
         """The chat's system prompt and tools; false where ``owner`` has no such chat (yet)."""
@@ -113,8 +131,18 @@ class ChatStore:
         return self._update(owner, chat_id, title=_without_nul(title))
 
     def delete(self, owner: str, chat_id: str) -> bool:
+        """Delete the chat, its messages, and the media no other chat uses."""
         with Session(self.engine) as session, session.begin():
-            return session.execute(delete(Chat).where(Chat.owner == owner, Chat.id == chat_id)).rowcount > 0
+            deleted = session.execute(delete(Chat).where(Chat.owner == owner, Chat.id == chat_id)).rowcount > 0
+        if deleted:
+            self._sweep()
+        return deleted
+
+    def _sweep(self) -> None:
+        with Session(self.engine) as session, session.begin():
+            unused = exists().where(ChatMedia.sha256 == Media.sha256)
+            gone = list(session.scalars(delete(Media).where(~unused).returning(Media.sha256)))
+        self.media.remove(gone)
 
     def count(self, owner: str) -> int:
         with Session(self.engine) as session:

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from .chats import ChatStore, StoreError
+from .media import MediaFiles
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 DATABASE_FILE = "chats.db"
@@ -46,9 +47,10 @@ def database_url(url: str | None = None) -> str:
     return url
 
 
-def open_store(url: str | None = None) -> ChatStore:
-    """The store at ``url`` (see database_url), its schema migrated to the newest; a StoreError
-    that says what to do where it cannot be opened."""
+def open_store(url: str | None = None, media_quota: int | None = None, data: Path | None = None) -> ChatStore:
+    """The store at ``url`` (see database_url), its schema migrated to the newest, its media in
+    the data folder (``data``, else data_dir()), ``media_quota`` bytes of them per owner; a
+    StoreError that says what to do where it cannot be opened."""
     url = database_url(url)
     try:
         parsed = make_url(url)
@@ -67,7 +69,7 @@ def open_store(url: str | None = None) -> ChatStore:
     except SQLAlchemyError as error:
         engine.dispose()
         raise StoreError(f"Could not open the chat store at {parsed.render_as_string(hide_password=True)}: {error.orig or error}") from None
-    return ChatStore(engine)
+    return ChatStore(engine, MediaFiles((data or data_dir()) / "media"), media_quota)
 
 
 def shown_url(url: str | None = None) -> str:

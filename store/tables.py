@@ -49,3 +49,22 @@ class Message(Base):
 
     # AUTOINCREMENT: an id is never given again after its message is deleted (a tab still names it).
     __table_args__ = (Index("ix_messages_chat_id", "chat_id", "id"), {"sqlite_autoincrement": True})
+
+
+class Media(Base):
+    """An image, video or audio kept with the chats, once however many messages use it: its
+    file is ``media/<sha256[:2]>/<sha256>`` in the data folder (store/media.py)."""
+
+    __tablename__ = "media"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created: Mapped[float] = mapped_column(Float)
+
+
+class ChatMedia(Base):
+    """Which chats use which media: a medium goes with the last chat that uses it, and each
+    owner's media count against their quota once however many chats use them."""
+
+    __tablename__ = "chat_media"
+    chat_id: Mapped[str] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"), primary_key=True)
+    sha256: Mapped[str] = mapped_column(ForeignKey("media.sha256"), primary_key=True, index=True)

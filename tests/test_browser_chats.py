@@ -201,7 +201,7 @@ def conversation_file(path):
     return str(path)
 
 
-def test_chats_survive_a_reload_and_a_restart_and_a_lost_file_shows_as_missing(browser, context, tmp_path):
+def test_chats_and_their_media_survive_a_reload_and_a_restart_and_a_lost_file_shows_as_missing(browser, context, tmp_path):
     port = free_port()
     app = AppProcess(tmp_path, port=port)
     try:
@@ -232,8 +232,19 @@ def test_chats_survive_a_reload_and_a_restart_and_a_lost_file_shows_as_missing(b
         expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
         expect(textbox(page, "system-prompt")).to_have_value("Be kind.")
 
-        [picture] = (tmp_path / "gradio").glob("anychat-import-*/*/sunset.png")
-        picture.unlink()
+        # Gradio deletes the page's files after a while: the chat keeps its own copy in the store.
+        copies = list((tmp_path / "gradio").rglob("sunset.png"))
+        assert copies
+        for copy in copies:
+            copy.unlink()
+        page.reload()
+        open_chat(page, app.url)
+        expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
+        # A medium the store lost as well shows as missing.
+        [kept] = [path for path in (tmp_path / "data" / "media").rglob("*") if path.is_file()]
+        kept.unlink()
+        for copy in (tmp_path / "gradio").rglob("sunset.png"):
+            copy.unlink()
         page.reload()
         open_chat(page, app.url)
         expect(page.locator("#chatbot")).to_contain_text("sunset.png: no longer on the server")

@@ -117,32 +117,75 @@ def test_two_tabs_of_one_chat_never_drop_each_others_messages(chat_store):
     assert len(chats.choices()) == 2
 
 
-def test_media_the_server_no_longer_has_or_never_stored_show_as_missing(chat_store, upload_folder, tmp_path):
-    upload_folder.mkdir()
-    kept = upload_folder / "abc" / "kept.png"
-    kept.parent.mkdir()
-    Image.new("RGB", (8, 8), "red").save(kept)
+def picture(path, color):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (8, 8), color).save(path)
+    return path
+
+
+def test_media_are_kept_with_the_chat_once_by_content_and_go_with_the_last_chat(chat_store, upload_folder, tmp_path):
+    kept = picture(upload_folder / "abc" / "kept.png", "red")
     gone = upload_folder / "abc" / "gone.png"
-    outside = tmp_path / "outside.png"
-    Image.new("RGB", (8, 8), "blue").save(outside)
+    outside = picture(tmp_path / "outside.png", "blue")
     link = upload_folder / "abc" / "link.png"
     link.symlink_to(outside)
     chats = user_chats(chat_store)
     turn = Turn(role="user", content="Look", files=[str(kept), str(gone), str(outside), str(link), "/etc/hostname"])
     a = chats.add([turn])
+    [medium] = chat_store.media_of(chats.owner)
+    assert chat_store.media.file(medium).read_bytes() == kept.read_bytes()
+    kept.unlink()  # Gradio deletes the page's files after a while: the chat keeps its own copy
 
     session = chats.open(a.chat_id, str(upload_folder))
     [opened] = session.turns
-    assert opened.files == [str(kept)]
+    [copy] = opened.files
+    assert copy.startswith(str(upload_folder)) and copy.endswith("/kept.png") and Image.open(copy).getpixel((0, 0)) == (255, 0, 0)
+    # A file that is gone, or not one the page stored (a path elsewhere, a link out), is neither kept nor read.
     assert opened.missing_files == ["gone.png", "outside.png", "link.png", "hostname"]
+    assert sorted(path.name for path in chat_store.media.root.rglob("*") if path.is_file()) == [medium]
     shown = render(session.turns)
-    assert shown[0]["content"] == [{"path": str(kept)}, "Look"]
+    assert shown[0]["content"] == [{"path": copy}, "Look"]
     assert shown[1]["metadata"]["title"] == "📎 Missing files" and "gone.png, outside.png" in shown[1]["content"]
     request = model_request(session.turns)
-    assert request.messages == [{"role": "user", "content": "<image>Look"}] and request.media == {"image": [str(kept)]}
+    assert request.messages == [{"role": "user", "content": "<image>Look"}] and request.media == {"image": [copy]}
     # A message whose only file is gone still shows.
     b = chats.add([Turn(role="user", files=[str(gone)])])
     assert render(chats.open(b.chat_id, str(upload_folder)).turns)[0]["content"] == ["📎 gone.png"]
+
+    # The same picture in another chat (under another name) is kept once, and goes with the last chat using it.
+    again = chats.add([Turn(role="user", content="Again", files=[str(picture(upload_folder / "x" / "same.png", "red"))])])
+    assert list(chat_store.media_of(chats.owner)) == [medium]
+    chats.delete(a.chat_id)
+    assert chat_store.media.file(medium).exists()
+    chats.delete(again.chat_id)
+    assert not chat_store.media.file(medium).exists() and chat_store.media_of(chats.owner) == {}
+
+
+def noise(path):
+    """A picture of about 4.9 KB: noise does not compress."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.frombytes("RGB", (40, 40), os.urandom(4800)).save(path)
+    return path
+
+
+def test_a_user_over_the_media_quota_is_told_and_the_chat_is_kept(tmp_path, upload_folder):
+    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", media_quota=6000, data=tmp_path)
+    try:
+        chats = user_chats(store)
+        first, second = noise(upload_folder / "a" / "first.png"), noise(upload_folder / "b" / "second.png")
+        chats.add([Turn(role="user", content="One", files=[str(first)])])
+        with pytest.warns(UserWarning, match=r"second.png is not kept with the chat: your saved chats' media would take 9.\d KB, over "
+                                             r"this server's limit of 5.9 KB per user \(--max-user-media-size\)"):
+            two = chats.add([Turn(role="user", content="Two", files=[str(second)])])
+        assert len(store.media_of(chats.owner)) == 1
+        opened = chats.open(two.chat_id, str(upload_folder)).turns
+        assert [t.content for t in opened] == ["Two"] and opened[0].files == [str(second)], "saved, its file named by its path"
+        # Another user has a quota of their own.
+        other = user_chats(store, "login:bob")
+        other.add([Turn(role="user", content="Mine", files=[str(second)])])
+        assert len(store.media_of("login:bob")) == 1
+    finally:
+        store.close()
 
 
 def test_the_secret_is_made_once_and_kept(tmp_path):

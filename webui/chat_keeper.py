@@ -18,9 +18,12 @@ import time
 from typing import Any
 
 import gradio as gr
+from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
+from limits import size_text
 from store import ChatStore, MessageChanges, StoredMessage, StoreError
+from store.media import file_hash
 
 from .conversation import ChatSession, Turn
 
@@ -40,12 +43,15 @@ class ChatKeeper:
         self.last_save = time.monotonic()
         self.problem = ""
         self._lock = threading.Lock()
+        # The media of this chat's files, by (path, size, mtime): each file is read once. None: not kept (over the quota).
+        self._media: dict[tuple[str, int, int], tuple[str, int] | None] = {}
 
     def save(self, turns: list[Turn], system: str = "", tools: str = "") -> None:
         """Write what changed in ``turns`` (``system`` and ``tools`` go with a chat written for the first time)."""
         with self._lock:
             self.last_save = time.monotonic()
-            messages = [as_message(turn) for turn in turns]
+            media = self._kept_media(turns)
+            messages = [as_message(turn, media) for turn in turns]
             rows = {turn.row for turn in turns}
             changes = MessageChanges(
                 added=[message for turn, message in zip(turns, messages) if turn.row is None],
@@ -55,7 +61,8 @@ class ChatKeeper:
             if not changes:
                 return
             try:
-                ids = self.store.write(self.owner, self.chat_id, changes, {"title": title_of(turns), "system": system, "tools": tools})
+                ids = self.store.write(self.owner, self.chat_id, changes, {"title": title_of(turns), "system": system, "tools": tools},
+                                       dict(media.values()))
             except (SQLAlchemyError, StoreError) as error:
                 self._failed(error)
                 return
@@ -67,6 +74,41 @@ class ChatKeeper:
             if self.problem:
                 self.problem = ""
                 gr.Info("The chat is saved again.")
+
+    def _kept_media(self, turns: list[Turn]) -> dict[str, tuple[str, int]]:
+        """The hash and size of each file of ``turns`` that is kept with the chat, by path: put
+        into the store's media the first time it is seen, unless that would take its owner over
+        the quota (then the page says so, and the message names the file by its path only)."""
+        kept = {}
+        # Only the page's own files: a path elsewhere (in chats a browser held, which its user can edit) is never read.
+        root = os.path.realpath(get_upload_folder()) + os.sep
+        for path in {path for turn in turns for path in turn.files}:
+            try:
+                stat = os.stat(path)
+            except (OSError, ValueError):  # gone already, or no path at all (a NUL byte)
+                continue
+            if not os.path.realpath(path).startswith(root):
+                continue
+            key = (path, stat.st_size, stat.st_mtime_ns)
+            if key not in self._media:
+                self._media[key] = self._keep(path)
+            if self._media[key] is not None:
+                kept[path] = self._media[key]
+        return kept
+
+    def _keep(self, path: str) -> tuple[str, int] | None:
+        digest, size = file_hash(path)
+        quota = self.store.media_quota
+        if quota is not None:
+            owned = self.store.media_of(self.owner)
+            used = sum(owned.values())
+            if digest not in owned and used + size > quota:
+                gr.Warning(f"{os.path.basename(path)} is not kept with the chat: your saved chats' media would take {size_text(used + size)}, "
+                           f"over this server's limit of {size_text(quota)} per user (--max-user-media-size). Delete chats whose "
+                           "media you no longer need to make room; meanwhile it stays in this conversation only as long as the "
+                           "server keeps the page's files.")
+                return None
+        return self.store.media.put(path, digest)
 
     def _failed(self, error: Exception) -> None:
         problem = str(getattr(error, "orig", None) or error).splitlines()[0]
@@ -91,9 +133,13 @@ def kept_now(session: ChatSession) -> None:
         session.keeper.save(list(session.turns))
 
 
-def as_message(turn: Turn) -> dict[str, Any]:
-    """A turn as the store keeps it: what the page keeps of it, and its ``state``."""
-    return {**turn.model_dump(mode="json", exclude_defaults=True), "role": turn.role, "content": turn.content, "state": state_of(turn)}
+def as_message(turn: Turn, media: dict[str, tuple[str, int]]) -> dict[str, Any]:
+    """A turn as the store keeps it: what the page keeps of it, and its ``state``; a file kept
+    in the store's ``media`` as its hash and name, others by their path."""
+    message = {**turn.model_dump(mode="json", exclude_defaults=True), "role": turn.role, "content": turn.content, "state": state_of(turn)}
+    if turn.files:
+        message["files"] = [{"sha256": media[path][0], "name": os.path.basename(path)} if path in media else path for path in turn.files]
+    return message
 
 
 def state_of(turn: Turn) -> str:
@@ -106,10 +152,12 @@ def state_of(turn: Turn) -> str:
     return "length" if turn.stats is not None and turn.stats.finish_reason == "length" else "done"
 
 
-def as_turn(message: StoredMessage) -> Turn:
-    """A stored message as a turn; a reply still marked writing was cut short (a reload, a killed
-    server) and shows as stopped there."""
-    turn = Turn.model_validate(message.data)
+def as_turn(message: StoredMessage, store: ChatStore, upload_folder: str) -> Turn:
+    """A stored message as a turn, its media as copies in the page's ``upload_folder``; a reply
+    still marked writing was cut short (a reload, a killed server) and shows as stopped there."""
+    files = [store.media.shown(file["sha256"], file["name"], upload_folder) if isinstance(file, dict) else file
+             for file in message.data.get("files", [])]
+    turn = Turn.model_validate({**message.data, "files": files})
     turn.row = message.id
     turn.stopped = turn.stopped or message.state == "writing"
     return turn
