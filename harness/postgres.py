@@ -26,33 +26,48 @@ def postgres_bin() -> Path | None:
     return Path(found[-1]).parent if found else None
 
 
+class PostgresServer:
+    """A cluster of its own in a temporary folder, started, stopped and started again on one port."""
+
+    def __init__(self) -> None:
+        self.programs = postgres_bin()
+        if self.programs is None:
+            raise RuntimeError("PostgreSQL is not installed: apt-get install -y postgresql (scripts/setup.sh --test does).")
+        self.root = Path(tempfile.mkdtemp(prefix="anychat-postgres-"))
+        self.as_user = ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
+        if self.as_user:
+            os.chmod(self.root, 0o755)
+            shutil.chown(self.root, "nobody")
+        self.data, self.port = self.root / "data", free_port()
+        self.url = f"postgresql://{USER}@127.0.0.1:{self.port}/postgres"
+        self._run("initdb", "-D", str(self.data), "-U", USER, "--auth=trust", "--no-sync", "-E", "UTF8")
+
+    def _run(self, program: str, *args: str) -> None:
+        subprocess.run([*self.as_user, str(self.programs / program), *args], check=True, capture_output=True, cwd=self.root)
+
+    def start(self) -> None:
+        options = f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.root} -c fsync=off"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options, "-w", "start")
+
+    def stop(self) -> None:
+        """Stopped at once, as a crash stops it: open connections are cut."""
+        subprocess.run([*self.as_user, str(self.programs / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
+                       capture_output=True, cwd=self.root)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
 @contextmanager
-def postgres_server() -> Iterator[str]:
-    """A running PostgreSQL; yields its URL (user anychat, no password, database postgres)."""
-    programs = postgres_bin()
-    if programs is None:
-        raise RuntimeError("PostgreSQL is not installed: apt-get install -y postgresql (scripts/setup.sh --test does).")
-    root = Path(tempfile.mkdtemp(prefix="anychat-postgres-"))
-    as_user = ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
-    if as_user:
-        os.chmod(root, 0o755)
-        shutil.chown(root, "nobody")
-    data, port = root / "data", free_port()
-
-    def run(*command: str) -> None:
-        subprocess.run([*as_user, *command], check=True, capture_output=True, cwd=root)
-
-    started = False
+def postgres_server() -> Iterator[PostgresServer]:
+    """A running PostgreSQL (user anychat, no password, database postgres), removed afterwards."""
+    server = PostgresServer()
     try:
-        run(str(programs / "initdb"), "-D", str(data), "-U", USER, "--auth=trust", "--no-sync", "-E", "UTF8")
-        options = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} -c fsync=off"
-        run(str(programs / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-o", options, "-w", "start")
-        started = True
-        yield f"postgresql://{USER}@127.0.0.1:{port}/postgres"
+        server.start()
+        yield server
     finally:
-        if started:
-            subprocess.run([*as_user, str(programs / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True, cwd=root)
-        shutil.rmtree(root, ignore_errors=True)
+        server.remove()
 
 
 def fresh_database(server_url: str) -> str:

@@ -34,8 +34,8 @@ def postgres():
     """A throwaway PostgreSQL server for the session (harness/postgres.py); its URL."""
     if postgres_bin() is None:
         pytest.fail("PostgreSQL is not installed: run scripts/setup.sh --test (apt-get install -y postgresql).")
-    with postgres_server() as url:
-        yield url
+    with postgres_server() as server:
+        yield server.url
 
 
 @pytest.fixture(scope="session")

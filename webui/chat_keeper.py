@@ -50,20 +50,21 @@ class ChatKeeper:
         """Write what changed in ``turns`` (``system`` and ``tools`` go with a chat written for the first time)."""
         with self._lock:
             self.last_save = time.monotonic()
-            media = self._kept_media(turns)
-            messages = [as_message(turn, media) for turn in turns]
-            rows = {turn.row for turn in turns}
-            changes = MessageChanges(
-                added=[message for turn, message in zip(turns, messages) if turn.row is None],
-                changed={turn.row: message for turn, message in zip(turns, messages) if turn.row is not None and self.written.get(turn.row) != message},
-                removed=[row for row in self.written if row not in rows],
-            )
-            if not changes:
-                return
             try:
+                media = self._kept_media(turns)
+                messages = [as_message(turn, media) for turn in turns]
+                rows = {turn.row for turn in turns}
+                changes = MessageChanges(
+                    added=[message for turn, message in zip(turns, messages) if turn.row is None],
+                    changed={turn.row: message for turn, message in zip(turns, messages)
+                             if turn.row is not None and self.written.get(turn.row) != message},
+                    removed=[row for row in self.written if row not in rows],
+                )
+                if not changes:
+                    return
                 ids = self.store.write(self.owner, self.chat_id, changes, {"title": title_of(turns), "system": system, "tools": tools},
                                        dict(media.values()))
-            except (SQLAlchemyError, StoreError) as error:
+            except (SQLAlchemyError, StoreError, OSError) as error:
                 self._failed(error)
                 return
             for turn, row in zip([turn for turn in turns if turn.row is None], ids):

@@ -15,13 +15,18 @@ partial reply is saved, marked stopped, in the chat it belongs to.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
 from gradio.events import Dependency
 from gradio.utils import get_upload_folder
 
-from store import ChatStore
+from sqlalchemy.exc import SQLAlchemyError
+
+from store import ChatStore, StoreError
 
 from .browser_storage import BrowserChats, browser_memory, browser_storage, old_chats_storage
 from .by_name import by_name
@@ -39,6 +44,32 @@ SIDEBAR_HEAD = """<style>
 # How long a switch waits for a stopped reply to end before it saves what there is.
 STOP_WAIT_SECONDS = 10.0
 NOT_OPENED = "This page has not finished opening: reload it."
+STORE_DOWN = "The saved chats cannot be reached now ({problem}). The conversation on screen stays and goes on; try again in a moment."
+
+
+def store_errors(handler: Callable) -> Callable:
+    """A sidebar handler whose store failures (a database gone, a full disk) the page shows as a
+    message, leaving what it shows as it is."""
+
+    def explained(error: Exception) -> gr.Error:
+        problem = str(getattr(error, "orig", None) or error).splitlines()[0]
+        return gr.Error(STORE_DOWN.format(problem=problem), print_exception=False)
+
+    if inspect.iscoroutinefunction(handler):
+        @functools.wraps(handler)
+        async def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await handler(*args, **kwargs)
+            except (SQLAlchemyError, StoreError, OSError) as error:
+                raise explained(error) from None
+    else:
+        @functools.wraps(handler)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return handler(*args, **kwargs)
+            except (SQLAlchemyError, StoreError, OSError) as error:
+                raise explained(error) from None
+    return guarded
 
 
 class ChatSidebar:
@@ -88,6 +119,7 @@ class ChatSidebar:
               trigger_mode="always_last", **private)
         imported.success(inputs=[self.chats, session, system], **by_name(keep_import, view), **private)
 
+    @store_errors
     def restore(self, stored: Any, old: Any, request: gr.Request | None = None) -> dict[str, Any]:
         """The page opens on its user's chats, on the chat it last showed in this browser (else the newest)."""
         browser, current = browser_memory(stored)
@@ -123,18 +155,21 @@ def opened(chats: SavedChats | None) -> SavedChats:
     return chats
 
 
+@store_errors
 async def new_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
     chats = opened(chats)
     await leave(chats, session, shown, system, tools)
     return await asyncio.to_thread(lambda: show(chats, chats.new_session()))
 
 
+@store_errors
 async def switch_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str, chosen: str | None) -> dict[str, Any]:
     chats = opened(chats)
     await leave(chats, session, shown, system, tools)
     return await asyncio.to_thread(lambda: show(chats, chats.open(chosen or "", get_upload_folder())))
 
 
+@store_errors
 async def delete_chat(chats: SavedChats | None, session: ChatSession) -> dict[str, Any]:
     """Delete the chat shown, stopping its reply, and show the newest one left (or a new chat)."""
     chats = opened(chats)
@@ -147,6 +182,7 @@ async def delete_chat(chats: SavedChats | None, session: ChatSession) -> dict[st
     return await asyncio.to_thread(deleted)
 
 
+@store_errors
 def rename_chat(chats: SavedChats | None, session: ChatSession, title: str) -> dict[str, Any]:
     chats = opened(chats)
     problem = chats.rename(session.chat_id, title)
@@ -156,21 +192,27 @@ def rename_chat(chats: SavedChats | None, session: ChatSession, title: str) -> d
     return {"chat_list": list_update(chats), "title": chat.title if chat else ""}
 
 
+@store_errors
 def search_chats(chats: SavedChats | None, query: str) -> dict[str, Any]:
     return list_update(opened(chats), query)
 
 
+@store_errors
 def keep_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
     chats = opened(chats)
     chats.keep(session, shown, system, tools)
+    if session.keeper is not None and session.keeper.problem:  # said once already; the sidebar keeps saying it
+        return {"note": f"⚠ This chat is not saved now ({session.keeper.problem}); it is, as soon as the store can be written."}
     chat = chats.find(session.chat_id)
     return {"chat_list": list_update(chats), "title": chat.title if chat else "", "note": chats.note()}
 
 
+@store_errors
 def keep_settings(chats: SavedChats | None, shown: str, system: str, tools: str) -> None:
     opened(chats).set_settings(shown, system, tools)
 
 
+@store_errors
 def keep_import(chats: SavedChats | None, session: ChatSession, system: str) -> dict[str, Any]:
     """An imported conversation becomes a chat of its own; the one shown before stays as saved."""
     return show(opened(chats), opened(chats).add(session.turns, system))

@@ -60,6 +60,8 @@ class SavedChats:
         session may be a newer one by the time this runs, after a switch)."""
         if session.keeper is not None:
             session.keeper.save(session.turns, system if shown == session.chat_id else "", tools if shown == session.chat_id else "")
+            if session.keeper.problem:  # the store cannot be written: the page says so already
+                return
         self.set_settings(shown, system, tools)
 
     def set_settings(self, chat_id: str, system: str, tools: str) -> bool:
