@@ -5,6 +5,7 @@ while a reply streams, on the real default model."""
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -152,6 +153,20 @@ def test_media_are_kept_with_the_chat_once_by_content_and_go_with_the_last_chat(
     b = chats.add([Turn(role="user", files=[str(gone)])])
     assert render(chats.open(b.chat_id, str(upload_folder)).turns)[0]["content"] == ["📎 gone.png"]
 
+    # A long-open chat whose page copies Gradio deleted gets them back from the store, and keeps them kept.
+    Path(copy).unlink()
+    session.keeper.restore_media(session.turns)
+    assert Path(session.turns[0].files[0]).read_bytes() == chat_store.media.file(medium).read_bytes()
+    fresh = chats.new_session()
+    fresh.turns = [Turn(role="user", content="New", files=[str(picture(upload_folder / "n" / "new.png", "green"))])]
+    fresh.keeper.save(fresh.turns)
+    Path(fresh.turns[0].files[0]).unlink()
+    fresh.keeper.restore_media(fresh.turns)
+    fresh.keeper.save(fresh.turns)
+    assert Image.open(fresh.turns[0].files[0]).getpixel((0, 0)) == (0, 128, 0)
+    assert isinstance(chat_store.messages(chats.owner, fresh.chat_id)[0].data["files"][0], dict), "still kept as a medium"
+    chats.delete(fresh.chat_id)
+
     # The same picture in another chat (under another name) is kept once, and goes with the last chat using it.
     again = chats.add([Turn(role="user", content="Again", files=[str(picture(upload_folder / "x" / "same.png", "red"))])])
     assert list(chat_store.media_of(chats.owner)) == [medium]
@@ -287,5 +302,6 @@ async def test_the_message_is_saved_when_sent_and_the_reply_as_it_streams(handle
     [asked, reply] = chat_store.messages(chats.owner, session.chat_id)
     assert reply.state == "stopped" and reply.data["content"] == session.turns[1].content
     assert reply.data["stats"]["finish_reason"] == "stopped"
-    await run(handlers.send(session, message("Say hi."), **settings(2)))
+    await run(handlers.send(session, message("Write a poem about the sea."), **settings(2)))
+    assert session.turns[-1].stats.finish_reason == "length"
     assert chat_store.messages(chats.owner, session.chat_id)[-1].state == "length"

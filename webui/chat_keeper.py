@@ -35,7 +35,8 @@ TITLE_LENGTH = 60
 
 
 class ChatKeeper:
-    def __init__(self, store: ChatStore, owner: str, chat_id: str, written: dict[int, dict[str, Any]] | None = None) -> None:
+    def __init__(self, store: ChatStore, owner: str, chat_id: str, written: dict[int, dict[str, Any]] | None = None,
+                 known: dict[str, str] | None = None) -> None:
         self.store = store
         self.owner = owner
         self.chat_id = chat_id
@@ -45,6 +46,8 @@ class ChatKeeper:
         self._lock = threading.Lock()
         # The media of this chat's files, by (path, size, mtime): each file is read once. None: not kept (over the quota).
         self._media: dict[tuple[str, int, int], tuple[str, int] | None] = {}
+        # The hash of each file path known to be kept, to put a copy back where the page's own was deleted.
+        self.known = known or {}
 
     def save(self, turns: list[Turn], system: str = "", tools: str = "") -> None:
         """Write what changed in ``turns`` (``system`` and ``tools`` go with a chat written for the first time)."""
@@ -95,7 +98,17 @@ class ChatKeeper:
                 self._media[key] = self._keep(path)
             if self._media[key] is not None:
                 kept[path] = self._media[key]
+                self.known[path] = self._media[key][0]
         return kept
+
+    def restore_media(self, turns: list[Turn]) -> None:
+        """Put back, from the store, the page's copies of kept media that Gradio has deleted
+        meanwhile (its files last a day), so that a long-open chat still shows and sends them."""
+        for turn in turns:
+            for index, path in enumerate(turn.files):
+                if path in self.known and not os.path.exists(path):
+                    turn.files[index] = self.store.media.shown(self.known[path], os.path.basename(path), get_upload_folder())
+                    self.known[turn.files[index]] = self.known[path]
 
     def _keep(self, path: str) -> tuple[str, int] | None:
         digest, size = file_hash(path)
@@ -153,11 +166,17 @@ def state_of(turn: Turn) -> str:
     return "length" if turn.stats is not None and turn.stats.finish_reason == "length" else "done"
 
 
-def as_turn(message: StoredMessage, store: ChatStore, upload_folder: str) -> Turn:
-    """A stored message as a turn, its media as copies in the page's ``upload_folder``; a reply
-    still marked writing was cut short (a reload, a killed server) and shows as stopped there."""
-    files = [store.media.shown(file["sha256"], file["name"], upload_folder) if isinstance(file, dict) else file
-             for file in message.data.get("files", [])]
+def as_turn(message: StoredMessage, store: ChatStore, upload_folder: str, known: dict[str, str]) -> Turn:
+    """A stored message as a turn, its media as copies in the page's ``upload_folder`` (each
+    copy's hash noted in ``known``); a reply still marked writing was cut short (a reload, a
+    killed server) and shows as stopped there."""
+    files = []
+    for file in message.data.get("files", []):
+        if isinstance(file, dict):
+            files.append(store.media.shown(file["sha256"], file["name"], upload_folder))
+            known[files[-1]] = file["sha256"]
+        else:
+            files.append(file)
     turn = Turn.model_validate({**message.data, "files": files})
     turn.row = message.id
     turn.stopped = turn.stopped or message.state == "writing"

@@ -170,7 +170,10 @@ class ChatHandlers:
         too many waiting) marks the user turn with the reason; the conversation itself stays as
         it was."""
         session.stop_requested = False
-        # The page's files are deleted after a while: a file that is gone is shown so, not sent.
+        # The page's files are deleted after a while: a file that is gone is shown so, not sent
+        # (unless the chat store keeps it: then the page gets a copy again).
+        if session.keeper is not None:
+            session.keeper.restore_media(session.turns)
         session.turns[:] = [kept_media(turn) for turn in session.turns]
         asked = session.turns[-1]
         before = render(session.turns)

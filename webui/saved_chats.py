@@ -37,10 +37,11 @@ class SavedChats:
         if not stored and self.find(chat_id) is None:
             return self.new_session()
         self.current = chat_id
-        turns = [as_turn(message, self.store, media_root) for message in stored]
+        known: dict[str, str] = {}
+        turns = [as_turn(message, self.store, media_root, known) for message in stored]
         written = {message.id: {**message.data, "state": message.state} for message in stored}
         return ChatSession(turns=[kept_media(turn, media_root) for turn in turns], chat_id=chat_id,
-                           keeper=ChatKeeper(self.store, self.owner, chat_id, written))
+                           keeper=ChatKeeper(self.store, self.owner, chat_id, written, known))
 
     def new_session(self) -> ChatSession:
         """A new chat: listed once it has a message."""
