@@ -7,7 +7,9 @@ with the chat store on against off, opening a chat of N messages, and the databa
 Streaming: ChatHandlers.send (what the page runs for Enter) on the embedded model, greedy, the
 same request each way, rounds rotating which way goes first; reported as the reply's tokens
 over the handler's whole time (so the store's saves, at the message and every 2 s of the reply
-and at its end, are inside it), and the ratio to the store off. It is the handler's rate, not
+and at its end, are inside it), and the ratio to the store off; the process's CPU time per
+token (steadier than wall-clock on a shared machine); and the saves themselves: how many, the
+milliseconds they took in all (in a thread, beside the stream), and that as a share of the reply. It is the handler's rate, not
 Chromium's (bench/ui_stream.py measures what the browser shows; the store adds nothing there).
 """
 
@@ -50,13 +52,25 @@ def greedy(tokens: int) -> dict:
             "repetition_penalty": 1.0, "seed": None, "skip_special_tokens": True, "enable_thinking": True}
 
 
-async def streamed(handlers: ChatHandlers, session: ChatSession, tokens: int) -> float:
-    """Tokens per second of one reply through the page's handler, start to end."""
-    started = time.perf_counter()
+async def streamed(handlers: ChatHandlers, session: ChatSession, tokens: int) -> tuple[float, float, int, float]:
+    """One reply through the page's handler: its tokens per second start to end, the process's
+    CPU ms per token, and how many saves it made and the ms they took in all."""
+    saves: list[float] = []
+    if session.keeper is not None:
+        save = session.keeper.save
+
+        def timed_save(*args, **kwargs):
+            started = time.perf_counter()
+            save(*args, **kwargs)
+            saves.append(time.perf_counter() - started)
+
+        session.keeper.save = timed_save
+    started, cpu_started = time.perf_counter(), time.process_time()
     async for _ in handlers.send(session, {"text": QUESTION, "files": []}, **greedy(tokens)):
         pass
-    elapsed = time.perf_counter() - started
-    return session.turns[-1].stats.tokens / elapsed
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    count = session.turns[-1].stats.tokens
+    return count / elapsed, cpu * 1000 / count, len(saves), sum(saves) * 1000
 
 
 def chat_of(length: int) -> list[Turn]:
@@ -120,7 +134,7 @@ def main() -> None:
         handlers = ChatHandlers(slot, CONTROLS)
         ways = {"store off": lambda: ChatSession(), **{f"store on ({name})": SavedChats(store, OWNER).new_session for name, store in stores.items()}}
         asyncio.run(streamed(handlers, ChatSession(), 8))  # warm-up
-        rates: dict[str, list[float]] = {name: [] for name in ways}
+        rates: dict[str, list[tuple[float, float, int, float]]] = {name: [] for name in ways}
         names = list(ways)
         for round_ in range(args.rounds):
             for name in names[round_ % len(names):] + names[: round_ % len(names)]:
@@ -128,10 +142,14 @@ def main() -> None:
 
         print(f"streaming through the page's handler: {slot.describe()} greedy, {args.tokens} new tokens, median of {args.rounds} "
               f"rotated rounds; load average {os.getloadavg()[0]:.1f}")
-        print(f"{'way':<26}{'tok/s':>8}{'ratio':>8}")
-        off = statistics.median(rates["store off"])
-        for name, values in rates.items():
-            print(f"{name:<26}{statistics.median(values):>8.2f}{statistics.median(values) / off:>8.3f}")
+        print(f"{'way':<26}{'tok/s':>8}{'ratio':>8}{'CPU ms/tok':>12}{'CPU ratio':>11}{'saves':>7}{'ms saving':>11}{'of reply':>10}")
+        off_rate = statistics.median(rate for rate, *_ in rates["store off"])
+        off_cpu = statistics.median(cpu for _, cpu, *_ in rates["store off"])
+        for name, runs in rates.items():
+            rate, cpu = statistics.median(r for r, *_ in runs), statistics.median(c for _, c, *_ in runs)
+            saves, saving = statistics.median(n for *_, n, _ in runs), statistics.median(ms for *_, ms in runs)
+            share = statistics.median(ms / (args.tokens / r * 1000) for r, _, _, ms in runs)
+            print(f"{name:<26}{rate:>8.2f}{rate / off_rate:>8.3f}{cpu:>12.2f}{cpu / off_cpu:>11.3f}{saves:>7.0f}{saving:>11.1f}{share:>10.2%}")
         print()
         print(f"a chat of {args.messages} messages, median of {args.rounds}")
         print(f"{'database':<14}{'write ms':>10}{'open ms':>10}{'bytes per 1,000 messages':>26}")

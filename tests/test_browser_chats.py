@@ -172,6 +172,7 @@ def test_switching_away_from_a_streaming_reply_stops_it_in_its_own_chat(page):
     reply_length(page, 6)
     ask(page, "Say apple.")
     page.locator("#new-chat-btn").click()
+    expect(user_messages(page)).to_have_count(0)  # the new chat shown, before its reply is watched
     reply_length(page, 600)
     send(page, "Write a very long story about a lighthouse keeper.")
     expect(bot_messages(page).last).to_contain_text(" ")
@@ -271,6 +272,7 @@ def test_a_reload_mid_reply_keeps_the_message_and_the_reply_so_far(page, app):
     reply_length(page, 4)
     ask(page, "Say apple.")
     page.locator("#new-chat-btn").click()
+    expect(user_messages(page)).to_have_count(0)
     seen = streamed_for(page, 3)
     page.reload()
     open_chat(page, app.url)
