@@ -4,7 +4,9 @@ the browser's id and secret, the chats older versions kept in the browser, and s
 while a reply streams, on the real default model."""
 
 import asyncio
+import json
 import os
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -219,14 +221,43 @@ def test_a_browser_id_that_is_not_one_gets_a_new_one():
         assert len(browser) == 32 and browser != "b" * 32 and current == ""
 
 
+def sidebar_over(store, export_limit=100 * 2**20):
+    """The sidebar's handlers over ``store``, without a page around them."""
+    sidebar = chat_sidebar.ChatSidebar.__new__(chat_sidebar.ChatSidebar)
+    sidebar.store, sidebar.export_limit = store, export_limit
+    return sidebar
+
+
+def test_all_of_a_users_chats_export_as_conversation_files_that_import(chat_store, upload_folder, slot):
+    chats = user_chats(chat_store)
+    chats.add([Turn(role="user", content="Look", files=[str(picture(upload_folder / "a" / "red.png", "red"))]),
+               Turn(role="assistant", content="Red.")], system="Be brief.")
+    chats.add([Turn(role="user", content="Say: hi/there?"), Turn(role="assistant", content="hi")])
+    noisy = noise(upload_folder / "n" / "noise.png")
+    chats.add([Turn(role="user", content="Too big", files=[str(noisy)])])
+    user_chats(chat_store, "login:bob").add([Turn(role="user", content="Bob's secret")])
+
+    with pytest.warns(UserWarning, match="Left out of the export: Too big: With its media the conversation is over 5.9 KB"):
+        exported = sidebar_over(chat_store, export_limit=6000).export_all(chats)
+    with zipfile.ZipFile(exported["value"]) as archive:
+        names = archive.namelist()
+        assert names == ["002 Say_ hi_there_.json", "003 Look.json"], "numbered as listed, newest first"
+        archive.extractall(upload_folder / "unzipped")
+    handlers = ChatHandlers(slot, CONTROLS)
+    session = ChatSession()
+    assert handlers.import_(session, str(upload_folder / "unzipped" / names[1]))["system"] == "Be brief."
+    assert [t.content for t in session.turns] == ["Look", "Red."]
+    assert Image.open(session.turns[0].files[0]).getpixel((0, 0)) == (255, 0, 0)
+    assert "Bob's secret" not in json.dumps([(upload_folder / "unzipped" / name).read_text() for name in names])
+
+
 def test_the_chats_a_browser_held_move_into_the_store_once(chat_store, upload_folder):
     old = {"current": "b", "chats": [
         {"id": "b", "title": "Renamed", "system": "Be kind.", "updated": 2.0,
          "turns": [{"role": "user", "content": "Second"}, {"role": "assistant", "content": "Two", "stopped": True}]},
         {"id": "a", "title": "First", "updated": 1.0, "turns": [{"role": "user", "content": "First"}]},
     ]}
-    sidebar = chat_sidebar.ChatSidebar.__new__(chat_sidebar.ChatSidebar)
-    sidebar.store = chat_store
+    sidebar = sidebar_over(chat_store)
     view = sidebar.restore({"id": "c" * 32}, old)
     assert view["old_chats"] is None, "the browser's copy is removed once moved"
     assert "Moved 2 chats from this browser" in view["note"]

@@ -26,10 +26,12 @@ from gradio.utils import get_upload_folder
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from engines import ChatError
 from store import ChatStore, StoreError
 
 from .browser_storage import BrowserChats, browser_memory, browser_storage, old_chats_storage
 from .by_name import by_name
+from .chats_export import export_chats
 from .conversation import ChatSession, render
 from .saved_chats import SavedChats
 
@@ -75,8 +77,10 @@ def store_errors(handler: Callable) -> Callable:
 class ChatSidebar:
     """Built inside the page's Blocks; ``wire`` once the chat controls exist."""
 
-    def __init__(self, store: ChatStore) -> None:
+    def __init__(self, store: ChatStore, export_limit: int) -> None:
+        """``export_limit``: the most bytes one chat may take in an export (the most an import takes)."""
         self.store = store
+        self.export_limit = export_limit
         self.storage = browser_storage()
         self.old_chats = old_chats_storage()
         # The tab's SavedChats, made when the page opens: nothing the page sends can set it.
@@ -91,6 +95,8 @@ class ChatSidebar:
             with gr.Row():
                 self.rename_btn = gr.Button("Rename", elem_id="rename-chat-btn", size="sm")
                 self.delete_btn = gr.Button("Delete chat", elem_id="delete-chat-btn", variant="stop", size="sm")
+            self.export_btn = gr.Button("Export all chats", elem_id="export-chats-btn", size="sm")
+            self.exported = gr.File(label="All chats (a conversation file each)", elem_id="exported-chats", visible=False)
 
     def wire(self, demo: gr.Blocks, session: gr.State, chatbot: gr.Chatbot, system: gr.Textbox, tools: gr.Textbox,
              replies: list[Dependency], changes: list[Dependency], imported: Dependency) -> None:
@@ -118,6 +124,17 @@ class ChatSidebar:
         gr.on([system.input, tools.input, system.blur, tools.blur], keep_settings, [self.chats, self.shown, system, tools], None,
               trigger_mode="always_last", **private)
         imported.success(inputs=[self.chats, session, system], **by_name(keep_import, view), **private)
+        self.export_btn.click(self.export_all, self.chats, self.exported, api_visibility="private")
+
+    @store_errors
+    def export_all(self, chats: SavedChats | None) -> dict[str, Any]:
+        try:
+            path, left_out = export_chats(opened(chats), get_upload_folder(), self.export_limit)
+        except (OSError, ChatError) as error:
+            raise gr.Error(f"Could not export the chats: {error}", print_exception=False) from None
+        for reason in left_out:
+            gr.Warning(f"Left out of the export: {reason}")
+        return gr.update(value=path, visible=True)
 
     @store_errors
     def restore(self, stored: Any, old: Any, request: gr.Request | None = None) -> dict[str, Any]:
