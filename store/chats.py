@@ -32,6 +32,7 @@ class ChatInfo:
     system: str
     tools: str
     updated: float
+    generation: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -123,9 +124,13 @@ class ChatStore:
         with Session(self.engine) as session:
             return {digest: size for digest, size in session.execute(statement)}
 
-    def set_settings(self, owner: str, chat_id: str, system: str, tools: str) -> bool:
-        """The chat's system prompt and tools; false where ``owner`` has no such chat (yet)."""
-        return self._update(owner, chat_id, system=_without_nul(system), tools=_without_nul(tools))
+    def set_settings(self, owner: str, chat_id: str, system: str, tools: str, generation: dict[str, Any] | None = None) -> bool:
+        """The chat's system prompt, tools and (where given) generation settings; false where
+        ``owner`` has no such chat (yet)."""
+        values = {"system": _without_nul(system), "tools": _without_nul(tools)}
+        if generation is not None:
+            values["generation"] = _without_nul(generation)
+        return self._update(owner, chat_id, **values)
 
     def rename(self, owner: str, chat_id: str, title: str) -> bool:
         return self._update(owner, chat_id, title=_without_nul(title))
@@ -148,7 +153,7 @@ class ChatStore:
         with Session(self.engine) as session:
             return session.scalar(select(func.count()).select_from(Chat).where(Chat.owner == owner)) or 0
 
-    def _update(self, owner: str, chat_id: str, **values: str) -> bool:
+    def _update(self, owner: str, chat_id: str, **values: Any) -> bool:
         with Session(self.engine) as session, session.begin():
             return session.execute(update(Chat).where(Chat.owner == owner, Chat.id == chat_id).values(**values)).rowcount > 0
 
@@ -159,7 +164,7 @@ def _owned(session: Session, owner: str, chat_id: str) -> Chat | None:
 
 
 def _info(chat: Chat) -> ChatInfo:
-    return ChatInfo(chat.id, chat.title, chat.system, chat.tools, chat.updated)
+    return ChatInfo(chat.id, chat.title, chat.system, chat.tools, chat.updated, chat.generation or {})
 
 
 def _columns(message: dict[str, Any], now: float) -> dict[str, Any]:

@@ -26,6 +26,8 @@ class Chat(Base):
     title: Mapped[str] = mapped_column(String(200))
     system: Mapped[str] = mapped_column(Text, default="")
     tools: Mapped[str] = mapped_column(Text, default="")
+    # The generation settings the chat was last written with, by name (None: the tab's own).
+    generation: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     created: Mapped[float] = mapped_column(Float)
     updated: Mapped[float] = mapped_column(Float)
 

@@ -116,8 +116,10 @@ def test_each_chat_keeps_its_messages_system_prompt_and_tools(page):
     expect(textbox(page, "system-prompt")).to_have_value("")
     expect(textbox(page, "tools")).to_have_value("")
     textbox(page, "system-prompt").fill("Be brief.")
+    reply_length(page, 5)
     ask(page, "Say banana.")
     expect(chat_list(page)).to_have_text(["Say banana.", "Say apple."])
+    max_new_tokens = page.locator("#max-new-tokens input[type=number]")
 
     choose_chat(page, "Say apple.")
     expect(user_messages(page)).to_have_count(1)
@@ -125,10 +127,12 @@ def test_each_chat_keeps_its_messages_system_prompt_and_tools(page):
     expect(bot_messages(page)).to_have_count(1)
     expect(textbox(page, "system-prompt")).to_have_value("You answer in French.")
     expect(textbox(page, "tools")).to_have_value(TOOLS)
+    expect(max_new_tokens).to_have_value("6")  # the generation settings it was answered with
     choose_chat(page, "Say banana.")
     expect(user_messages(page).first).to_contain_text("Say banana.")
     expect(textbox(page, "system-prompt")).to_have_value("Be brief.")
     expect(textbox(page, "tools")).to_have_value("")
+    expect(max_new_tokens).to_have_value("5")
     # The conversation goes on in the chat shown.
     ask(page, "And a cherry?")
     expect(user_messages(page)).to_have_count(2)

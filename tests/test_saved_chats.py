@@ -224,7 +224,7 @@ def test_a_browser_id_that_is_not_one_gets_a_new_one():
 def sidebar_over(store, export_limit=100 * 2**20):
     """The sidebar's handlers over ``store``, without a page around them."""
     sidebar = chat_sidebar.ChatSidebar.__new__(chat_sidebar.ChatSidebar)
-    sidebar.store, sidebar.export_limit = store, export_limit
+    sidebar.store, sidebar.export_limit, sidebar.setting_names = store, export_limit, CONTROLS
     return sidebar
 
 
@@ -299,11 +299,14 @@ async def test_switching_chats_stops_the_reply_and_keeps_it_in_its_own_chat(hand
     chats = user_chats(chat_store)
     first = chats.new_session()
     await run(handlers.send(first, message("Say apple."), **settings(4, system="Be brief.")))
-    chat_sidebar.keep_chat(chats, first, first.chat_id, "Be brief.", "")
+    chat_sidebar.keep_chat(chats, first, first.chat_id, "Be brief.", "", **{name: value for name, value in settings(4).items()
+                                                                             if name in CONTROLS})
     second = (await chat_sidebar.new_chat(chats, first, first.chat_id, "Be brief.", ""))["session"]
     task = await started_reply(handlers, second, "Write a long story about a lighthouse.")
 
+    chats.setting_names = CONTROLS
     view = await chat_sidebar.switch_chat(chats, second, second.chat_id, "Be long.", "", first.chat_id)
+    assert view["max_new_tokens"] == 4 and view["temperature"] == 0.0, "the chat's generation settings come back with it"
     assert task.done() and not second.answering, "the switch waits for the reply to stop"
     shown = view["session"]
     assert shown is not second and shown.chat_id == first.chat_id == view["shown"]

@@ -99,11 +99,15 @@ class ChatSidebar:
             self.exported = gr.File(label="All chats (a conversation file each)", elem_id="exported-chats", visible=False)
 
     def wire(self, demo: gr.Blocks, session: gr.State, chatbot: gr.Chatbot, system: gr.Textbox, tools: gr.Textbox,
-             replies: list[Dependency], changes: list[Dependency], imported: Dependency) -> None:
-        """``replies``: the events that write a reply; ``changes``: others that change the
-        conversation; ``imported``: a conversation file read into the session, kept as a new chat."""
+             generation: dict[str, gr.components.Component], replies: list[Dependency], changes: list[Dependency],
+             imported: Dependency) -> None:
+        """``generation``: the generation settings' controls by setting name, which a chat keeps
+        as it was last answered with; ``replies``: the events that write a reply; ``changes``:
+        others that change the conversation; ``imported``: a conversation file read into the
+        session, kept as a new chat."""
+        self.setting_names = tuple(generation)
         view = {"session": session, "chatbot": chatbot, "system": system, "tools": tools, "shown": self.shown, "chat_list": self.list,
-                "title": self.title, "note": self.note, "search": self.search, "storage": self.storage}
+                "title": self.title, "note": self.note, "search": self.search, "storage": self.storage, **generation}
         renamed = {"chat_list": self.list, "title": self.title}
         shown = [self.chats, session, self.shown, system, tools]
         # Each is quick and touches only its own tab's state: tabs need not wait in line for each other.
@@ -117,7 +121,9 @@ class ChatSidebar:
         gr.on([self.title.submit, self.rename_btn.click], inputs=[self.chats, session, self.title],
               **by_name(rename_chat, renamed), **private)
         self.search.change(search_chats, [self.chats, self.search], self.list, trigger_mode="always_last", **private)
-        for event in [*replies, *changes]:
+        for event in replies:
+            event.success(inputs=shown, inputs_kwargs=generation, **by_name(keep_chat, {**renamed, "note": self.note}), **private)
+        for event in changes:
             event.success(inputs=shown, **by_name(keep_chat, {**renamed, "note": self.note}), **private)
         # Saved as they are typed (and on leaving the field, which a paste may not be told apart
         # from), so a reload keeps them; not on every change: an import changes them for its new chat.
@@ -140,7 +146,7 @@ class ChatSidebar:
     def restore(self, stored: Any, old: Any, request: gr.Request | None = None) -> dict[str, Any]:
         """The page opens on its user's chats, on the chat it last showed in this browser (else the newest)."""
         browser, current = browser_memory(stored)
-        chats = SavedChats(self.store, owner_of(request, browser), browser, current)
+        chats = SavedChats(self.store, owner_of(request, browser), browser, current, self.setting_names)
         problem = move_in(chats, old)
         session = chats.open(chats.current or chats.newest(), get_upload_folder())
         return {"chats": chats, "old_chats": None if old is not None else gr.skip(), **show(chats, session, problem)}
@@ -215,9 +221,10 @@ def search_chats(chats: SavedChats | None, query: str) -> dict[str, Any]:
 
 
 @store_errors
-def keep_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
+def keep_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str, **generation: Any) -> dict[str, Any]:
+    """After a reply (which brings the ``generation`` settings it was written with) or another change."""
     chats = opened(chats)
-    chats.keep(session, shown, system, tools)
+    chats.keep(session, shown, system, tools, generation or None)
     if session.keeper is not None and session.keeper.problem:  # said once already; the sidebar keeps saying it
         return {"note": f"⚠ This chat is not saved now ({session.keeper.problem}); it is, as soon as the store can be written."}
     chat = chats.find(session.chat_id)
@@ -256,9 +263,10 @@ async def stopped(session: ChatSession) -> None:
 def show(chats: SavedChats, session: ChatSession, problem: str = "") -> dict[str, Any]:
     """What the page shows of ``session``, the chat ``chats`` now shows."""
     chat = chats.find(session.chat_id)
-    system, tools, title = (chat.system, chat.tools, chat.title) if chat else ("", "", "")
+    system, tools, title, generation = (chat.system, chat.tools, chat.title, chat.generation) if chat else ("", "", "", {})
     return {"session": session, "chatbot": render(session.turns), "system": system, "tools": tools, "shown": session.chat_id,
-            "chat_list": list_update(chats), "title": title, "note": problem or chats.note(), "search": "", "storage": chats.for_browser()}
+            "chat_list": list_update(chats), "title": title, "note": problem or chats.note(), "search": "", "storage": chats.for_browser(),
+            **{name: value for name, value in generation.items() if name in chats.setting_names}}
 
 
 def list_update(chats: SavedChats, query: str = "") -> dict[str, Any]:

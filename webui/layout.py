@@ -57,7 +57,8 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         generation = {**settings.generation, "enable_thinking": chat.enable_thinking}
         handlers = ChatHandlers(slot, tuple(generation), rights, limits)
         chat.wire(handlers, session, generation)
-        sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, replies=chat.replies, changes=chat.changes, imported=chat.imported)
+        sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, generation, replies=chat.replies, changes=chat.changes,
+                     imported=chat.imported)
         demo.load(None, js=ESCAPE_STOPS)
         settings.wire(demo, handlers, rights, chat.message_box, generation)
     return demo

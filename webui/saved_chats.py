@@ -10,6 +10,7 @@ to the store names it, so a chat id of another user's opens nothing.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from store import ChatInfo, ChatStore
 
@@ -18,11 +19,13 @@ from .conversation import ChatSession, Turn, kept_media
 
 
 class SavedChats:
-    def __init__(self, store: ChatStore, owner: str, browser: str = "", current: str = "") -> None:
+    def __init__(self, store: ChatStore, owner: str, browser: str = "", current: str = "", setting_names: tuple[str, ...] = ()) -> None:
+        """``setting_names``: the generation settings the page has controls for, which a chat keeps."""
         self.store = store
         self.owner = owner
         self.browser = browser
         self.current = current
+        self.setting_names = setting_names
 
     def for_browser(self) -> dict[str, str]:
         """What the browser keeps: its id, and the chat it shows."""
@@ -55,19 +58,19 @@ class SavedChats:
         session.keeper.save(turns, system, tools)
         return session
 
-    def keep(self, session: ChatSession, shown: str, system: str, tools: str) -> None:
-        """Save what is left unsaved of the session's turns, and ``system`` and ``tools`` in chat
-        ``shown``, the chat the page showed them with (both come from the page at once; the
-        session may be a newer one by the time this runs, after a switch)."""
+    def keep(self, session: ChatSession, shown: str, system: str, tools: str, generation: dict[str, Any] | None = None) -> None:
+        """Save what is left unsaved of the session's turns, and ``system``, ``tools`` and the
+        ``generation`` settings in chat ``shown``, the chat the page showed them with (both come
+        from the page at once; the session may be a newer one by the time this runs, after a switch)."""
         if session.keeper is not None:
             session.keeper.save(session.turns, system if shown == session.chat_id else "", tools if shown == session.chat_id else "")
             if session.keeper.problem:  # the store cannot be written: the page says so already
                 return
-        self.set_settings(shown, system, tools)
+        self.set_settings(shown, system, tools, generation)
 
-    def set_settings(self, chat_id: str, system: str, tools: str) -> bool:
-        """Give a saved chat its system prompt and tools; false if there is no such chat (yet)."""
-        return self.store.set_settings(self.owner, chat_id, system or "", tools or "")
+    def set_settings(self, chat_id: str, system: str, tools: str, generation: dict[str, Any] | None = None) -> bool:
+        """Give a saved chat its system prompt, tools and generation settings; false if there is no such chat (yet)."""
+        return self.store.set_settings(self.owner, chat_id, system or "", tools or "", generation)
 
     def rename(self, chat_id: str, title: str) -> str:
         """Rename a chat; what is wrong with the title, if anything."""
