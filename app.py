@@ -26,6 +26,7 @@ from engines import ChatError, GenerationArgs, ModelArgs  # noqa: E402
 from engines.model_files.model_args import MediaSettings  # noqa: E402
 from engines.settings import choices, field_range, value_type  # noqa: E402
 from limits import Limits, in_bytes, parse_size, size_text  # noqa: E402
+from store.database import StoreSettings  # noqa: E402
 
 # Flags the command line names otherwise than their settings (each still sets its setting's name).
 FLAG_NAMES = {"infer_backend": "backend", "model_name_or_path": "model", "infer_dtype": "dtype"}
@@ -134,6 +135,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="folder whose files API requests may name as file:// URLs (default: none; remote URLs are never fetched)")
     add_flags(parser.add_argument_group("limits (web, api; sizes like 100mb, 512kb, 2gb)"), Limits, with_defaults=True)
     add_flags(parser.add_argument_group("media (every model this server loads; per request unless said otherwise)"), MediaSettings)
+    add_flags(parser.add_argument_group("chats (web)"), StoreSettings,
+              left_out="default: chats.db, an SQLite file in the data folder: ANYCHAT_DATA_DIR, else ~/.local/share/anychat")
     chat = parser.add_argument_group("chat")
     chat.add_argument("--system", default=None, help="system prompt for the terminal chat")
     args = parser.parse_args(argv)

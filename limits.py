@@ -33,8 +33,10 @@ class Limits(BaseModel):
                                                       "the saved chats it restores); files go by --max-upload-size")
     max_cache_size: int = byte_size(5 * 2**30, "all files the page keeps together (uploads, imported media, exports); "
                                                "beyond it the oldest are deleted")
-    max_file_age: int = Field(24 * 3600, gt=0, description="seconds a file put on the page or exported from it is kept; "
-                                                           "saved chats then show it as a missing file")
+    max_file_age: int = Field(24 * 3600, gt=0, description="seconds a file put on the page or exported from it is kept "
+                                                           "(saved chats keep their own copies)")
+    max_user_media_size: int = byte_size(2 * 2**30, "the images, video and audio kept with one user's saved chats "
+                                                    "(each file once however many chats use it)")
     max_queue_size: int = Field(64, gt=0, description="page requests waiting for their turn; more are told the server is busy")
     max_login_wait: int = Field(30, gt=0, description="longest wait in seconds before the next try after repeated failed logins "
                                                       "(page and API) from one address or for one user name")

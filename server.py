@@ -40,6 +40,7 @@ def web_app(slot, args: argparse.Namespace):
     from gradio.utils import get_upload_folder
 
     from api.body_limit import BodyLimit, is_api_path
+    from store import StoreError, open_store, shown_url
     from webui import PAGE_KWARGS, FileCache, build_demo
 
     users = page_users(args)
@@ -51,7 +52,12 @@ def web_app(slot, args: argparse.Namespace):
     uploads = f"{PAGE_PREFIX}/upload"  # each file bounded by --max-upload-size instead
     app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
                        flag="--max-page-request-size", advice="Send a shorter message, or ask the server's operator to raise the limit.")
-    demo = build_demo(slot, rights, limits, models_dir(args)).queue(max_size=limits.max_queue_size)
+    try:
+        store = open_store(args.database_url, limits.max_user_media_size)
+    except StoreError as error:
+        raise SystemExit(f"--database-url: {error}") from None
+    print(f"Chats kept in {shown_url(args.database_url)}", flush=True)
+    demo = build_demo(slot, rights, limits, models_dir(args), store).queue(max_size=limits.max_queue_size)
     files = FileCache(Path(get_upload_folder()), limits.max_file_age, limits.max_cache_size)
     page = gr.mount_gradio_app(app, demo, path="/", auth=logins.page_login if logins else None, max_file_size=limits.max_upload_size,
                                footer_links=[], show_error=True, app_kwargs={"lifespan": files.kept}, **PAGE_KWARGS)

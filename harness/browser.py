@@ -43,6 +43,7 @@ class AppProcess:
             **os.environ,
             "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "GRADIO_ANALYTICS_ENABLED": "False",
             "OMP_WAIT_POLICY": "PASSIVE", "GRADIO_TEMP_DIR": str(temp_dir / "gradio"), "PYTHONUNBUFFERED": "1",
+            "ANYCHAT_DATA_DIR": str(temp_dir / "data"),
         }
         self._log = open(self.log_path, "w")
         # A process group of its own, so that stopping it also stops what it started (vLLM's
@@ -123,7 +124,7 @@ def wait_until_ready(page) -> None:
     from playwright.sync_api import expect
 
     expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile("reads text only"))
-    expect(page.locator("#saved-chats-note")).to_contain_text("in this browser")
+    expect(page.locator("#saved-chats-note")).to_contain_text("kept on the server")
     page.evaluate(COUNT_REPLIES)
 
 

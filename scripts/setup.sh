@@ -85,10 +85,14 @@ fi
 
 if [ "$want_tests" = 1 ]; then
   "${pip[@]}" -r requirements-test.txt
-  # The browser tests drive Debian's Chromium (playwright cannot download its own browser here).
-  if [ ! -x /usr/bin/chromium ]; then
+  # The browser tests drive Debian's Chromium (playwright cannot download its own browser here);
+  # the chat store's tests start a throwaway PostgreSQL server (harness/postgres.py).
+  missing=()
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || missing+=(postgresql)
+  if [ "${#missing[@]}" -gt 0 ]; then
     sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
-    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
   # SGLang and KTransformers need a GPU; their pinned wheels are only read by the interface tests.
   .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps -d .cache/runtime-wheels \

@@ -14,9 +14,28 @@ import pytest
 from engines import ChatModel, ModelSlot
 from engines.model_files.paths import default_gguf
 from harness.browser import CHROMIUM, AppProcess, chromium, open_chat
+from harness.postgres import postgres_bin, postgres_server
 from harness.tiny_models import build_qwen2_vl
 
 GREEDY = {"temperature": 0, "max_new_tokens": 24}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def data_folder(tmp_path_factory):
+    """The app's data folder (the chat store), one for the whole run: never the user's own."""
+    folder = tmp_path_factory.mktemp("data")
+    os.environ["ANYCHAT_DATA_DIR"] = str(folder)
+    os.environ.pop("ANYCHAT_DATABASE_URL", None)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throwaway PostgreSQL server for the session (harness/postgres.py); its URL."""
+    if postgres_bin() is None:
+        pytest.fail("PostgreSQL is not installed: run scripts/setup.sh --test (apt-get install -y postgresql).")
+    with postgres_server() as server:
+        yield server.url
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,14 @@
 """Saved chats, typing while a reply streams, and Escape, in a real headless Chromium against
-`python app.py` on the real default model (like tests/test_browser.py)."""
+`python app.py` on the real default model (like tests/test_browser.py): chats kept on the
+server as they are written, through a reload mid-reply, a restart and a killed server."""
 
 import base64
 import io
 import json
 import os
 import re
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -113,8 +116,10 @@ def test_each_chat_keeps_its_messages_system_prompt_and_tools(page):
     expect(textbox(page, "system-prompt")).to_have_value("")
     expect(textbox(page, "tools")).to_have_value("")
     textbox(page, "system-prompt").fill("Be brief.")
+    reply_length(page, 5)
     ask(page, "Say banana.")
     expect(chat_list(page)).to_have_text(["Say banana.", "Say apple."])
+    max_new_tokens = page.locator("#max-new-tokens input[type=number]")
 
     choose_chat(page, "Say apple.")
     expect(user_messages(page)).to_have_count(1)
@@ -122,10 +127,12 @@ def test_each_chat_keeps_its_messages_system_prompt_and_tools(page):
     expect(bot_messages(page)).to_have_count(1)
     expect(textbox(page, "system-prompt")).to_have_value("You answer in French.")
     expect(textbox(page, "tools")).to_have_value(TOOLS)
+    expect(max_new_tokens).to_have_value("6")  # the generation settings it was answered with
     choose_chat(page, "Say banana.")
     expect(user_messages(page).first).to_contain_text("Say banana.")
     expect(textbox(page, "system-prompt")).to_have_value("Be brief.")
     expect(textbox(page, "tools")).to_have_value("")
+    expect(max_new_tokens).to_have_value("5")
     # The conversation goes on in the chat shown.
     ask(page, "And a cherry?")
     expect(user_messages(page)).to_have_count(2)
@@ -153,8 +160,10 @@ def test_rename_search_and_delete(page):
     search = page.locator("#chat-search textarea, #chat-search input").first
     search.fill("YELLOW")
     expect(chat_list(page)).to_have_text(["Yellow fruit"])
-    search.fill("say")
-    expect(chat_list(page)).to_have_text(["Say cherry.", "Say apple."])
+    search.fill("banana")  # in its messages, no longer in its title
+    expect(chat_list(page)).to_have_text(["Yellow fruit"])
+    search.fill("say c")
+    expect(chat_list(page)).to_have_text(["Say cherry."])
     search.fill("")
     expect(chat_list(page)).to_have_count(3)
 
@@ -167,6 +176,7 @@ def test_switching_away_from_a_streaming_reply_stops_it_in_its_own_chat(page):
     reply_length(page, 6)
     ask(page, "Say apple.")
     page.locator("#new-chat-btn").click()
+    expect(user_messages(page)).to_have_count(0)  # the new chat shown, before its reply is watched
     reply_length(page, 600)
     send(page, "Write a very long story about a lighthouse keeper.")
     expect(bot_messages(page).last).to_contain_text(" ")
@@ -196,7 +206,7 @@ def conversation_file(path):
     return str(path)
 
 
-def test_chats_survive_a_reload_and_a_restart_and_a_lost_file_shows_as_missing(browser, context, tmp_path):
+def test_chats_and_their_media_survive_a_reload_and_a_restart_and_a_lost_file_shows_as_missing(browser, context, tmp_path):
     port = free_port()
     app = AppProcess(tmp_path, port=port)
     try:
@@ -208,8 +218,8 @@ def test_chats_survive_a_reload_and_a_restart_and_a_lost_file_shows_as_missing(b
         expect(chat_list(page)).to_have_text(["Look at this sunset.", "Say apple."])
         expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
         expect(textbox(page, "system-prompt")).to_have_value("Be kind.")
-        stored = page.evaluate("localStorage.getItem('anychat-saved-chats')")
-        assert 0 < len(stored) < 10_000, "the browser should keep the media's paths, not the media"
+        stored = page.evaluate("localStorage.getItem('anychat-browser')")
+        assert 0 < len(stored) < 1000, "the browser keeps its id and the chat it shows, not the chats"
 
         page.reload()
         open_chat(page, app.url)
@@ -227,8 +237,19 @@ def test_chats_survive_a_reload_and_a_restart_and_a_lost_file_shows_as_missing(b
         expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
         expect(textbox(page, "system-prompt")).to_have_value("Be kind.")
 
-        [picture] = (tmp_path / "gradio").glob("anychat-import-*/*/sunset.png")
-        picture.unlink()
+        # Gradio deletes the page's files after a while: the chat keeps its own copy in the store.
+        copies = list((tmp_path / "gradio").rglob("sunset.png"))
+        assert copies
+        for copy in copies:
+            copy.unlink()
+        page.reload()
+        open_chat(page, app.url)
+        expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
+        # A medium the store lost as well shows as missing.
+        [kept] = [path for path in (tmp_path / "data" / "media").rglob("*") if path.is_file()]
+        kept.unlink()
+        for copy in (tmp_path / "gradio").rglob("sunset.png"):
+            copy.unlink()
         page.reload()
         open_chat(page, app.url)
         expect(page.locator("#chatbot")).to_contain_text("sunset.png: no longer on the server")
@@ -238,5 +259,59 @@ def test_chats_survive_a_reload_and_a_restart_and_a_lost_file_shows_as_missing(b
         ask(page, "Thanks!")
         expect(bot_messages(page).last).not_to_contain_text("could not answer")
         expect(user_messages(page)).to_have_count(2)
+    finally:
+        app.stop()
+
+
+def streamed_for(page, seconds):
+    """A long reply, sent and streamed for ``seconds`` (the store has written it meanwhile); its text then."""
+    reply_length(page, 600)
+    send(page, "Write a very long story about a lighthouse keeper.")
+    expect(bot_messages(page).last).to_contain_text(" ")
+    time.sleep(seconds)
+    return bot_messages(page).first.inner_text()
+
+
+def test_a_reload_mid_reply_keeps_the_message_and_the_reply_so_far(page, app):
+    reply_length(page, 4)
+    ask(page, "Say apple.")
+    page.locator("#new-chat-btn").click()
+    expect(user_messages(page)).to_have_count(0)
+    seen = streamed_for(page, 3)
+    page.reload()
+    open_chat(page, app.url)
+    expect(chat_list(page)).to_have_text(["Write a very long story about a lighthouse keeper.", "Say apple."])
+    expect(user_messages(page)).to_have_count(1)
+    expect(user_messages(page).first).to_contain_text("lighthouse keeper")
+    shown = bot_messages(page).first.inner_text()
+    assert len(shown) > 20 and (shown[:20] == seen[:20]), f"the reply so far is lost: {shown[:80]!r}, seen {seen[:80]!r}"
+
+
+def test_a_killed_server_loses_nothing_written_before(browser, context, tmp_path):
+    port = free_port()
+    app = AppProcess(tmp_path, port=port)
+    try:
+        page = context.new_page()
+        open_chat(page, app.url)
+        seen = streamed_for(page, 4)
+        os.killpg(app.process.pid, signal.SIGKILL)
+        app.stop()
+        app = AppProcess(tmp_path, port=port)
+        open_chat(page, app.url)
+        expect(chat_list(page)).to_have_text(["Write a very long story about a lighthouse keeper."])
+        expect(user_messages(page).first).to_contain_text("lighthouse keeper")
+        shown = bot_messages(page).first.inner_text()
+        assert len(shown) > 20 and seen.startswith(shown[:20]), f"the reply so far is lost: {shown[:80]!r}, seen {seen[:80]!r}"
+        # Cut short by the kill, it shows as stopped, and the chat goes on.
+        expect(page.locator("#chatbot")).to_contain_text("■ Stopped")
+        reply_length(page, 4)
+        ask(page, "Thanks!")
+        expect(user_messages(page)).to_have_count(2)
+        # Another browser has none of this one's chats.
+        stranger = browser.new_context().new_page()
+        open_chat(stranger, app.url)
+        expect(stranger.locator("#saved-chats-note")).to_contain_text("No saved chats yet")
+        expect(chat_list(stranger)).to_have_count(0)
+        stranger.context.close()
     finally:
         app.stop()

@@ -119,7 +119,7 @@ LISTENERS = {
     "the message box (/chat)": lambda path: ("chat", [None, {"text": "Look.", "files": [file_data(path)]}, "", "", *GREEDY.values()], None),
     "any other input (/chat's system prompt)": lambda path: ("chat", [None, {"text": "Hi", "files": []}, file_data(path), "", *GREEDY.values()], None),
     "the conversation file (/import_conversation)": lambda path: ("import_conversation", [None, file_data(path)], None),
-    "the saved chats (restore)": lambda path: ("restore", [{"current": "", "chats": [], "pasted": file_data(path)}], None),
+    "the saved chats (restore)": lambda path: ("restore", [{"id": file_data(path)}, {"current": "", "chats": [], "pasted": file_data(path)}], None),
     "an edited message (edit)": lambda path: ("edit", [None, "", "", *GREEDY.values()], {"index": 0, "value": [file_data(path), "Look."]}),
 }
 
@@ -169,7 +169,7 @@ def test_page_request_bodies_are_bounded(app, tabs):
     refused = bob.chat("x" * 9 * MB)
     assert refused["status"] == 413 and limit in refused["detail"], refused
     blob = {"current": "a", "chats": [{"id": "a", "title": "t", "turns": [{"role": "user", "content": "x" * 9 * MB}]}]}
-    refused = bob.call("restore", [blob])
+    refused = bob.call("restore", [None, blob])
     assert refused["status"] == 413 and limit in refused["detail"], refused
 
     def stream():
@@ -191,7 +191,7 @@ def test_page_request_bodies_are_bounded(app, tabs):
     paste = bob.chat("word " * 12_000)
     assert "status" not in paste and error(paste) is None
     blob = {"current": "a", "chats": [{"id": "a", "title": "t", "turns": [{"role": "user", "content": "y" * 4 * MB}]}]}
-    restored = bob.call("restore", [blob])
+    restored = bob.call("restore", [None, blob])
     assert error(restored) is None and "y" * 1000 in shown(restored)
     assert bob.upload("three-megabytes.wav", b"\0" * 3 * MB).startswith(str(app.files))
 
@@ -225,7 +225,7 @@ def test_nul_bytes_in_paths_get_a_message_not_a_server_error(app, tabs):
     bob, alice = tabs("bob"), tabs("alice")
     assert error(bob.chat("Look.", [file_data("/tmp/a\0.png")]))
     blob = {"current": "a", "chats": [{"id": "a", "title": "t", "turns": [{"role": "user", "content": "Look.", "files": ["/tmp/a\0.png"]}]}]}
-    assert "no longer on the server, so neither shown nor sent to the model" in shown(bob.call("restore", [blob]))
+    assert "no longer on the server, so neither shown nor sent to the model" in shown(bob.call("restore", [None, blob]))
     assert bob.http.get("/gradio_api/file=%00").status_code == 403
     # /v1 takes the page's logins.
     bob_api = {"auth": ("bob", PASSWORDS["bob"])}
@@ -263,7 +263,7 @@ def test_the_pages_files_expire_and_a_chat_then_shows_them_missing(small):
         second = Path(tab.upload("second.png", png(700)))  # about 1.4 MB: with the first, over 3 MB
         tab.chat("Look.", [file_data(str(second))])
         saved = {"current": "a", "chats": [{"id": "a", "title": "t", "turns": [{"role": "user", "content": "Look.", "files": [str(second)]}]}]}
-        restored = shown(tab.call("restore", [saved]))
+        restored = shown(tab.call("restore", [None, saved]))
         assert "second.png" in restored and "Missing" not in restored
         deadline = time.monotonic() + 60
         while first.exists():  # over 3 MB: the oldest goes first, before its lifetime is out
@@ -275,7 +275,7 @@ def test_the_pages_files_expire_and_a_chat_then_shows_them_missing(small):
             time.sleep(0.2)
         assert tab.http.get(f"/gradio_api/file={second}").status_code == 403
         missing = "second.png: no longer on the server, so neither shown nor sent to the model"
-        assert missing in shown(tab.call("restore", [saved]))
+        assert missing in shown(tab.call("restore", [None, saved]))
         reply = tab.chat("And now?")
         assert missing in shown(reply) and answered(reply)
     finally:

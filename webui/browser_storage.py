@@ -1,25 +1,36 @@
-"""Where the saved chats live: the browser's localStorage, through gr.BrowserState.
+"""What the browser keeps, in its localStorage through gr.BrowserState: which browser it is (the
+owner of its chats where the page has no logins) and the chat it showed last. The chats
+themselves are on the server (store/); those older versions kept in the browser are read once,
+moved into the store and removed from the browser (``BrowserChats``).
 
 gr.BrowserState encrypts what it stores with a secret of the server's, in the browser (the secret
-travels in the page's config, so this hides the chats from a casual look, not from the person
-at the browser). Its default secret and key are random per start, which would make every chat
-unreadable after a restart; both are fixed here, the secret made once in the app's cache.
+travels in the page's config, so this hides the value from a casual look, not from the person
+at the browser). Its default secret and key are random per start, which would make what it
+stores unreadable after a restart; both are fixed here, the secret made once in the app's cache.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import tempfile
+import uuid
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
+from pydantic import BaseModel, ValidationError
 
 from engines.model_files.cache import cache_dir
 
-STORAGE_KEY = "anychat-saved-chats"
+from .conversation import Turn
+
+STORAGE_KEY = "anychat-browser"
+OLD_CHATS_KEY = "anychat-saved-chats"
 SECRET_FILE = "browser-state-secret"
+BROWSER_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def page_secret(folder: Path | None = None) -> str:
@@ -37,5 +48,49 @@ def page_secret(folder: Path | None = None) -> str:
     return path.read_text(encoding="ascii").strip()
 
 
-def saved_chats_storage() -> gr.BrowserState:
+def browser_storage() -> gr.BrowserState:
     return gr.BrowserState(None, storage_key=STORAGE_KEY, secret=page_secret())
+
+
+def old_chats_storage() -> gr.BrowserState:
+    return gr.BrowserState(None, storage_key=OLD_CHATS_KEY, secret=page_secret())
+
+
+def browser_memory(value: Any) -> tuple[str, str]:
+    """The browser's id and the chat it showed last; a new id where it has none (or one that is
+    not an id: the person at the browser can write anything there). Without logins the id is
+    what keeps one browser's chats from another's, so it is random and long."""
+    value = value if isinstance(value, dict) else {}
+    browser, current = value.get("id"), value.get("current")
+    if not (isinstance(browser, str) and BROWSER_ID.fullmatch(browser)):
+        browser = uuid.uuid4().hex
+    return browser, current if isinstance(current, str) else ""
+
+
+class BrowserChat(BaseModel):
+    id: str
+    title: str
+    system: str = ""
+    tools: str = ""
+    updated: float = 0.0
+    turns: list[Turn] = []
+
+
+class BrowserChats(BaseModel):
+    """The chats older versions kept in the browser, newest first, and the one shown last."""
+
+    current: str = ""
+    chats: list[BrowserChat] = []
+
+    @classmethod
+    def from_browser(cls, value: Any) -> tuple[BrowserChats, str]:
+        """The chats the browser handed over, and a note if they could not be read (they are
+        written by this app, but the person at the browser can change them)."""
+        if value is None:
+            return cls(), ""
+        try:
+            return cls.model_validate(value), ""
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            return cls(), f"⚠ The chats saved in this browser could not be read ({where}: {first['msg']}), so none were moved to the server."

@@ -1,25 +1,37 @@
-"""The sidebar of saved chats: new chat, the list (search by title), switch, rename, delete.
+"""The sidebar of saved chats: new chat, the list (search in titles and messages), switch,
+rename, delete.
 
-Every handler that shows a chat hands the page the same things, by name (``show``): the tab's
-``session``, the ``chatbot``, the chat's ``system`` prompt and ``tools``, which chat those belong
-to (``shown``, a hidden field, so that a save started before a switch still files them under the
-right chat), the ``chat_list``, the ``title``, the ``note``, the emptied ``search`` and the
-browser's copy (``storage``). Switching away from a chat whose reply is
-being written stops that reply: the page drops its last updates (``cancels``) and the partial
-reply is saved, marked stopped, in the chat it belongs to.
+The page opens on the chats of whoever opened it (``restore``): their login's, else the
+browser's own (an id the browser keeps); chats an older version kept in the browser move into
+the store then. Every handler that shows a chat hands the page the same things, by name
+(``show``): the tab's ``session``, the ``chatbot``, the chat's ``system`` prompt and ``tools``,
+which chat those belong to (``shown``, a hidden field, so that a save started before a switch
+still files them under the right chat), the ``chat_list``, the ``title``, the ``note``, the
+emptied ``search`` and what the browser keeps (``storage``). Switching away from a chat whose
+reply is being written stops that reply: the page drops its last updates (``cancels``) and the
+partial reply is saved, marked stopped, in the chat it belongs to.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
 from gradio.events import Dependency
 from gradio.utils import get_upload_folder
 
-from .browser_storage import saved_chats_storage
+from sqlalchemy.exc import SQLAlchemyError
+
+from engines import ChatError
+from store import ChatStore, StoreError
+
+from .browser_storage import BrowserChats, browser_memory, browser_storage, old_chats_storage
 from .by_name import by_name
+from .chats_export import export_chats
 from .conversation import ChatSession, render
 from .saved_chats import SavedChats
 
@@ -33,109 +45,206 @@ SIDEBAR_HEAD = """<style>
 
 # How long a switch waits for a stopped reply to end before it saves what there is.
 STOP_WAIT_SECONDS = 10.0
+NOT_OPENED = "This page has not finished opening: reload it."
+STORE_DOWN = "The saved chats cannot be reached now ({problem}). The conversation on screen stays and goes on; try again in a moment."
+
+
+def store_errors(handler: Callable) -> Callable:
+    """A sidebar handler whose store failures (a database gone, a full disk) the page shows as a
+    message, leaving what it shows as it is."""
+
+    def explained(error: Exception) -> gr.Error:
+        problem = str(getattr(error, "orig", None) or error).splitlines()[0]
+        return gr.Error(STORE_DOWN.format(problem=problem), print_exception=False)
+
+    if inspect.iscoroutinefunction(handler):
+        @functools.wraps(handler)
+        async def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await handler(*args, **kwargs)
+            except (SQLAlchemyError, StoreError, OSError) as error:
+                raise explained(error) from None
+    else:
+        @functools.wraps(handler)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return handler(*args, **kwargs)
+            except (SQLAlchemyError, StoreError, OSError) as error:
+                raise explained(error) from None
+    return guarded
 
 
 class ChatSidebar:
     """Built inside the page's Blocks; ``wire`` once the chat controls exist."""
 
-    def __init__(self) -> None:
-        self.storage = saved_chats_storage()
-        self.chats = gr.State(SavedChats())
+    def __init__(self, store: ChatStore, export_limit: int) -> None:
+        """``export_limit``: the most bytes one chat may take in an export (the most an import takes)."""
+        self.store = store
+        self.export_limit = export_limit
+        self.storage = browser_storage()
+        self.old_chats = old_chats_storage()
+        # The tab's SavedChats, made when the page opens: nothing the page sends can set it.
+        self.chats = gr.State(None)
         self.shown = gr.Textbox(visible=False)
         with gr.Sidebar(label="Chats", elem_id="chats-sidebar"):
             self.new_btn = gr.Button("+ New chat", elem_id="new-chat-btn", variant="primary", size="sm")
-            self.search = gr.Textbox(show_label=False, placeholder="Search chats by title", elem_id="chat-search", container=False)
+            self.search = gr.Textbox(show_label=False, placeholder="Search chats", elem_id="chat-search", container=False)
             self.list = gr.Radio([], show_label=False, elem_id="chat-list", container=False)
             self.note = gr.Markdown(elem_id="saved-chats-note")
             self.title = gr.Textbox(label="Title", placeholder="New chat", elem_id="chat-title")
             with gr.Row():
                 self.rename_btn = gr.Button("Rename", elem_id="rename-chat-btn", size="sm")
                 self.delete_btn = gr.Button("Delete chat", elem_id="delete-chat-btn", variant="stop", size="sm")
+            self.export_btn = gr.Button("Export all chats", elem_id="export-chats-btn", size="sm")
+            self.exported = gr.File(label="All chats (a conversation file each)", elem_id="exported-chats", visible=False)
 
     def wire(self, demo: gr.Blocks, session: gr.State, chatbot: gr.Chatbot, system: gr.Textbox, tools: gr.Textbox,
-             replies: list[Dependency], changes: list[Dependency], imported: Dependency) -> None:
-        """``replies``: the events that write a reply; ``changes``: others that change the
-        conversation; ``imported``: a conversation file read into the session, kept as a new chat."""
+             generation: dict[str, gr.components.Component], replies: list[Dependency], changes: list[Dependency],
+             imported: Dependency) -> None:
+        """``generation``: the generation settings' controls by setting name, which a chat keeps
+        as it was last answered with; ``replies``: the events that write a reply; ``changes``:
+        others that change the conversation; ``imported``: a conversation file read into the
+        session, kept as a new chat."""
+        self.setting_names = tuple(generation)
         view = {"session": session, "chatbot": chatbot, "system": system, "tools": tools, "shown": self.shown, "chat_list": self.list,
-                "title": self.title, "note": self.note, "search": self.search, "storage": self.storage}
-        renamed = {"chat_list": self.list, "title": self.title, "storage": self.storage}
+                "title": self.title, "note": self.note, "search": self.search, "storage": self.storage, **generation}
+        renamed = {"chat_list": self.list, "title": self.title}
         shown = [self.chats, session, self.shown, system, tools]
         # Each is quick and touches only its own tab's state: tabs need not wait in line for each other.
         private = {"api_visibility": "private", "concurrency_limit": None}
         leaving = {"cancels": replies, **private}
-        demo.load(inputs=self.storage, **by_name(restore, {"chats": self.chats, **view}), **private)
+        demo.load(inputs=[self.storage, self.old_chats], **by_name(self.restore, {"chats": self.chats, "old_chats": self.old_chats, **view}),
+                  **private)
         self.new_btn.click(inputs=shown, **by_name(new_chat, view), **leaving)
         self.list.input(inputs=[*shown, self.list], **by_name(switch_chat, view), trigger_mode="always_last", **leaving)
         self.delete_btn.click(inputs=[self.chats, session], **by_name(delete_chat, view), **leaving)
         gr.on([self.title.submit, self.rename_btn.click], inputs=[self.chats, session, self.title],
               **by_name(rename_chat, renamed), **private)
         self.search.change(search_chats, [self.chats, self.search], self.list, trigger_mode="always_last", **private)
-        for event in [*replies, *changes]:
+        for event in replies:
+            event.success(inputs=shown, inputs_kwargs=generation, **by_name(keep_chat, {**renamed, "note": self.note}), **private)
+        for event in changes:
             event.success(inputs=shown, **by_name(keep_chat, {**renamed, "note": self.note}), **private)
         # Saved as they are typed (and on leaving the field, which a paste may not be told apart
         # from), so a reload keeps them; not on every change: an import changes them for its new chat.
-        gr.on([system.input, tools.input, system.blur, tools.blur], keep_settings, [self.chats, self.shown, system, tools], self.storage,
+        gr.on([system.input, tools.input, system.blur, tools.blur], keep_settings, [self.chats, self.shown, system, tools], None,
               trigger_mode="always_last", **private)
         imported.success(inputs=[self.chats, session, system], **by_name(keep_import, view), **private)
+        self.export_btn.click(self.export_all, self.chats, self.exported, api_visibility="private")
+
+    @store_errors
+    def export_all(self, chats: SavedChats | None) -> dict[str, Any]:
+        try:
+            path, left_out = export_chats(opened(chats), get_upload_folder(), self.export_limit)
+        except (OSError, ChatError) as error:
+            raise gr.Error(f"Could not export the chats: {error}", print_exception=False) from None
+        for reason in left_out:
+            gr.Warning(f"Left out of the export: {reason}")
+        return gr.update(value=path, visible=True)
+
+    @store_errors
+    def restore(self, stored: Any, old: Any, request: gr.Request | None = None) -> dict[str, Any]:
+        """The page opens on its user's chats, on the chat it last showed in this browser (else the newest)."""
+        browser, current = browser_memory(stored)
+        chats = SavedChats(self.store, owner_of(request, browser), browser, current, self.setting_names)
+        problem = move_in(chats, old)
+        session = chats.open(chats.current or chats.newest(), get_upload_folder())
+        return {"chats": chats, "old_chats": None if old is not None else gr.skip(), **show(chats, session, problem)}
 
 
-def restore(stored: Any) -> dict[str, Any]:
-    """The page opens on the chat it last showed in this browser."""
-    chats, problem = SavedChats.from_browser(stored)
-    session = chats.open(chats.current, get_upload_folder())
-    return {"chats": chats, **show(chats, session, problem)}
+def owner_of(request: gr.Request | None, browser: str) -> str:
+    """Whose chats a page shows: its login's; without logins, its browser's."""
+    username = getattr(request, "username", None)
+    return f"login:{username}" if username else f"browser:{browser}"
 
 
-async def new_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
+def move_in(chats: SavedChats, old: Any) -> str:
+    """Move the chats the browser kept (older versions did) into the store, oldest first so the
+    newest stays on top; a note where they could not be read."""
+    kept, problem = BrowserChats.from_browser(old)
+    current = chats.current
+    for chat in reversed(kept.chats):
+        moved = chats.add([turn.model_copy(deep=True) for turn in chat.turns], chat.system, chat.tools)
+        chats.rename(moved.chat_id, chat.title)
+        if chat.id == kept.current:
+            current = moved.chat_id
+    chats.current = current
+    return problem or (f"Moved {len(kept.chats)} chat{'s' if len(kept.chats) != 1 else ''} from this browser to the server." if kept.chats else "")
+
+
+def opened(chats: SavedChats | None) -> SavedChats:
+    if chats is None:  # only a raw call skips the page's opening
+        raise gr.Error(NOT_OPENED, print_exception=False)
+    return chats
+
+
+@store_errors
+async def new_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
+    chats = opened(chats)
     await leave(chats, session, shown, system, tools)
-    return show(chats, chats.new_session())
+    return await asyncio.to_thread(lambda: show(chats, chats.new_session()))
 
 
-async def switch_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str, chosen: str | None) -> dict[str, Any]:
+@store_errors
+async def switch_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str, chosen: str | None) -> dict[str, Any]:
+    chats = opened(chats)
     await leave(chats, session, shown, system, tools)
-    return show(chats, chats.open(chosen or "", get_upload_folder()))
+    return await asyncio.to_thread(lambda: show(chats, chats.open(chosen or "", get_upload_folder())))
 
 
-async def delete_chat(chats: SavedChats, session: ChatSession) -> dict[str, Any]:
+@store_errors
+async def delete_chat(chats: SavedChats | None, session: ChatSession) -> dict[str, Any]:
     """Delete the chat shown, stopping its reply, and show the newest one left (or a new chat)."""
+    chats = opened(chats)
     await stopped(session)
-    chats.delete(session.chat_id)
-    newest = chats.chats[0].id if chats.chats else ""
-    return show(chats, chats.open(newest, get_upload_folder()))
+
+    def deleted() -> dict[str, Any]:
+        chats.delete(session.chat_id)
+        return show(chats, chats.open(chats.newest(), get_upload_folder()))
+
+    return await asyncio.to_thread(deleted)
 
 
-def rename_chat(chats: SavedChats, session: ChatSession, title: str) -> dict[str, Any]:
+@store_errors
+def rename_chat(chats: SavedChats | None, session: ChatSession, title: str) -> dict[str, Any]:
+    chats = opened(chats)
     problem = chats.rename(session.chat_id, title)
     chat = chats.find(session.chat_id)
     if problem:
         gr.Warning(problem)
-    return {"chat_list": list_update(chats), "title": chat.title if chat else "", "storage": chats.for_browser()}
+    return {"chat_list": list_update(chats), "title": chat.title if chat else ""}
 
 
-def search_chats(chats: SavedChats, query: str) -> dict[str, Any]:
-    return list_update(chats, query)
+@store_errors
+def search_chats(chats: SavedChats | None, query: str) -> dict[str, Any]:
+    return list_update(opened(chats), query)
 
 
-def keep_chat(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
-    chats.keep(session, shown, system, tools)
+@store_errors
+def keep_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str, **generation: Any) -> dict[str, Any]:
+    """After a reply (which brings the ``generation`` settings it was written with) or another change."""
+    chats = opened(chats)
+    chats.keep(session, shown, system, tools, generation or None)
+    if session.keeper is not None and session.keeper.problem:  # said once already; the sidebar keeps saying it
+        return {"note": f"⚠ This chat is not saved now ({session.keeper.problem}); it is, as soon as the store can be written."}
     chat = chats.find(session.chat_id)
-    return {"chat_list": list_update(chats), "title": chat.title if chat else "", "note": chats.note(), "storage": chats.for_browser()}
+    return {"chat_list": list_update(chats), "title": chat.title if chat else "", "note": chats.note()}
 
 
-def keep_settings(chats: SavedChats, shown: str, system: str, tools: str) -> Any:
-    return chats.for_browser() if chats.set_settings(shown, system, tools) else gr.skip()
+@store_errors
+def keep_settings(chats: SavedChats | None, shown: str, system: str, tools: str) -> None:
+    opened(chats).set_settings(shown, system, tools)
 
 
-def keep_import(chats: SavedChats, session: ChatSession, system: str) -> dict[str, Any]:
+@store_errors
+def keep_import(chats: SavedChats | None, session: ChatSession, system: str) -> dict[str, Any]:
     """An imported conversation becomes a chat of its own; the one shown before stays as saved."""
-    session.chat_id = chats.new_session().chat_id
-    chats.keep(session, session.chat_id, system, "")
-    return show(chats, session)
+    return show(opened(chats), opened(chats).add(session.turns, system))
 
 
 async def leave(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> None:
     await stopped(session)
-    chats.keep(session, shown, system, tools)
+    await asyncio.to_thread(chats.keep, session, shown, system, tools)
 
 
 async def stopped(session: ChatSession) -> None:
@@ -154,9 +263,10 @@ async def stopped(session: ChatSession) -> None:
 def show(chats: SavedChats, session: ChatSession, problem: str = "") -> dict[str, Any]:
     """What the page shows of ``session``, the chat ``chats`` now shows."""
     chat = chats.find(session.chat_id)
-    system, tools, title = (chat.system, chat.tools, chat.title) if chat else ("", "", "")
+    system, tools, title, generation = (chat.system, chat.tools, chat.title, chat.generation) if chat else ("", "", "", {})
     return {"session": session, "chatbot": render(session.turns), "system": system, "tools": tools, "shown": session.chat_id,
-            "chat_list": list_update(chats), "title": title, "note": problem or chats.note(), "search": "", "storage": chats.for_browser()}
+            "chat_list": list_update(chats), "title": title, "note": problem or chats.note(), "search": "", "storage": chats.for_browser(),
+            **{name: value for name, value in generation.items() if name in chats.setting_names}}
 
 
 def list_update(chats: SavedChats, query: str = "") -> dict[str, Any]:

@@ -6,7 +6,7 @@ import json
 import mimetypes
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -14,6 +14,9 @@ from engines import ChatError, ToolCall
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest
 
 from .reply_stats import ReplyStats
+
+if TYPE_CHECKING:
+    from .chat_keeper import ChatKeeper
 
 MEDIA_EXTENSIONS = {
     "image": (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"),
@@ -38,7 +41,7 @@ class Turn(BaseModel):
     regenerated. ``stats`` says how a finished reply was written. ``missing_files`` names the files
     that the server no longer has (shown as missing, not sent). ``writing``,
     ``tool_text`` and ``waiting`` (how many requests must finish before this reply starts) exist
-    only while the reply streams."""
+    only while the reply streams. ``row``: its message's id in the chat store, once written there."""
 
     role: Literal["user", "assistant"]
     content: str = ""
@@ -52,18 +55,22 @@ class Turn(BaseModel):
     writing: bool = Field(False, exclude=True)
     tool_text: str = Field("", exclude=True)
     waiting: int | None = Field(None, exclude=True)
+    row: int | None = Field(None, exclude=True)
 
 
 @dataclass
 class ChatSession:
     """Kept in gr.State, so one per browser tab. The object is mutated in place while a reply
     streams: the Stop handler receives this same object and flips ``stop_requested``.
-    ``chat_id`` names the saved chat it shows; ``answering`` is true while a reply is written."""
+    ``chat_id`` names the saved chat it shows, and ``keeper`` writes it into the chat store as
+    it changes (webui/chat_keeper.py; None for a session not kept); ``answering`` is true while
+    a reply is written."""
 
     turns: list[Turn] = field(default_factory=list)
     stop_requested: bool = False
     chat_id: str = ""
     answering: bool = False
+    keeper: ChatKeeper | None = None
 
 
 def media_kind(path: str) -> str | None:

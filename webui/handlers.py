@@ -26,6 +26,7 @@ from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlac
 from engines.request import MEDIA_KINDS
 from limits import Limits
 
+from .chat_keeper import SAVE_INTERVAL, kept, kept_now
 from .conversation import ChatSession, SavedToolCall, Turn, kept_media, model_request, render, render_turn, turn_of_message
 from .conversation_file import read_conversation, write_conversation
 from .model_rights import ModelRights
@@ -169,12 +170,18 @@ class ChatHandlers:
         too many waiting) marks the user turn with the reason; the conversation itself stays as
         it was."""
         session.stop_requested = False
-        # The page's files are deleted after a while: a file that is gone is shown so, not sent.
+        # The page's files are deleted after a while: a file that is gone is shown so, not sent
+        # (unless the chat store keeps it: then the page gets a copy again).
+        if session.keeper is not None:
+            session.keeper.restore_media(session.turns)
         session.turns[:] = [kept_media(turn) for turn in session.turns]
         asked = session.turns[-1]
         before = render(session.turns)
         yield before
+        # Saved as it happens: the message now, the reply every few seconds and when it ends.
+        await kept(session, system=settings.get("system") or "", tools=settings.get("tools") or "")
         reply = Turn(role="assistant", writing=True)
+        ended = False
         try:
             request = model_request(session.turns, user=user, **settings)
             clock = ReplyClock(self.slot.model)
@@ -184,8 +191,10 @@ class ChatHandlers:
                 for item in items:
                     _add_to_reply(reply, item)
                 yield before + render_turn(reply)
+                await kept(session, every=SAVE_INTERVAL)
             reply.stopped = session.stop_requested
             reply.stats = clock.stats(reply.reasoning + reply.content + reply.tool_text)
+            ended = True
         except ChatError as error:
             if reply.content or reply.reasoning:
                 reply.stopped = True
@@ -194,8 +203,13 @@ class ChatHandlers:
                 if reply in session.turns:
                     session.turns.remove(reply)
                 asked.error = str(error)
+            ended = True
         finally:
             reply.writing, reply.tool_text, reply.waiting = False, "", None
+            if not ended:  # closed mid-reply (a reload, a switch of chats), where nothing can be awaited
+                reply.stopped = True
+                kept_now(session)
+        await kept(session)
 
     # ---- conversation files
 

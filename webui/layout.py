@@ -9,6 +9,7 @@ import gradio as gr
 
 from engines import ModelSlot
 from limits import Limits
+from store import ChatStore, open_store
 
 from .chat_sidebar import SIDEBAR_HEAD, ChatSidebar
 from .chat_tab import ChatTab
@@ -42,13 +43,13 @@ CSS = """
 PAGE_KWARGS = {"theme": THEME, "css": CSS, "head": SIDEBAR_HEAD}
 
 def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Limits = Limits(),
-               models_dir: Path | None = None) -> gr.Blocks:
+               models_dir: Path | None = None, store: ChatStore | None = None) -> gr.Blocks:
     """The page; serve it with ``PAGE_KWARGS``, ``max_file_size=limits.max_upload_size`` and a
     queue of ``limits.max_queue_size``. ``models_dir``: where the model picker looks besides the
-    Hugging Face cache."""
+    Hugging Face cache; ``store``: where the chats are kept (the data folder's by default)."""
     with gr.Blocks(title="anychat") as demo:
         session = gr.State(ChatSession())
-        sidebar = ChatSidebar()
+        sidebar = ChatSidebar(store or open_store(media_quota=limits.max_user_media_size), limits.max_upload_size)
         gr.Markdown("# anychat\nChat with local models, on any inference backend.", elem_id="title")
         with gr.Tabs():
             chat = ChatTab()
@@ -56,7 +57,8 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         generation = {**settings.generation, "enable_thinking": chat.enable_thinking}
         handlers = ChatHandlers(slot, tuple(generation), rights, limits)
         chat.wire(handlers, session, generation)
-        sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, replies=chat.replies, changes=chat.changes, imported=chat.imported)
+        sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, generation, replies=chat.replies, changes=chat.changes,
+                     imported=chat.imported)
         demo.load(None, js=ESCAPE_STOPS)
         settings.wire(demo, handlers, rights, chat.message_box, generation)
     return demo

@@ -1,0 +1,184 @@
+"""What the page asks of the store. Every call names the owner it acts for, and touches only that
+owner's chats: a chat id of someone else's reads as no chat at all, and writing to one is refused
+(ids come from the page, and an attacker can send any). Each call is one short transaction,
+so two tabs, or two app processes, never overwrite each other's rows."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, delete, exists, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from .media import MediaFiles
+from .tables import Chat, ChatMedia, Media, Message
+
+
+class StoreError(Exception):
+    """The store cannot be opened or written; the message says why and what to do."""
+
+
+class NotYours(StoreError):
+    """A chat id that belongs to another owner."""
+
+
+@dataclass(frozen=True)
+class ChatInfo:
+    id: str
+    title: str
+    system: str
+    tools: str
+    updated: float
+    generation: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """``data``: the message as the page keeps it, ``role`` and ``content`` included."""
+
+    id: int
+    data: dict[str, Any]
+    state: str
+
+
+@dataclass
+class MessageChanges:
+    """What one save writes into a chat: messages ``added`` (in order), ``changed`` by id, and
+    the ids of those ``removed``. A message is a dict with its ``role`` and ``content``, and its
+    ``state`` (see tables.Message)."""
+
+    added: list[dict[str, Any]]
+    changed: dict[int, dict[str, Any]]
+    removed: list[int]
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.changed or self.removed)
+
+
+class ChatStore:
+    """``media``: where the media kept with the chats are; ``media_quota``: how many bytes of them
+    one owner may keep (None: no limit)."""
+
+    def __init__(self, engine: Engine, media: MediaFiles, media_quota: int | None = None) -> None:
+        self.engine = engine
+        self.media = media
+        self.media_quota = media_quota
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def chats(self, owner: str, query: str = "") -> list[ChatInfo]:
+        """``owner``'s chats, newest first; with ``query``, those whose title or any message holds it, whatever its case."""
+        statement = select(Chat).where(Chat.owner == owner).order_by(Chat.updated.desc())
+        query = query.strip()
+        if query:
+            in_messages = exists().where(Message.chat_id == Chat.id, Message.content.icontains(query, autoescape=True))
+            statement = statement.where(Chat.title.icontains(query, autoescape=True) | in_messages)
+        with Session(self.engine) as session:
+            return [_info(chat) for chat in session.scalars(statement)]
+
+    def chat(self, owner: str, chat_id: str) -> ChatInfo | None:
+        with Session(self.engine) as session:
+            chat = _owned(session, owner, chat_id)
+            return _info(chat) if chat else None
+
+    def messages(self, owner: str, chat_id: str) -> list[StoredMessage]:
+        """The chat's messages in order (none for a chat that is not ``owner``'s)."""
+        statement = (select(Message).join(Chat).where(Chat.owner == owner, Message.chat_id == chat_id).order_by(Message.id))
+        with Session(self.engine) as session:
+            return [StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state)
+                    for row in session.scalars(statement)]
+
+    def write(self, owner: str, chat_id: str, changes: MessageChanges, created: dict[str, str], media: dict[str, int] | None = None) -> list[int]:
+        """Write ``changes`` into the chat, made with ``created`` (its title, system and tools) if
+        it is new; the ids of the messages added. Rows this save does not name are left as they
+        are. ``media``: the hashes and sizes of the media its messages use (kept in MediaFiles first)."""
+        now = time.time()
+        with Session(self.engine) as session, session.begin():
+            chat = session.get(Chat, chat_id, with_for_update=True)
+            if chat is None:
+                chat = Chat(id=chat_id, owner=owner, **{"system": "", "tools": "", **_without_nul(created)}, created=now, updated=now)
+                session.add(chat)
+            elif chat.owner != owner:
+                raise NotYours(f"Chat {chat_id} is not yours.")
+            chat.updated = now
+            if changes.removed:
+                session.execute(delete(Message).where(Message.chat_id == chat_id, Message.id.in_(changes.removed)))
+            for row_id, message in changes.changed.items():
+                session.execute(update(Message).where(Message.chat_id == chat_id, Message.id == row_id).values(**_columns(message, now)))
+            rows = [Message(chat_id=chat_id, **_columns(message, now)) for message in changes.added]
+            session.add_all(rows)
+            session.flush()
+            if media:
+                insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
+                session.execute(insert(Media).on_conflict_do_nothing(), [{"sha256": h, "size": size, "created": now} for h, size in media.items()])
+                session.execute(insert(ChatMedia).on_conflict_do_nothing(), [{"chat_id": chat_id, "sha256": h} for h in media])
+            return [row.id for row in rows]
+
+    def media_of(self, owner: str) -> dict[str, int]:
+        """The hashes and sizes of the media ``owner``'s chats keep (each once)."""
+        statement = select(Media.sha256, Media.size).join(ChatMedia).join(Chat).where(Chat.owner == owner).distinct()
+        with Session(self.engine) as session:
+            return {digest: size for digest, size in session.execute(statement)}
+
+    def set_settings(self, owner: str, chat_id: str, system: str, tools: str, generation: dict[str, Any] | None = None) -> bool:
+        """The chat's system prompt, tools and (where given) generation settings; false where
+        ``owner`` has no such chat (yet)."""
+        values = {"system": _without_nul(system), "tools": _without_nul(tools)}
+        if generation is not None:
+            values["generation"] = _without_nul(generation)
+        return self._update(owner, chat_id, **values)
+
+    def rename(self, owner: str, chat_id: str, title: str) -> bool:
+        return self._update(owner, chat_id, title=_without_nul(title))
+
+    def delete(self, owner: str, chat_id: str) -> bool:
+        """Delete the chat, its messages, and the media no other chat uses."""
+        with Session(self.engine) as session, session.begin():
+            deleted = session.execute(delete(Chat).where(Chat.owner == owner, Chat.id == chat_id)).rowcount > 0
+        if deleted:
+            self._sweep()
+        return deleted
+
+    def _sweep(self) -> None:
+        with Session(self.engine) as session, session.begin():
+            unused = exists().where(ChatMedia.sha256 == Media.sha256)
+            gone = list(session.scalars(delete(Media).where(~unused).returning(Media.sha256)))
+        self.media.remove(gone)
+
+    def count(self, owner: str) -> int:
+        with Session(self.engine) as session:
+            return session.scalar(select(func.count()).select_from(Chat).where(Chat.owner == owner)) or 0
+
+    def _update(self, owner: str, chat_id: str, **values: Any) -> bool:
+        with Session(self.engine) as session, session.begin():
+            return session.execute(update(Chat).where(Chat.owner == owner, Chat.id == chat_id).values(**values)).rowcount > 0
+
+
+def _owned(session: Session, owner: str, chat_id: str) -> Chat | None:
+    chat = session.get(Chat, chat_id)
+    return chat if chat is not None and chat.owner == owner else None
+
+
+def _info(chat: Chat) -> ChatInfo:
+    return ChatInfo(chat.id, chat.title, chat.system, chat.tools, chat.updated, chat.generation or {})
+
+
+def _columns(message: dict[str, Any], now: float) -> dict[str, Any]:
+    data = _without_nul(message)
+    return {"role": data.pop("role"), "content": data.pop("content", ""), "state": data.pop("state", "done"), "data": data, "updated": now}
+
+
+def _without_nul(value: Any) -> Any:
+    """``value`` with each NUL character as U+FFFD: PostgreSQL's text cannot hold one, and a
+    message may have one (the page's endpoints take anything)."""
+    if isinstance(value, str):
+        return value.replace("\0", "\ufffd")
+    if isinstance(value, dict):
+        return {key: _without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    return value

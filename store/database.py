@@ -1,0 +1,107 @@
+"""Where the store is and how it is opened: an SQLite file in the app's data folder unless a
+database URL names another (PostgreSQL through psycopg 3), brought up to the newest schema by
+its Alembic migrations each time the app starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from sqlalchemy import Engine, create_engine, event, make_url, text
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from .chats import ChatStore, StoreError
+from .media import MediaFiles
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+DATABASE_FILE = "chats.db"
+# Any constant: two app processes starting on one PostgreSQL migrate it one after the other.
+MIGRATION_LOCK = 0x616E7963
+
+
+class StoreSettings(BaseModel):
+    database_url: str | None = Field(None, description="the database the chats are kept in: postgresql://USER:PASS@HOST/NAME "
+                                                       "(the process list shows it: prefer the environment variable "
+                                                       "ANYCHAT_DATABASE_URL), or sqlite:///PATH")
+
+
+def data_dir() -> Path:
+    """ANYCHAT_DATA_DIR, else the user's data folder (beside the app's cache: engines/model_files/cache.py).
+    Data, not cache: what is here is the users' chats, never to be deleted to make room."""
+    root = os.environ.get("ANYCHAT_DATA_DIR") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "anychat"
+    )
+    return Path(root)
+
+
+def database_url(url: str | None = None) -> str:
+    """``url`` (else ANYCHAT_DATABASE_URL) as SQLAlchemy takes it (postgresql:// goes through
+    psycopg 3), else the SQLite file in the data folder."""
+    url = url or os.environ.get("ANYCHAT_DATABASE_URL")
+    if not url:
+        return f"sqlite:///{data_dir() / DATABASE_FILE}"
+    for plain in ("postgresql://", "postgres://"):
+        if url.startswith(plain):
+            return "postgresql+psycopg://" + url[len(plain):]
+    return url
+
+
+def open_store(url: str | None = None, media_quota: int | None = None, data: Path | None = None) -> ChatStore:
+    """The store at ``url`` (see database_url), its schema migrated to the newest, its media in
+    the data folder (``data``, else data_dir()), ``media_quota`` bytes of them per owner; a
+    StoreError that says what to do where it cannot be opened."""
+    url = database_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreError(f"{url!r} is not a database URL: write sqlite:///PATH or postgresql://USER:PASS@HOST/NAME.") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database:
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    try:
+        engine = create_engine(parsed, pool_pre_ping=True)
+    except ModuleNotFoundError as error:
+        raise StoreError(f"The database driver {error.name} is missing: pip install 'psycopg[binary]'.") from None
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_settings)
+    try:
+        migrate(engine)
+    except SQLAlchemyError as error:
+        engine.dispose()
+        raise StoreError(f"Could not open the chat store at {parsed.render_as_string(hide_password=True)}: {error.orig or error}") from None
+    return ChatStore(engine, MediaFiles((data or data_dir()) / "media"), media_quota)
+
+
+def shown_url(url: str | None = None) -> str:
+    """Where the store is, as the startup output says it (without a password)."""
+    try:
+        return make_url(database_url(url)).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "?"
+
+
+def migrate(engine: Engine) -> None:
+    """Upgrade the schema to the newest migration, one process at a time."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        if engine.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+        elif engine.dialect.name == "sqlite":
+            # Python's sqlite3 begins no transaction for DDL: this one holds the write lock throughout.
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def _sqlite_settings(connection, _record) -> None:
+    """Deleting a chat deletes its messages; readers never wait on the writer (WAL); a writer
+    waits its turn behind another process's rather than failing at once."""
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()

@@ -1,0 +1,72 @@
+"""The store's schema: chats, each owned by one user, and their messages, a row each.
+
+A change to these tables goes with a migration in ``migrations/versions`` (``alembic revision``
+there, or written by hand like the first): the app upgrades every database it opens.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite makes an INTEGER PRIMARY KEY its rowid (counted up by itself); BIGINT it would not.
+ROW_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Chat(Base):
+    """``owner``: whose chat it is ("login:NAME", or "browser:ID" for a page without logins)."""
+
+    __tablename__ = "chats"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    title: Mapped[str] = mapped_column(String(200))
+    system: Mapped[str] = mapped_column(Text, default="")
+    tools: Mapped[str] = mapped_column(Text, default="")
+    # The generation settings the chat was last written with, by name (None: the tab's own).
+    generation: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    created: Mapped[float] = mapped_column(Float)
+    updated: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_chats_owner_updated", "owner", "updated"),)
+
+
+class Message(Base):
+    """One message of a chat, in the order written (``id``). ``content`` is its text, apart so
+    that search can read it; ``data`` the rest of it as the page keeps it (files, reasoning, tool
+    calls, stats, error); ``state`` where its reply stands: writing, done, stopped, length (cut at
+    max_new_tokens) or error."""
+
+    __tablename__ = "messages"
+    id: Mapped[int] = mapped_column(ROW_ID, primary_key=True, autoincrement=True)
+    chat_id: Mapped[str] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[dict] = mapped_column(JSON, default=dict)
+    state: Mapped[str] = mapped_column(String(16), default="done")
+    updated: Mapped[float] = mapped_column(Float)
+
+    # AUTOINCREMENT: an id is never given again after its message is deleted (a tab still names it).
+    __table_args__ = (Index("ix_messages_chat_id", "chat_id", "id"), {"sqlite_autoincrement": True})
+
+
+class Media(Base):
+    """An image, video or audio kept with the chats, once however many messages use it: its
+    file is ``media/<sha256[:2]>/<sha256>`` in the data folder (store/media.py)."""
+
+    __tablename__ = "media"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created: Mapped[float] = mapped_column(Float)
+
+
+class ChatMedia(Base):
+    """Which chats use which media: a medium goes with the last chat that uses it, and each
+    owner's media count against their quota once however many chats use them."""
+
+    __tablename__ = "chat_media"
+    chat_id: Mapped[str] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"), primary_key=True)
+    sha256: Mapped[str] = mapped_column(ForeignKey("media.sha256"), primary_key=True, index=True)

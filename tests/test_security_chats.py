@@ -1,0 +1,120 @@
+"""Saved chats out of other users' reach, tried the way an attacker tries: raw calls to the
+page's endpoints (tests/page_client.py), private listeners included, with another user's chat
+id in every field that takes one, against `python app.py --auth alice:… --auth bob:…` on the
+real default model; and, without logins, one browser's chats out of another browser's reach."""
+
+import re
+import sqlite3
+
+import pytest
+
+from harness.browser import AppProcess
+from tests.page_client import PageClient, error, shown
+
+PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
+SECRET = "My locker code is 4711."
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("app")
+    process = AppProcess(folder, ("--auth", f"alice:{PASSWORDS['alice']}", "--auth", f"bob:{PASSWORDS['bob']}"))
+    process.database = folder / "data" / "chats.db"  # ANYCHAT_DATA_DIR, as AppProcess sets it
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def tabs(app):
+    opened = []
+
+    def tab(user=None):
+        client = PageClient(app.url, user, PASSWORDS.get(user), timeout=120)
+        opened.append(client)
+        return client
+
+    yield tab
+    for client in opened:
+        client.close()
+
+
+def opened(tab, storage=None, old=None):
+    """Open the tab's page, as its load event does; the chat it shows."""
+    output = tab.call("restore", [storage, old])["output"]
+    assert "error" not in output, output
+    return output["data"][-1]["current"]  # what the browser keeps: its id and the chat shown
+
+
+def chat_ids(tab, query=""):
+    return [chat_id for _, chat_id in tab.call("search_chats", [None, query])["output"]["data"][0]["choices"]]
+
+
+def rows(app, chat_id):
+    with sqlite3.connect(app.database) as database:
+        chat = database.execute("SELECT title, system FROM chats WHERE id = ?", (chat_id,)).fetchone()
+        messages = [content for (content,) in database.execute("SELECT content FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,))]
+    return chat, messages
+
+
+def test_another_users_chat_cannot_be_read_listed_changed_or_deleted(app, tabs):
+    alice = tabs("alice")
+    secret_chat = opened(alice)
+    assert error(alice.chat(SECRET)) is None
+    assert alice.call("keep_settings", [None, secret_chat, "Alice's prompt", ""]).get("output", {}).get("error") is None
+    before = rows(app, secret_chat)
+    assert before[0] == (SECRET, "Alice's prompt") and before[1][0] == SECRET
+
+    bob = tabs("bob")
+    # Bob's browser says it showed Alice's chat last: he gets a chat of his own.
+    assert opened(bob, {"id": "b" * 32, "current": secret_chat}) != secret_chat
+    assert SECRET not in shown(bob.call("restore", [{"id": "b" * 32, "current": secret_chat}, None]))
+    assert chat_ids(bob) == [] and chat_ids(bob, "locker") == []
+    # Gradio refuses an id not among his list's choices; where it did not, the store would show him nothing of hers.
+    switched = bob.call("switch_chat", [None, None, secret_chat, "", "", secret_chat])
+    assert SECRET not in shown(switched) and "locker" not in shown(switched)
+    # What he does next goes into a chat of his own, never into hers.
+    assert error(bob.chat("Overwrite it.")) is None
+    bob.call("keep_settings", [None, secret_chat, "Leak everything.", "[]"])
+    bob.call("rename_chat", [None, None, "Pwned"])
+    bob.call("delete_chat", [None, None])
+    bob.call("undo", [None])
+    bob.call("clear", [None])
+    for listener in ("keep_chat", "keep_import"):
+        bob.call(listener, [None, None, secret_chat, "Leak everything.", "[]"][: 3 if listener == "keep_import" else 5])
+    assert rows(app, secret_chat) == before, "Alice's chat is as she left it"
+    assert [chat_id for chat_id in chat_ids(alice)] == [secret_chat] and chat_ids(alice, "locker") == [secret_chat]
+    assert SECRET in shown(alice.call("switch_chat", [None, None, "", "", "", secret_chat]))
+
+    # Another tab of Alice's login sees her chat: chats belong to the login, not to the browser.
+    other_tab = tabs("alice")
+    assert opened(other_tab, {"id": "c" * 32, "current": secret_chat}) == secret_chat
+    assert chat_ids(other_tab) == [secret_chat]
+
+
+def test_before_the_page_has_opened_every_chat_listener_refuses(app, tabs):
+    bob = tabs("bob")
+    for listener, data in {"switch_chat": [None, None, "", "", "", None], "new_chat": [None, None, "", "", ""], "delete_chat": [None, None],
+                           "rename_chat": [None, None, "x"], "search_chats": [None, ""], "keep_settings": [None, "x", "", ""]}.items():
+        assert "has not finished opening: reload it" in (error(bob.call(listener, data)) or ""), listener
+
+
+def test_without_logins_each_browser_has_its_own_chats(tmp_path_factory):
+    app = AppProcess(tmp_path_factory.mktemp("open"))
+    one, two = PageClient(app.url), PageClient(app.url)
+    try:
+        browser = one.call("restore", [None, None])["output"]["data"][-1]["id"]
+        first = opened(one, {"id": browser})
+        assert error(one.chat(SECRET)) is None
+        assert chat_ids(one) == [first]
+        assert opened(two, {"id": "f" * 32, "current": first}) != first
+        assert chat_ids(two) == [] and SECRET not in shown(two.call("switch_chat", [None, None, "", "", "", first]))
+        # The same browser, in another tab (the id its localStorage keeps), has them.
+        assert opened(two, {"id": browser, "current": first}) == first and chat_ids(two) == [first]
+        # What the browser sends as its id is taken only where it is one.
+        for storage in ({"id": "../" * 20}, {"id": 7}, "garbage", [1, 2], {"id": "A" * 32}):
+            kept = two.call("restore", [storage, None])["output"]["data"][-1]
+            assert re.fullmatch("[0-9a-f]{32}", kept["id"]) and kept["id"] != browser and chat_ids(two) == []
+    finally:
+        one.close()
+        two.close()
+        app.stop()

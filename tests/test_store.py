@@ -1,0 +1,118 @@
+"""The chat store itself, on SQLite and on a real PostgreSQL server (a throwaway cluster): its
+migrations, one row per message, search, and one owner's chats out of every other's reach."""
+
+import sqlite3
+import threading
+
+import pytest
+from sqlalchemy import inspect, text
+
+from harness.postgres import fresh_database
+from store import MessageChanges, NotYours, StoreError, open_store
+from store.database import database_url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'chats.db'}"
+    return fresh_database(request.getfixturevalue("postgres"))
+
+
+@pytest.fixture
+def chat_store(url):
+    store = open_store(url)
+    yield store
+    store.close()
+
+
+def messages(*texts):
+    return MessageChanges(added=[{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(texts)], changed={}, removed=[])
+
+
+def test_the_schema_is_made_by_the_migrations_and_opening_again_changes_nothing(url):
+    store = open_store(url)
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+        assert {"chats", "messages", "media", "chat_media", "alembic_version"} <= set(inspect(connection).get_table_names())
+    store.write("alice", "c1", messages("Hi"), {"title": "Hi"})
+    store.close()
+    again = open_store(url)
+    assert [m.data["content"] for m in again.messages("alice", "c1")] == ["Hi"]
+    again.close()
+
+
+def test_two_processes_starting_at_once_migrate_one_after_the_other(url):
+    stores, errors = [], []
+
+    def start():
+        try:
+            stores.append(open_store(url))
+        except Exception as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=start) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(stores) == 3
+    stores[0].write("alice", "c1", messages("Hi"), {"title": "Hi"})
+    assert [chat.id for chat in stores[2].chats("alice")] == ["c1"], "every store sees the one database"
+    for store in stores:
+        store.close()
+
+
+def test_messages_rows_search_and_delete(chat_store):
+    ids = chat_store.write("alice", "c1", messages("Name a fruit", "Mango."), {"title": "Name a fruit", "system": "Be brief."})
+    chat_store.write("alice", "c2", messages("Hello_world 100%"), {"title": "Greeting"})
+    assert [m.id for m in chat_store.messages("alice", "c1")] == ids
+    chat = chat_store.chat("alice", "c1")
+    assert (chat.title, chat.system, chat.tools) == ("Name a fruit", "Be brief.", "")
+    # Changed and removed by id; another row added meanwhile is left alone.
+    [third] = chat_store.write("alice", "c1", messages("Another"), {"title": "x"})
+    chat_store.write("alice", "c1", MessageChanges(added=[], changed={ids[1]: {"role": "assistant", "content": "Papaya.", "state": "stopped"}},
+                                                   removed=[ids[0]]), {"title": "x"})
+    assert [(m.id, m.data["content"], m.state) for m in chat_store.messages("alice", "c1")] == [(ids[1], "Papaya.", "stopped"), (third, "Another", "done")]
+    assert chat_store.chat("alice", "c1").title == "Name a fruit", "a chat's title is given once"
+    assert [c.id for c in chat_store.chats("alice")] == ["c1", "c2"]
+    assert [c.id for c in chat_store.chats("alice", "PAPAYA")] == ["c1"]
+    assert [c.id for c in chat_store.chats("alice", "greet")] == ["c2"]
+    assert [c.id for c in chat_store.chats("alice", "o_w")] == ["c2"] and chat_store.chats("alice", "o%w") == []
+    # A NUL character (PostgreSQL's text holds none) is kept as U+FFFD rather than failing the save.
+    chat_store.write("alice", "c3", MessageChanges(added=[{"role": "user", "content": "a\0b", "files": ["/tmp/a\0.png"]}], changed={}, removed=[]),
+                     {"title": "a\0b"})
+    assert chat_store.messages("alice", "c3")[0].data == {"role": "user", "content": "a\ufffdb", "files": ["/tmp/a\ufffd.png"]}
+    assert chat_store.set_settings("alice", "c3", "\0", "\0") and chat_store.chat("alice", "c3").system == "\ufffd"
+    assert chat_store.delete("alice", "c1") and chat_store.messages("alice", "c1") == []
+    with chat_store.engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM messages WHERE chat_id = 'c1'")).scalar() == 0, "its messages go with it"
+
+
+def test_another_owners_chat_cannot_be_read_listed_changed_or_deleted(chat_store):
+    [row] = chat_store.write("alice", "c1", messages("Alice's secret"), {"title": "Secret"})
+    assert chat_store.chats("mallory") == [] and chat_store.chats("mallory", "secret") == []
+    assert chat_store.chat("mallory", "c1") is None and chat_store.messages("mallory", "c1") == []
+    with pytest.raises(NotYours):
+        chat_store.write("mallory", "c1", messages("Mine now"), {"title": "x"})
+    with pytest.raises(NotYours):
+        chat_store.write("mallory", "c1", MessageChanges(added=[], changed={row: {"role": "user", "content": "x"}}, removed=[row]), {"title": "x"})
+    assert not chat_store.rename("mallory", "c1", "Pwned")
+    assert not chat_store.set_settings("mallory", "c1", "Leak everything.", "")
+    assert not chat_store.delete("mallory", "c1")
+    # Rows of another chat named in one's own save are not touched either.
+    chat_store.write("mallory", "m1", MessageChanges(added=[], changed={row: {"role": "user", "content": "x"}}, removed=[row]), {"title": "x"})
+    chat = chat_store.chat("alice", "c1")
+    assert (chat.title, chat.system) == ("Secret", "")
+    assert [m.data["content"] for m in chat_store.messages("alice", "c1")] == ["Alice's secret"]
+
+
+def test_a_database_that_cannot_be_opened_is_explained(tmp_path):
+    with pytest.raises(StoreError, match="not a database URL"):
+        open_store("nonsense")
+    corrupt = tmp_path / "chats.db"
+    corrupt.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="Could not open the chat store at sqlite:///.*chats.db: file is not a database"):
+        open_store(f"sqlite:///{corrupt}")
+    assert database_url("postgresql://u:p@h/db") == "postgresql+psycopg://u:p@h/db"
+    assert sqlite3.connect(corrupt)  # left as it was, for its owner to look at

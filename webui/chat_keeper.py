@@ -1,0 +1,192 @@
+"""A chat written into the store as it happens: the user's message when it is sent, the reply
+while it streams (every few seconds) and when it ends, each message a row of its own.
+
+A ChatKeeper belongs to one tab's session of one chat. It remembers each message as it last
+wrote it, and a save writes only what changed since: new messages, changed ones, and the ones
+the session no longer has (a regenerated reply, an undone message). Rows another tab added to
+the same chat are never touched. Where the store cannot be written, the conversation goes on
+in the page, which says so once, and the next save writes everything still unsaved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import gradio as gr
+from gradio.utils import get_upload_folder
+from sqlalchemy.exc import SQLAlchemyError
+
+from limits import size_text
+from store import ChatStore, MessageChanges, StoredMessage, StoreError
+from store.media import file_hash
+
+from .conversation import ChatSession, Turn
+
+logger = logging.getLogger(__name__)
+
+# How often a streaming reply is written: what a killed server loses at most.
+SAVE_INTERVAL = 2.0
+TITLE_LENGTH = 60
+
+
+class ChatKeeper:
+    def __init__(self, store: ChatStore, owner: str, chat_id: str, written: dict[int, dict[str, Any]] | None = None,
+                 known: dict[str, str] | None = None) -> None:
+        self.store = store
+        self.owner = owner
+        self.chat_id = chat_id
+        self.written = written or {}
+        self.last_save = time.monotonic()
+        self.problem = ""
+        self._lock = threading.Lock()
+        # The media of this chat's files, by (path, size, mtime): each file is read once. None: not kept (over the quota).
+        self._media: dict[tuple[str, int, int], tuple[str, int] | None] = {}
+        # The hash of each file path known to be kept, to put a copy back where the page's own was deleted.
+        self.known = known or {}
+
+    def save(self, turns: list[Turn], system: str = "", tools: str = "") -> None:
+        """Write what changed in ``turns`` (``system`` and ``tools`` go with a chat written for the first time)."""
+        with self._lock:
+            self.last_save = time.monotonic()
+            try:
+                media = self._kept_media(turns)
+                messages = [as_message(turn, media) for turn in turns]
+                rows = {turn.row for turn in turns}
+                changes = MessageChanges(
+                    added=[message for turn, message in zip(turns, messages) if turn.row is None],
+                    changed={turn.row: message for turn, message in zip(turns, messages)
+                             if turn.row is not None and self.written.get(turn.row) != message},
+                    removed=[row for row in self.written if row not in rows],
+                )
+                if not changes:
+                    return
+                ids = self.store.write(self.owner, self.chat_id, changes, {"title": title_of(turns), "system": system, "tools": tools},
+                                       dict(media.values()))
+            except (SQLAlchemyError, StoreError, OSError) as error:
+                self._failed(error)
+                return
+            for turn, row in zip([turn for turn in turns if turn.row is None], ids):
+                turn.row = row
+            for row in changes.removed:
+                del self.written[row]
+            self.written.update({turn.row: message for turn, message in zip(turns, messages)})
+            if self.problem:
+                self.problem = ""
+                gr.Info("The chat is saved again.")
+
+    def _kept_media(self, turns: list[Turn]) -> dict[str, tuple[str, int]]:
+        """The hash and size of each file of ``turns`` that is kept with the chat, by path: put
+        into the store's media the first time it is seen, unless that would take its owner over
+        the quota (then the page says so, and the message names the file by its path only)."""
+        kept = {}
+        # Only the page's own files: a path elsewhere (in chats a browser held, which its user can edit) is never read.
+        root = os.path.realpath(get_upload_folder()) + os.sep
+        for path in {path for turn in turns for path in turn.files}:
+            try:
+                stat = os.stat(path)
+            except (OSError, ValueError):  # gone already, or no path at all (a NUL byte)
+                continue
+            if not os.path.realpath(path).startswith(root):
+                continue
+            key = (path, stat.st_size, stat.st_mtime_ns)
+            if key not in self._media:
+                self._media[key] = self._keep(path)
+            if self._media[key] is not None:
+                kept[path] = self._media[key]
+                self.known[path] = self._media[key][0]
+        return kept
+
+    def restore_media(self, turns: list[Turn]) -> None:
+        """Put back, from the store, the page's copies of kept media that Gradio has deleted
+        meanwhile (its files last a day), so that a long-open chat still shows and sends them."""
+        for turn in turns:
+            for index, path in enumerate(turn.files):
+                if path in self.known and not os.path.exists(path):
+                    turn.files[index] = self.store.media.shown(self.known[path], os.path.basename(path), get_upload_folder())
+                    self.known[turn.files[index]] = self.known[path]
+
+    def _keep(self, path: str) -> tuple[str, int] | None:
+        digest, size = file_hash(path)
+        quota = self.store.media_quota
+        if quota is not None:
+            owned = self.store.media_of(self.owner)
+            used = sum(owned.values())
+            if digest not in owned and used + size > quota:
+                gr.Warning(f"{os.path.basename(path)} is not kept with the chat: your saved chats' media would take {size_text(used + size)}, "
+                           f"over this server's limit of {size_text(quota)} per user (--max-user-media-size). Delete chats whose "
+                           "media you no longer need to make room; meanwhile it stays in this conversation only as long as the "
+                           "server keeps the page's files.")
+                return None
+        return self.store.media.put(path, digest)
+
+    def _failed(self, error: Exception) -> None:
+        problem = str(getattr(error, "orig", None) or error).splitlines()[0]
+        logger.warning("Could not save chat %s: %s", self.chat_id, problem)
+        if not self.problem:
+            gr.Warning(f"⚠ This chat could not be saved ({problem}). It stays on the page and goes on; it is saved again as soon as "
+                       "the store can be written. Export it (Conversation file) to keep a copy meanwhile.")
+        self.problem = problem
+
+
+async def kept(session: ChatSession, every: float = 0.0, system: str = "", tools: str = "") -> None:
+    """Save ``session``'s chat, in a thread (the store may be slow; the event loop streams
+    meanwhile), unless it was saved less than ``every`` seconds ago."""
+    keeper = session.keeper
+    if keeper is not None and time.monotonic() - keeper.last_save >= every:
+        await asyncio.to_thread(keeper.save, list(session.turns), system, tools)
+
+
+def kept_now(session: ChatSession) -> None:
+    """Save ``session``'s chat at once (where nothing can be awaited: a reply closed mid-stream)."""
+    if session.keeper is not None:
+        session.keeper.save(list(session.turns))
+
+
+def as_message(turn: Turn, media: dict[str, tuple[str, int]]) -> dict[str, Any]:
+    """A turn as the store keeps it: what the page keeps of it, and its ``state``; a file kept
+    in the store's ``media`` as its hash and name, others by their path."""
+    message = {**turn.model_dump(mode="json", exclude_defaults=True), "role": turn.role, "content": turn.content, "state": state_of(turn)}
+    if turn.files:
+        message["files"] = [{"sha256": media[path][0], "name": os.path.basename(path)} if path in media else path for path in turn.files]
+    return message
+
+
+def state_of(turn: Turn) -> str:
+    if turn.writing:
+        return "writing"
+    if turn.error:
+        return "error"
+    if turn.stopped:
+        return "stopped"
+    return "length" if turn.stats is not None and turn.stats.finish_reason == "length" else "done"
+
+
+def as_turn(message: StoredMessage, store: ChatStore, upload_folder: str, known: dict[str, str]) -> Turn:
+    """A stored message as a turn, its media as copies in the page's ``upload_folder`` (each
+    copy's hash noted in ``known``); a reply still marked writing was cut short (a reload, a
+    killed server) and shows as stopped there."""
+    files = []
+    for file in message.data.get("files", []):
+        if isinstance(file, dict):
+            files.append(store.media.shown(file["sha256"], file["name"], upload_folder))
+            known[files[-1]] = file["sha256"]
+        else:
+            files.append(file)
+    turn = Turn.model_validate({**message.data, "files": files})
+    turn.row = message.id
+    turn.stopped = turn.stopped or message.state == "writing"
+    return turn
+
+
+def title_of(turns: list[Turn]) -> str:
+    """The first user message's first words, or its first file's name."""
+    first = next((turn for turn in turns if turn.role == "user"), None)
+    if first is None:
+        return "New chat"
+    text = " ".join(first.content.split()) or next((os.path.basename(path) for path in first.files), "New chat")
+    return text if len(text) <= TITLE_LENGTH else text[: TITLE_LENGTH - 1].rstrip() + "…"
