@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 
 from engines import GenerationArgs
+from engines.prompt.documents import DOCUMENT_EXTENSIONS
 
 from . import replying
 from .by_name import by_name
@@ -39,12 +40,13 @@ class ChatTab:
                     elem_id="chat-input",
                     show_label=False,
                     file_count="multiple",
-                    file_types=list(MEDIA_KINDS),
+                    file_types=[*MEDIA_KINDS, *DOCUMENT_EXTENSIONS],
                     sources=["upload"],
                     placeholder="Message · Enter to send, Shift+Enter for a new line",
                     autofocus=True,
                     max_lines=12,
                 )
+                self.attachments_note = gr.Markdown("", elem_id="attachments-note")
                 with gr.Row(elem_id="chat-buttons"):
                     self.stop_btn = gr.Button("■ Stop", elem_id="stop-btn", variant="stop", size="sm", visible=False)
                     self.regenerate_btn = gr.Button("↻ Regenerate", elem_id="regenerate-btn", size="sm")
@@ -87,6 +89,10 @@ class ChatTab:
         for reply in self.replies:
             reply.then(replying.stop_button, [session], self.stop_btn, queue=False, api_visibility="private")
         self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
+        # Cheap without documents in the box; with them, each is read and counted once (webui/attachments.py).
+        self.message_box.change(handlers.attachments_note, [session, self.message_box], self.attachments_note,
+                                inputs_kwargs={"system": self.system, "tools": self.tools}, trigger_mode="always_last",
+                                show_progress="hidden", api_visibility="private")
         self.changes = [
             self.undo_btn.click(inputs=[session], **by_name(handlers.undo, chat), api_name="undo"),
             self.clear_btn.click(inputs=[session], **by_name(handlers.clear, chat), api_name="clear"),

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from engines import ChatError, ToolCall
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest
 
+from .attachments import AttachedDocument, chip
 from .reply_stats import ReplyStats
 
 MEDIA_EXTENSIONS = {
@@ -35,7 +36,8 @@ class Turn(BaseModel):
     """One message as the conversation keeps it. An assistant turn keeps its reply as the
     parser read it: ``reasoning``, ``content`` and ``tool_calls``. ``error`` on a user turn says
     why the model could not answer it, and such a turn is not sent to the model again until
-    regenerated. ``stats`` says how a finished reply was written. ``missing_files`` names the files
+    regenerated. ``documents`` are the documents attached to a user turn, as text. ``stats``
+    says how a finished reply was written. ``missing_files`` names the files
     that the server no longer has (shown as missing, not sent). ``writing``,
     ``tool_text`` and ``waiting`` (how many requests must finish before this reply starts) exist
     only while the reply streams."""
@@ -43,6 +45,7 @@ class Turn(BaseModel):
     role: Literal["user", "assistant"]
     content: str = ""
     files: list[str] = []
+    documents: list[AttachedDocument] = []
     missing_files: list[str] = []
     error: str | None = None
     reasoning: str = ""
@@ -92,7 +95,8 @@ def kept_media(turn: Turn, media_root: str | None = None) -> Turn:
 def model_request(turns: list[Turn], system: str | None = None, tools: str | None = None, user: str | None = None,
                   **generation: Any) -> ChatRequest:
     """The request for the model: the conversation, each file with its placeholder in the
-    message it was attached to (so the model sees it where the user put it), earlier replies as
+    message it was attached to (so the model sees it where the user put it), then the text of its
+    documents, each named, before what the user wrote; earlier replies as
     their answer and tool calls without their reasoning, and the tab's settings. ``user``: whom it
     counts for in the model's waiting line."""
     messages: list[dict[str, Any]] = []
@@ -112,7 +116,8 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
                 raise ChatError(f"{os.path.basename(path)} is not an image, video or audio file; remove it.")
             media[kind].append(path)
             tags += PLACEHOLDERS[kind]
-        messages.append({"role": "user", "content": tags + turn.content})
+        texts = [document.text for document in turn.documents] + ([turn.content] if turn.content else [])
+        messages.append({"role": "user", "content": tags + "\n\n".join(texts)})
     return ChatRequest.build(messages, system=system or None, tools=tools or None, images=media["image"], videos=media["video"],
                              audios=media["audio"], user=user, **generation)
 
@@ -120,7 +125,7 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
 def render_turn(turn: Turn) -> list[dict[str, Any]]:
     """The Chatbot messages for one turn: thinking and tool calls as collapsible blocks."""
     if turn.role == "user":
-        content: list[Any] = [{"path": path} for path in turn.files]
+        content: list[Any] = [{"path": path} for path in turn.files] + [chip(document) for document in turn.documents]
         if turn.content:
             content.append(turn.content)
         missing = ", ".join(turn.missing_files)

@@ -11,6 +11,7 @@ a control is adding it to the layout's dict; tests drive the handlers directly, 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -23,9 +24,11 @@ import psutil
 from gradio.utils import get_upload_folder
 
 from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk, line_user
+from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
 from limits import Limits
 
+from .attachments import is_chip, read_documents, split_files, tokens_note
 from .conversation import ChatSession, SavedToolCall, Turn, kept_media, model_request, render, render_turn, turn_of_message
 from .conversation_file import read_conversation, write_conversation
 from .model_rights import ModelRights
@@ -103,7 +106,15 @@ class ChatHandlers:
         if not text and not files:
             yield {"chatbot": render(session.turns), "message_box": box(True)}
             return
-        session.turns.append(Turn(role="user", content=text, files=files))
+        media, document_files = split_files(files)
+        try:
+            documents = await asyncio.to_thread(read_documents, document_files, self.limits)
+        except ChatError as error:
+            # The message stays in the box, to take the file out of it; the conversation is as it was.
+            gr.Warning(str(error))
+            yield {"chatbot": render(session.turns)}
+            return
+        session.turns.append(Turn(role="user", content=text, files=media, documents=documents))
         async for update in self._answer(session, settings, request, emptied=box(True)):
             yield update
 
@@ -144,7 +155,8 @@ class ChatHandlers:
             return {"chatbot": render(session.turns)}
         turn = session.turns[last_user]
         del session.turns[last_user:]
-        return {"chatbot": render(session.turns), "message_box": box(True, turn.content, turn.files)}
+        documents = [document.path for document in turn.documents if document.path and os.path.isfile(document.path)]
+        return {"chatbot": render(session.turns), "message_box": box(True, turn.content, turn.files + documents)}
 
     def clear(self, session: ChatSession) -> dict[str, Any]:
         session.turns.clear()
@@ -196,6 +208,21 @@ class ChatHandlers:
                 asked.error = str(error)
         finally:
             reply.writing, reply.tool_text, reply.waiting = False, "", None
+
+    def attachments_note(self, session: ChatSession, message: dict | None, **settings: Any) -> str:
+        """The note under the box: what its documents take of the loaded model's context, after the
+        conversation so far (sent with the chat's ``settings``)."""
+        _, documents = split_files(list((message or {}).get("files") or []))
+        if not documents:
+            return ""
+        model = self.slot.model if self.slot.loaded else None
+        conversation = ""
+        if model is not None and any(turn.role == "user" and not turn.error for turn in session.turns):
+            try:
+                conversation = model.render_prompt(model_request([*session.turns, Turn(role="user")], **settings))
+            except ChatError:
+                conversation = ""
+        return tokens_note(model, documents, conversation, self.limits)
 
     # ---- conversation files
 
@@ -280,17 +307,16 @@ def _add_to_reply(reply: Turn, item: Any) -> None:
 
 
 def message_box_for(kinds: list[str]) -> dict[str, Any]:
-    """Offer uploads of exactly the kinds the model reads, and no upload button for a text-only
-    model. Files that still reach a model that cannot read them (attached before a model switch,
-    or sent by an API client) are refused by the engine with a clear message."""
-    if kinds:
-        return gr.update(
-            sources=["upload"], file_types=kinds,
-            placeholder=f"Message (text, {', '.join(k + 's' for k in kinds)}) · Enter to send, Shift+Enter for a new line",
-        )
+    """Offer uploads of exactly the kinds the model reads, documents (which every model reads, as
+    text), and the microphone where the model reads audio. Files that still reach a model that
+    cannot read them (attached before a model switch, or sent by an API client) are refused by the
+    engine with a clear message."""
+    reads = ", ".join(["text", *(k + "s" for k in kinds), "documents"])
     return gr.update(
-        sources=[],
-        placeholder="This model reads text only; load a multimodal model in Settings for media",
+        sources=["upload", "microphone"] if "audio" in kinds else ["upload"],
+        file_types=[*kinds, *DOCUMENT_EXTENSIONS],
+        placeholder=f"Message ({reads}) · Enter to send, Shift+Enter for a new line"
+                    + ("" if kinds else " · this model reads text only: load a multimodal model in Settings for images, video or audio"),
     )
 
 
@@ -299,7 +325,8 @@ def edited_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return "".join(part if isinstance(part, str) else part.get("text", "") for part in value if isinstance(part, (str, dict)))
+        return "".join(part if isinstance(part, str) else part.get("text", "") for part in value
+                       if isinstance(part, (str, dict)) and not is_chip(part))
     return str(value or "")
 
 
