@@ -71,10 +71,10 @@ async def test_the_note_counts_tokens_with_the_models_own_tokenizer(handlers, sl
     report_tokens, notes_tokens = (len(tokenizer(d.text, add_special_tokens=False).input_ids) for d in session.turns[0].documents)
     assert f"report.pdf (PDF, 2 pages): {report_tokens:,} tokens · notes.docx (Word, " in note
     assert f"{notes_tokens:,} tokens" in note
-    assert f"the prompt takes {report_tokens + notes_tokens:,} of this model's {slot.model.context_length:,} tokens" in note
+    assert f"Together {report_tokens + notes_tokens:,} of this model's {slot.model.context_length:,} tokens" in note
     # With a conversation before it, its prompt counts too.
     later = handlers.attachments_note(session, message("", [report]), system="", tools="")
-    assert "With them, the conversation so far (" in later
+    assert "With the conversation so far (" in later and "the prompt takes" in later
     assert handlers.attachments_note(session, message("just text"), system="", tools="") == ""
 
 

@@ -101,4 +101,6 @@ def tokens_note(model: ChatModel | None, paths: list[str], conversation: str, li
         return (f"⚠ {listed}. The attachments ({attached:,} tokens){so_far} are more than this model's context of {context:,} "
                 "tokens, so this message cannot be sent: nothing would be left for the reply. Remove an attachment, send only "
                 "the part you need, start a new chat, or load a model with a longer context.")
-    return f"📎 {listed}. With them{so_far.replace(' and', ',')} the prompt takes {attached + before:,} of this model's {context:,} tokens."
+    if before:
+        return f"📎 {listed}. With the conversation so far ({before:,} tokens) the prompt takes {attached + before:,} of this model's {context:,} tokens."
+    return f"📎 {listed}. Together {attached:,} of this model's {context:,} tokens."
