@@ -26,6 +26,7 @@ from harness.browser import (
 )
 from harness.tiny_models import build_qwen2_audio
 from webui.long_paste import LONG_PASTE_CHARACTERS
+from webui.read_aloud import READ, STOP
 
 FILE_INPUT = "#chat-input input[type=file]"
 MICROPHONE = "#chat-input [data-testid=microphone-button]"
@@ -108,15 +109,15 @@ def test_read_aloud_starts_and_stops_speech_synthesis(page):
     wait_until_answered(page, send(page, "Name three colors."))
     button = page.locator("#chatbot .read-aloud")
     expect(button).to_have_count(1)
-    expect(button).to_have_text("🔊 Read aloud")
+    expect(button).to_have_text(READ)
     button.click()
     reply = bot_messages(page).last.inner_text().strip()
     assert page.evaluate("window.spoken") == [reply]
-    expect(button).to_have_text("■ Stop reading")
+    expect(button).to_have_text(STOP)
     cancelled = page.evaluate("window.cancelled")
     button.click()
     assert page.evaluate("window.cancelled") == cancelled + 1 and page.evaluate("window.spoken") == [reply]
-    expect(button).to_have_text("🔊 Read aloud")
+    expect(button).to_have_text(READ)
 
 
 @pytest.fixture(scope="module")

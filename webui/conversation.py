@@ -113,7 +113,7 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
         for path in turn.files:
             kind = media_kind(path)
             if kind is None:
-                raise ChatError(f"{os.path.basename(path)} is not an image, video or audio file; remove it.")
+                raise ChatError(f"{os.path.basename(path)} is not an image, video, audio or document file; remove it.")
             media[kind].append(path)
             tags += PLACEHOLDERS[kind]
         texts = [document.text for document in turn.documents] + ([turn.content] if turn.content else [])

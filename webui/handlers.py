@@ -316,7 +316,7 @@ def message_box_for(kinds: list[str]) -> dict[str, Any]:
         sources=["upload", "microphone"] if "audio" in kinds else ["upload"],
         file_types=[*kinds, *DOCUMENT_EXTENSIONS],
         placeholder=f"Message ({reads}) · Enter to send, Shift+Enter for a new line"
-                    + ("" if kinds else " · this model reads text only: load a multimodal model in Settings for images, video or audio"),
+                    + ("" if kinds else " · this model reads text only: load a multimodal model for media"),
     )
 
 

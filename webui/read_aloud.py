@@ -4,7 +4,8 @@ written get theirs when they finish; one reply is read at a time."""
 
 import json
 
-READ, STOP = "🔊 Read aloud", "■ Stop reading"
+# Plain symbols: an emoji needs a colour font that not every system has.
+READ, STOP = "▶ Read aloud", "■ Stop reading"
 
 # Runs once as the page loads (demo.load's js). A finished reply is the one with its stats line;
 # the button goes beside that line, and what it reads is the reply's text without its thinking,
