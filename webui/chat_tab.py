@@ -90,9 +90,10 @@ class ChatTab:
             reply.then(replying.stop_button, [session], self.stop_btn, queue=False, api_visibility="private")
         self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
         # Cheap without documents in the box; with them, each is read and counted once (webui/attachments.py).
+        # Not one at a time across users: one person's long PDF must not hold up everyone's note.
         self.message_box.change(handlers.attachments_note, [session, self.message_box], self.attachments_note,
                                 inputs_kwargs={"system": self.system, "tools": self.tools}, trigger_mode="always_last",
-                                show_progress="hidden", api_visibility="private")
+                                show_progress="hidden", concurrency_limit=None, api_visibility="private")
         self.changes = [
             self.undo_btn.click(inputs=[session], **by_name(handlers.undo, chat), api_name="undo"),
             self.clear_btn.click(inputs=[session], **by_name(handlers.clear, chat), api_name="clear"),
