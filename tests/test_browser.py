@@ -90,6 +90,7 @@ def test_a_finished_reply_says_how_it_was_written(page):
 
 def test_an_image_reaches_a_multimodal_model_and_a_text_model_offers_documents_only(page, tiny_vision_model, tmp_path):
     expect(page.locator(FILE_INPUT)).to_have_attribute("accept", DOCUMENTS_ONLY)
+    expect(page.locator("#pdfs-as-images")).to_be_hidden()
     open_tab(page, "Settings")
     set_number(page, "max-new-tokens", 60)
     open_tab(page, "Chat")
@@ -101,6 +102,7 @@ def test_an_image_reaches_a_multimodal_model_and_a_text_model_offers_documents_o
     set_number(page, "max-new-tokens", 6)
     open_tab(page, "Chat")
     expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile(r"Message \(text, images, documents\)"))
+    expect(page.locator("#pdfs-as-images")).to_be_visible()
     expect(page.locator(UPLOAD_BUTTON)).to_have_count(1)
     picture = tmp_path / "sunset.png"
     draw_picture(picture)

@@ -9,6 +9,7 @@ import pytest
 
 from engines import MediaError
 from engines.prompt.documents import is_document, read_document
+from engines.prompt.pdf_pages import pdf_page_images
 from limits import Limits
 
 from document_samples import (
@@ -103,3 +104,14 @@ def test_text_over_the_character_limit_is_refused_not_cut():
         read_document(pdf_bytes(["x" * 600, "y" * 600]), "long.pdf", limits)
     with pytest.raises(MediaError, match="long.docx holds more than 1,000 characters"):
         read_document(docx_bytes(["z" * 600, "w" * 600]), "long.docx", limits)
+
+
+def test_pdf_pages_render_as_images_and_bad_pdfs_are_refused():
+    [text_page, picture_page] = pdf_page_images(pdf_bytes(["Hello", None]), "two.pdf", LIMITS, max_pixels=200 * 260)
+    assert text_page.mode == "RGB" and 0.9 < text_page.width * text_page.height / (200 * 260) < 1.05
+    assert picture_page.getpixel((picture_page.width // 2, picture_page.height // 2)) == (200, 120, 40)
+    for data, says in [(encrypted_pdf_bytes("Hidden"), "locked.pdf is protected by a password"),
+                       (b"%PDF-1.4\n1 0 obj <<< garbage", "locked.pdf could not be read as a PDF"),
+                       (many_pages_pdf_bytes(20), "locked.pdf has 20 pages, more than the 16 .* max_document_page_images")]:
+        with pytest.raises(MediaError, match=says):
+            pdf_page_images(data, "locked.pdf", LIMITS, max_pixels=10_000)

@@ -6,13 +6,17 @@ conversation kept."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from document_samples import docx_bytes, encrypted_pdf_bytes, pdf_bytes
+from engines import ModelSlot
 from engines.request import ChatRequest
+from limits import Limits
 from tests.page_input import CONTROLS, message, run, settings
-from webui.attachments import is_chip
+from webui.attachments import PAGE_PIXELS, is_chip
 from webui.conversation import ChatSession, model_request, render
 from webui.conversation_file import read_conversation, write_conversation
 from webui.handlers import ChatHandlers, edited_text
@@ -120,3 +124,42 @@ async def test_undo_puts_documents_back_and_exports_keep_their_text(handlers, re
     assert model_request(turns[:1]).messages == model_request(session.turns[:1]).messages
     box = handlers.undo(session)["message_box"]
     assert box["value"] == {"text": "Code?", "files": [report]}
+
+
+async def test_the_page_images_choice_is_ignored_for_a_model_that_reads_no_images(handlers, report):
+    assert handlers.model_status()["pdfs_as_images"]["visible"] is False
+    session = ChatSession()
+    handlers.pdfs_as_images(session, True)
+    await run(handlers.send(session, message("Code?", [report]), **settings(2)))
+    assert session.turns[0].files == [] and session.turns[0].documents[0].name == "report.pdf"
+
+
+async def test_pdfs_go_to_a_vision_model_as_page_images_when_chosen(tiny_vision_model, tmp_path, upload_folder):
+    slot = ModelSlot()
+    slot.load({"model_name_or_path": str(tiny_vision_model), "infer_backend": "huggingface"})
+    try:
+        handlers = ChatHandlers(slot, CONTROLS, limits=Limits(max_document_page_images=2))
+        assert handlers.model_status()["pdfs_as_images"]["visible"] is True
+        session = ChatSession()
+        handlers.pdfs_as_images(session, True)
+        scan = tmp_path / "scan.pdf"
+        scan.write_bytes(pdf_bytes([None, "A page with text."]))
+        assert handlers.attachments_note(session, message("", [str(scan)]), system="", tools="") == "📎 scan.pdf: sent as page images."
+        await run(handlers.send(session, message("What is on these pages?", [str(scan)]), **settings(2)))
+        asked, answer = session.turns
+        assert [Path(path).name for path in asked.files] == ["scan-page-1.png", "scan-page-2.png"] and asked.documents == []
+        assert asked.error is None and answer.role == "assistant"
+        assert all(Path(path).is_relative_to(upload_folder) for path in asked.files)
+        request = model_request(session.turns[:1])
+        assert request.media["image"] == asked.files and request.messages[0]["content"] == "<image><image>What is on these pages?"
+        with Image.open(asked.files[0]) as page:
+            # The page at about the pixels images reach the model with, the scan's picture on it.
+            assert 0.95 * PAGE_PIXELS < page.width * page.height < 1.01 * PAGE_PIXELS
+            assert page.getpixel((page.width // 2, page.height // 2)) == (200, 120, 40)
+        longer = tmp_path / "longer.pdf"
+        longer.write_bytes(pdf_bytes(["one", "two", "three"]))
+        with pytest.warns(UserWarning, match=r"longer.pdf has 3 pages, more than the 2 .*max_document_page_images"):
+            await run(handlers.send(session, message("And these?", [str(longer)]), **settings(2)))
+        assert len(session.turns) == 2
+    finally:
+        slot.unload()

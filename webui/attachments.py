@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import html
 import os
+import tempfile
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from engines import ChatError, ChatModel
-from engines.prompt.documents import Document, is_document, read_document
+from engines.model_files.model_args import MediaSettings
+from engines.prompt.documents import PDF_EXTENSIONS, Document, is_document, read_document
+from engines.prompt.pdf_pages import pdf_page_images
 from limits import Limits
 
 # What the chip shows of a very long text: the model gets all of it, the page need not repaint it.
 CHIP_CHARACTERS = 20_000
+# Pages are rendered at the size images reach the model by default; the engine fits them to its own setting.
+PAGE_PIXELS = MediaSettings.model_fields["image_max_pixels"].default
 # Marks a chip among a message's parts, so an edit of the message keeps only its own text.
 CHIP_CLASS = "document-chip"
 
@@ -34,10 +40,26 @@ class AttachedDocument(BaseModel):
     path: str = Field("", exclude=True)
 
 
-def split_files(files: list[str]) -> tuple[list[str], list[str]]:
-    """The box's files as (media, documents)."""
+def split_files(files: list[str], pdfs_as_images: bool = False) -> tuple[list[str], list[str], list[str]]:
+    """The box's files as (media, documents, PDFs to send as page images: with ``pdfs_as_images``, every PDF)."""
     documents = [path for path in files if is_document(os.path.basename(path))]
-    return [path for path in files if path not in documents], documents
+    pdfs = [path for path in documents if path.lower().endswith(PDF_EXTENSIONS)] if pdfs_as_images else []
+    return [path for path in files if path not in documents], [path for path in documents if path not in pdfs], pdfs
+
+
+def page_images(paths: list[str], folder: str, limits: Limits) -> list[str]:
+    """The pages of the PDFs at ``paths`` as PNG files in a fresh folder under ``folder`` (the
+    page's upload storage, which keeps and expires them as it does uploads), in order."""
+    written = []
+    for path in paths:
+        os.makedirs(folder, exist_ok=True)
+        name = os.path.basename(path)
+        images = pdf_page_images(path, name, limits, PAGE_PIXELS)
+        out = tempfile.mkdtemp(prefix="anychat-pages-", dir=folder)
+        for number, image in enumerate(images, 1):
+            written.append(os.path.join(out, f"{Path(name).stem}-page-{number}.png"))
+            image.save(written[-1])
+    return written
 
 
 def read_documents(paths: list[str], limits: Limits) -> list[AttachedDocument]:

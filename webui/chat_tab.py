@@ -47,6 +47,8 @@ class ChatTab:
                     max_lines=12,
                 )
                 self.attachments_note = gr.Markdown("", elem_id="attachments-note")
+                self.pdfs_as_images = gr.Checkbox(False, label="Send PDFs as page images (for scans, figures, layout)",
+                                                  elem_id="pdfs-as-images", visible=False, container=False)
                 with gr.Row(elem_id="chat-buttons"):
                     self.stop_btn = gr.Button("■ Stop", elem_id="stop-btn", variant="stop", size="sm", visible=False)
                     self.regenerate_btn = gr.Button("↻ Regenerate", elem_id="regenerate-btn", size="sm")
@@ -89,6 +91,9 @@ class ChatTab:
         for reply in self.replies:
             reply.then(replying.stop_button, [session], self.stop_btn, queue=False, api_visibility="private")
         self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
+        self.pdfs_as_images.change(handlers.pdfs_as_images, [session, self.pdfs_as_images], None, queue=False, api_visibility="private")
+        self.pdfs_as_images.change(handlers.attachments_note, [session, self.message_box], self.attachments_note,
+                                   inputs_kwargs={"system": self.system, "tools": self.tools}, api_visibility="private")
         # Cheap without documents in the box; with them, each is read and counted once (webui/attachments.py).
         # Not one at a time across users: one person's long PDF must not hold up everyone's note.
         self.message_box.change(handlers.attachments_note, [session, self.message_box], self.attachments_note,

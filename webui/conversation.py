@@ -61,12 +61,14 @@ class Turn(BaseModel):
 class ChatSession:
     """Kept in gr.State, so one per browser tab. The object is mutated in place while a reply
     streams: the Stop handler receives this same object and flips ``stop_requested``.
-    ``chat_id`` names the saved chat it shows; ``answering`` is true while a reply is written."""
+    ``chat_id`` names the saved chat it shows; ``answering`` is true while a reply is written;
+    ``pdfs_as_images``: PDFs attached in this tab go to a model that reads images as page images."""
 
     turns: list[Turn] = field(default_factory=list)
     stop_requested: bool = False
     chat_id: str = ""
     answering: bool = False
+    pdfs_as_images: bool = False
 
 
 def media_kind(path: str) -> str | None:

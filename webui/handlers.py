@@ -28,7 +28,7 @@ from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
 from limits import Limits
 
-from .attachments import is_chip, read_documents, split_files, tokens_note
+from .attachments import is_chip, page_images, read_documents, split_files, tokens_note
 from .conversation import ChatSession, SavedToolCall, Turn, kept_media, model_request, render, render_turn, turn_of_message
 from .conversation_file import read_conversation, write_conversation
 from .model_rights import ModelRights
@@ -106,9 +106,11 @@ class ChatHandlers:
         if not text and not files:
             yield {"chatbot": render(session.turns), "message_box": box(True)}
             return
-        media, document_files = split_files(files)
+        as_images = session.pdfs_as_images and self.slot.loaded and "image" in self.slot.model.media_kinds
+        media, document_files, pdfs = split_files(files, as_images)
         try:
             documents = await asyncio.to_thread(read_documents, document_files, self.limits)
+            media += await asyncio.to_thread(page_images, pdfs, get_upload_folder(), self.limits)
         except ChatError as error:
             # The message stays in the box, to take the file out of it; the conversation is as it was.
             gr.Warning(str(error))
@@ -212,17 +214,23 @@ class ChatHandlers:
     def attachments_note(self, session: ChatSession, message: dict | None, **settings: Any) -> str:
         """The note under the box: what its documents take of the loaded model's context, after the
         conversation so far (sent with the chat's ``settings``)."""
-        _, documents = split_files(list((message or {}).get("files") or []))
-        if not documents:
-            return ""
         model = self.slot.model if self.slot.loaded else None
+        as_images = session.pdfs_as_images and model is not None and "image" in model.media_kinds
+        _, documents, pdfs = split_files(list((message or {}).get("files") or []), as_images)
+        pages = " · ".join(f"{os.path.basename(path)}: sent as page images" for path in pdfs)
+        if not documents:
+            return f"📎 {pages}." if pages else ""
         conversation = ""
         if model is not None and any(turn.role == "user" and not turn.error for turn in session.turns):
             try:
                 conversation = model.render_prompt(model_request([*session.turns, Turn(role="user")], **settings))
             except ChatError:
                 conversation = ""
-        return tokens_note(model, documents, conversation, self.limits)
+        note = tokens_note(model, documents, conversation, self.limits)
+        return f"{note} · {pages}." if pages else note
+
+    def pdfs_as_images(self, session: ChatSession, chosen: bool) -> None:
+        session.pdfs_as_images = bool(chosen)
 
     # ---- conversation files
 
@@ -273,13 +281,14 @@ class ChatHandlers:
     def model_status(self) -> dict[str, Any]:
         """The status line, the message box, and the generation controls' defaults for the loaded model."""
         if not self.slot.loaded:
-            return {"status": f"{self.slot.describe()} {memory_line()}",
+            return {"status": f"{self.slot.describe()} {memory_line()}", "pdfs_as_images": gr.update(visible=False),
                     "message_box": gr.update(placeholder="No model is loaded: load one in the Settings tab.")}
         model = self.slot.model
         kinds = [kind for kind in MEDIA_KINDS if kind in model.media_kinds]
         reads = "text" + "".join(f", {kind}s" for kind in kinds)
         defaults = model.generation_defaults
         return {"status": f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}", "message_box": message_box_for(kinds),
+                "pdfs_as_images": gr.update(visible="image" in kinds),
                 **{name: control_value(defaults, name) for name in self.control_names}}
 
 

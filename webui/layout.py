@@ -65,5 +65,5 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, replies=chat.replies, changes=chat.changes, imported=chat.imported)
         for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD):
             demo.load(None, js=script)
-        settings.wire(demo, handlers, rights, chat.message_box, generation)
+        settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, generation)
     return demo

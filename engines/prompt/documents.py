@@ -98,7 +98,7 @@ def is_document(name: str) -> bool:
 def read_document(source: DocumentInput, name: str, limits: DocumentLimits) -> Document:
     """The text of the document at path ``source`` (or in bytes ``source``), called ``name`` in
     messages; a MediaError that names it and says what is wrong and what to do."""
-    data = _bytes_of(source, name)
+    data = read_bytes(source, name)
     suffix = Path(name).suffix.lower()
     if suffix in _CONVERT:
         raise MediaError(f"{name} is {_CONVERT[suffix]}.")
@@ -109,7 +109,7 @@ def read_document(source: DocumentInput, name: str, limits: DocumentLimits) -> D
     return Document(name, "text", (_text(data, name, limits),))
 
 
-def _bytes_of(source: DocumentInput, name: str) -> bytes:
+def read_bytes(source: DocumentInput, name: str) -> bytes:
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
     elif isinstance(source, (str, os.PathLike)):
@@ -151,26 +151,17 @@ def _pdf_pages(data: bytes, name: str, limits: DocumentLimits) -> tuple[str, ...
         count = len(reader.pages)
     except (FileNotDecryptedError, DependencyError):
         # DependencyError: AES encryption whose cipher library is missing; the remedy is the same.
-        raise MediaError(
-            f"{name} is protected by a password, so its text cannot be read. Remove the protection "
-            "(open it and print or save it as a new PDF without a password) and send that."
-        ) from None
+        raise password_protected(name) from None
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as error:
-        raise _damaged_pdf(name, error) from None
-    if count == 0:
-        raise MediaError(f"{name} has no pages.")
-    if count > limits.max_document_pages:
-        raise MediaError(
-            f"{name} has {count:,} pages, more than the {limits.max_document_pages:,} this server reads from one document "
-            "(the max_document_pages setting). Send only the pages you need (print them to a new PDF)."
-        )
+        raise damaged_pdf(name, error) from None
+    check_page_count(name, count, limits.max_document_pages, "max_document_pages")
     pages: list[str] = []
     characters = 0
     for number in range(count):
         try:
             text = reader.pages[number].extract_text() or ""
         except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError, ZeroDivisionError) as error:
-            raise _damaged_pdf(name, error, page=number + 1) from None
+            raise damaged_pdf(name, error, page=number + 1) from None
         characters += len(text)
         if characters > limits.max_document_characters:
             raise _too_much_text(name, limits)
@@ -184,7 +175,25 @@ def _pdf_pages(data: bytes, name: str, limits: DocumentLimits) -> tuple[str, ...
     return tuple(pages)
 
 
-def _damaged_pdf(name: str, error: BaseException, page: int | None = None) -> MediaError:
+def password_protected(name: str) -> MediaError:
+    return MediaError(
+        f"{name} is protected by a password, so it cannot be read. Remove the protection "
+        "(open it and print or save it as a new PDF without a password) and send that."
+    )
+
+
+def check_page_count(name: str, count: int, limit: int, setting: str) -> None:
+    """A PDF's pages, before any is read: none, or more than ``limit`` (the ``setting``), is refused."""
+    if count == 0:
+        raise MediaError(f"{name} has no pages.")
+    if count > limit:
+        raise MediaError(
+            f"{name} has {count:,} pages, more than the {limit:,} this server reads from one document "
+            f"(the {setting} setting). Send only the pages you need (print them to a new PDF)."
+        )
+
+
+def damaged_pdf(name: str, error: BaseException, page: int | None = None) -> MediaError:
     reason = str(error).strip().rstrip(".")[:200] or type(error).__name__
     where = f" at page {page}" if page else ""
     return MediaError(f"{name} could not be read as a PDF{where} ({reason}): the file is damaged or not a PDF. Export or download it again.")
