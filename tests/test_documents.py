@@ -93,7 +93,7 @@ def test_thousands_of_pages_are_refused_before_any_page_is_read():
     started = time.monotonic()
     with pytest.raises(MediaError, match=r"huge.pdf has 3,000 pages, more than the 1,000 .*max_document_pages"):
         read_document(data, "huge.pdf", LIMITS)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 1
 
 
 def test_text_over_the_character_limit_is_refused_not_cut():

@@ -10,7 +10,7 @@ max_document_unpacked_size). Those limits are checked before the work they bound
 before any page is read, the unpacked size of a Word file before it is unpacked, the characters
 as they are extracted.
 
-pypdf, python-docx and charset-normalizer are imported when first needed.
+pypdf, pypdfium2, python-docx and charset-normalizer are imported when first needed.
 """
 
 from __future__ import annotations
@@ -144,10 +144,16 @@ def _pdf_pages(data: bytes, name: str, limits: DocumentLimits) -> tuple[str, ...
     from pypdf import PdfReader
     from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
+    # PDFium counts 50,000 pages in 60 ms where pypdf takes 14 s, so a PDF of too many pages is
+    # refused at once; pypdf, in Python, then reads the text of one within the limit.
+    with open_pdf(data, name) as pdf:
+        count = len(pdf)
+    check_page_count(name, count, limits.max_document_pages, "max_document_pages")
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
             raise FileNotDecryptedError
+        # pypdf's own count, which a page tree that PDFium repaired differently may make other.
         count = len(reader.pages)
     except (FileNotDecryptedError, DependencyError):
         # DependencyError: AES encryption whose cipher library is missing; the remedy is the same.
@@ -173,6 +179,17 @@ def _pdf_pages(data: bytes, name: str, limits: DocumentLimits) -> tuple[str, ...
             "or send the pages as images to a model that reads images."
         )
     return tuple(pages)
+
+
+def open_pdf(data: bytes, name: str) -> Any:
+    """The PDF in ``data`` opened with PDFium (pypdfium2), to close after use; a MediaError for
+    one protected by a password or damaged beyond repair."""
+    import pypdfium2 as pdfium
+
+    try:
+        return pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as error:
+        raise (password_protected(name) if "password" in str(error).lower() else damaged_pdf(name, error)) from None
 
 
 def password_protected(name: str) -> MediaError:

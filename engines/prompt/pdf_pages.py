@@ -2,8 +2,6 @@
 page's layout, figures and tables say more as a picture. pypdfium2 renders each page at about the
 size the model takes its images; a PDF of more pages than max_document_page_images is refused
 before any page is rendered, rather than cut.
-
-pypdfium2 is imported when first needed.
 """
 
 from __future__ import annotations
@@ -12,7 +10,7 @@ import math
 from typing import Any, Protocol
 
 from ..errors import MediaError
-from .documents import DocumentInput, check_page_count, damaged_pdf, password_protected, read_bytes
+from .documents import DocumentInput, check_page_count, open_pdf, read_bytes
 
 # A page is rendered at most this many times its size in points (72 per inch): 288 dpi.
 _MOST_SCALE = 4.0
@@ -27,13 +25,7 @@ class PageImageLimits(Protocol):
 def pdf_page_images(source: DocumentInput, name: str, limits: PageImageLimits, max_pixels: int) -> list[Any]:
     """The pages of the PDF at path ``source`` (or in bytes ``source``) as RGB PIL images of
     about ``max_pixels`` pixels each; a MediaError that names it and says what is wrong."""
-    import pypdfium2 as pdfium
-
-    try:
-        pdf = pdfium.PdfDocument(read_bytes(source, name))
-    except pdfium.PdfiumError as error:
-        raise (password_protected(name) if "password" in str(error).lower() else damaged_pdf(name, error)) from None
-    with pdf:
+    with open_pdf(read_bytes(source, name), name) as pdf:
         check_page_count(name, len(pdf), limits.max_document_page_images, "max_document_page_images")
         images = []
         for page in pdf:
