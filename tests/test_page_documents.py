@@ -5,6 +5,7 @@ conversation kept."""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -163,3 +164,19 @@ async def test_pdfs_go_to_a_vision_model_as_page_images_when_chosen(tiny_vision_
         assert len(session.turns) == 2
     finally:
         slot.unload()
+
+
+def test_token_counts_do_not_keep_an_unloaded_model_alive(slot):
+    from webui import attachments
+
+    class Counting:
+        def count_tokens(self, text):
+            return len(text.split())
+
+    model = Counting()
+    assert attachments._tokens(model, "three words here") == 3
+    assert len(attachments._counted) >= 1
+    held = len(attachments._counted)
+    del model
+    gc.collect()
+    assert len(attachments._counted) == held - 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import os
 import tempfile
+import weakref
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -80,9 +81,18 @@ def _read(path: str, modified: float, pages: int, characters: int, unpacked: int
     return read_document(path, os.path.basename(path), limits)
 
 
-@lru_cache(maxsize=16)
+# Each model's counts of the documents last shown, dropped with the model (an unloaded model's
+# memory must not be held here).
+_counted: weakref.WeakKeyDictionary[ChatModel, dict[str, int]] = weakref.WeakKeyDictionary()
+
+
 def _tokens(model: ChatModel, text: str) -> int:
-    return model.count_tokens(text)
+    counts = _counted.setdefault(model, {})
+    if text not in counts:
+        if len(counts) >= 16:
+            counts.clear()
+        counts[text] = model.count_tokens(text)
+    return counts[text]
 
 
 def chip(document: AttachedDocument) -> str:
