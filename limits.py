@@ -31,6 +31,13 @@ class Limits(BaseModel):
     # characters, under 4 MB of chats once decrypted; a 60,000-character paste is a few hundred KB.
     max_page_request_size: int = byte_size(8 * 2**20, "the body of one request from the page (a message with its settings, "
                                                       "the saved chats it restores); files go by --max-upload-size")
+    max_document_pages: int = Field(1000, gt=0, description="pages read from one PDF attached to a message; more is refused before any is read")
+    max_document_characters: int = Field(2_000_000, gt=0, description="characters of text taken from one attached document "
+                                                                      "(PDF, Word or text file); more is refused")
+    max_document_page_images: int = Field(16, gt=0, description="pages of one PDF sent as page images to a model that reads images; "
+                                                                 "a longer one is refused before any page is rendered")
+    max_document_unpacked_size: int = byte_size(100 * 2**20, "what one attached Word file (.docx, a zip) may unpack to; "
+                                                             "more is refused before it is unpacked (zip bombs)")
     max_cache_size: int = byte_size(5 * 2**30, "all files the page keeps together (uploads, imported media, exports); "
                                                "beyond it the oldest are deleted")
     max_file_age: int = Field(24 * 3600, gt=0, description="seconds a file put on the page or exported from it is kept "

@@ -95,7 +95,8 @@ def api_app(slot, args: argparse.Namespace, logins: Logins):
     from api import add_api
     from api.errors import refusal
 
-    app = add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args), args.max_request_size, logins)
+    app = add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args), args.max_request_size, logins,
+                  limits_of(args))
     guard(app, AllowedHosts(args.allowed_hosts or (), bound=args.host), refusal)
     for warning in exposure_warnings(args.host, args.port, bool(logins), args.api_key is not None, args.secret_flags):
         print(warning, flush=True)

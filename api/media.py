@@ -1,5 +1,8 @@
 """OpenAI messages (text and content parts) into the engine's messages and media lists.
 
+Documents (``file`` parts: PDF, Word, text) become text in their message, named by file (and
+page), where the part is: every model reads them (engines/prompt/documents.py).
+
 Media come as data: URLs (base64). Local files are read only when the server was started
 with a folder that allows them, and only inside that folder. Remote URLs are never fetched:
 fetching would let any caller make this server request any address (SSRF).
@@ -10,16 +13,19 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import mimetypes
 import os
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engines import MediaError
+from engines.prompt.documents import DocumentLimits, read_document
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, MediaKind
 
 from .errors import APIError
-from .schemas import AudioURLPart, ImagePart, InputAudioPart, Message, TextPart, VideoURLPart
+from .schemas import AudioURLPart, FilePart, ImagePart, InputAudioPart, Message, TextPart, VideoURLPart
 
 SEND_AS_DATA_URL = "Send the file inline as a data: URL, like data:image/png;base64,<base64 of the file>."
 
@@ -33,10 +39,11 @@ class EngineInput:
     media: dict[MediaKind, list[Any]] = field(default_factory=lambda: {kind: [] for kind in MEDIA_KINDS})
 
 
-def to_engine_input(messages: list[Message], local_media_dir: Path | None) -> EngineInput:
+def to_engine_input(messages: list[Message], local_media_dir: Path | None, limits: DocumentLimits) -> EngineInput:
+    """Slow where documents are read: call it off the event loop."""
     result = EngineInput(messages=[])
     for index, message in enumerate(messages):
-        content = _content_text(message.content, result, f"messages[{index}].content", local_media_dir)
+        content = _content_text(message.content, result, f"messages[{index}].content", local_media_dir, limits)
         converted: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role, "content": content}
         if message.tool_calls:
             converted["tool_calls"] = [_template_tool_call(call, f"messages[{index}].tool_calls[{i}]") for i, call in enumerate(message.tool_calls)]
@@ -48,7 +55,8 @@ def to_engine_input(messages: list[Message], local_media_dir: Path | None) -> En
     return result
 
 
-def _content_text(content: str | list | None, result: EngineInput, param: str, local_media_dir: Path | None) -> str:
+def _content_text(content: str | list | None, result: EngineInput, param: str, local_media_dir: Path | None,
+                  limits: DocumentLimits) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     text = ""
@@ -57,6 +65,10 @@ def _content_text(content: str | list | None, result: EngineInput, param: str, l
         where = f"{param}[{index}]"
         if isinstance(part, TextPart):
             text += ("\n" if previous_was_text else "") + part.text
+        elif isinstance(part, FilePart):
+            text += ("\n" if previous_was_text else "") + _document_text(part, where, limits)
+            previous_was_text = True
+            continue
         elif isinstance(part, ImagePart):
             result.media["image"].append(load_url(part.image_url.url, where, local_media_dir))
             text += PLACEHOLDERS["image"]
@@ -71,6 +83,21 @@ def _content_text(content: str | list | None, result: EngineInput, param: str, l
             text += PLACEHOLDERS["audio"]
         previous_was_text = isinstance(part, TextPart)
     return text
+
+
+def _document_text(part: FilePart, param: str, limits: DocumentLimits) -> str:
+    if part.file.file_data is None:
+        reason = "file_id names a file uploaded to OpenAI's Files API, which this server does not have" if part.file.file_id else "it has no file_data"
+        raise APIError(400, f"{param}.file: {reason}. Send the file itself in file_data, as a data: URL "
+                            "(data:application/pdf;base64,<base64 of the file>), with its filename.", param=f"{param}.file")
+    data_url = part.file.file_data.startswith("data:")
+    data = _data_url(part.file.file_data, param) if data_url else _base64(part.file.file_data, param)
+    mime = part.file.file_data[len("data:"):].partition(";")[0].partition(",")[0] if data_url else ""
+    name = os.path.basename(part.file.filename or "") or "document" + (mimetypes.guess_extension(mime) or ".txt")
+    try:
+        return read_document(data, name, limits).for_model()
+    except MediaError as error:
+        raise APIError(400, f"{param}: {error}", param=param, code="invalid_document") from None
 
 
 def _template_tool_call(call, param: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from engines import ChatModel, ModelSlot, line_user
+from limits import Limits
 
 from . import completions
 from .errors import API_PREFIX, APIError
@@ -50,8 +51,9 @@ async def _disconnected(http: Request) -> None:
         pass
 
 
-def create_router(slot: ModelSlot, local_media_dir: Path | None = None) -> APIRouter:
-    """``local_media_dir``: the folder whose files content parts may name (none: no local files).
+def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: Limits = Limits()) -> APIRouter:
+    """``local_media_dir``: the folder whose files content parts may name (none: no local files);
+    ``limits``: what a document sent in a ``file`` part may take.
     Who may send requests is checked before they get here (ApiAccessCheck)."""
     router = APIRouter(prefix=API_PREFIX)
 
@@ -73,7 +75,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None) -> APIRo
     @router.post("/chat/completions", response_model=None)
     async def chat_completions(request: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
         model = serving(request.model)
-        chat = completions.chat_request(request, model, local_media_dir, requester(http))
+        chat = await asyncio.to_thread(completions.chat_request, request, model, local_media_dir, requester(http), limits)
         if not request.stream:
             return await while_connected(http, completions.complete(model, model.model_id, chat))
         body = await while_connected(http, completions.start_stream(request, model, model.model_id, chat))

@@ -83,8 +83,21 @@ class VideoURLPart(_Strict):
     video_url: URLRef
 
 
+class FileRef(_Strict):
+    file_data: str | None = Field(None, description="the file as a data: URL (data:application/pdf;base64,...) or bare base64")
+    filename: str | None = Field(None, description="its name, whose extension says what it is (report.pdf, notes.docx, data.csv)")
+    file_id: str | None = Field(None, description="a file uploaded with OpenAI's Files API, which this server does not have")
+
+
+class FilePart(_Strict):
+    """A document (PDF, Word, text), as OpenAI's ``file`` part: its text goes into the message."""
+
+    type: Literal["file"]
+    file: FileRef
+
+
 ContentPart = Annotated[
-    TextPart | ImagePart | InputAudioPart | AudioURLPart | VideoURLPart, Field(discriminator="type")
+    TextPart | ImagePart | InputAudioPart | AudioURLPart | VideoURLPart | FilePart, Field(discriminator="type")
 ]
 
 

@@ -27,6 +27,9 @@ if not Path(CHROMIUM).exists():
 LONG = 120_000  # ms; replies on a busy 2-core machine are slow
 ASSETS = ROOT / "assets"
 UPLOAD_BUTTON = "#chat-input [data-testid=upload-button]"
+FILE_INPUT = "#chat-input input[type=file]"
+# A text-only model's box takes documents (their text reaches any model) and no media.
+DOCUMENTS_ONLY = re.compile(r"^(?!.*image)(?!.*audio)(?!.*video).*\.pdf.*\.docx.*\.txt")
 # What auto runs a GGUF file on here.
 GGUF_BACKEND = "llamacpp" if importlib.util.find_spec("llama_cpp") else "huggingface"
 STATS = re.compile(r"^(?:■ stopped after )?(\d+) tokens(?: \(max_new_tokens reached\))? · ([\d.]+) tokens/s · first token [\d.]+ m?s · (\w+)$")
@@ -85,8 +88,9 @@ def test_a_finished_reply_says_how_it_was_written(page):
     page.screenshot(path=str(ASSETS / "chat.png"))
 
 
-def test_an_image_reaches_a_multimodal_model_and_a_text_model_offers_no_upload(page, tiny_vision_model, tmp_path):
-    expect(page.locator(UPLOAD_BUTTON)).to_have_count(0)
+def test_an_image_reaches_a_multimodal_model_and_a_text_model_offers_documents_only(page, tiny_vision_model, tmp_path):
+    expect(page.locator(FILE_INPUT)).to_have_attribute("accept", DOCUMENTS_ONLY)
+    expect(page.locator("#pdfs-as-images")).to_be_hidden()
     open_tab(page, "Settings")
     set_number(page, "max-new-tokens", 60)
     open_tab(page, "Chat")
@@ -97,7 +101,8 @@ def test_an_image_reaches_a_multimodal_model_and_a_text_model_offers_no_upload(p
     # Its random weights say nothing worth reading: a few tokens show that a reply comes.
     set_number(page, "max-new-tokens", 6)
     open_tab(page, "Chat")
-    expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile(r"Message \(text, images\)"))
+    expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile(r"Message \(text, images, documents\)"))
+    expect(page.locator("#pdfs-as-images")).to_be_visible()
     expect(page.locator(UPLOAD_BUTTON)).to_have_count(1)
     picture = tmp_path / "sunset.png"
     draw_picture(picture)
@@ -114,7 +119,7 @@ def test_an_image_reaches_a_multimodal_model_and_a_text_model_offers_no_upload(p
     load_model(page, "", "Loaded SmolLM2-135M-Instruct (embedded) on")
     open_tab(page, "Chat")
     expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile("reads text only"))
-    expect(page.locator(UPLOAD_BUTTON)).to_have_count(0)
+    expect(page.locator(FILE_INPUT)).to_have_attribute("accept", DOCUMENTS_ONLY)
     # The image already in the conversation reaches a model that cannot read it: the engine
     # refuses clearly, and the conversation stays as it was.
     ask(page, "Thanks! Another tip, please.")

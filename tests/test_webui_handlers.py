@@ -359,7 +359,7 @@ async def test_load_unload_and_a_missing_backend(handlers, slot):
     assert shown["status"].startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface in ")
     assert shown["max_new_tokens"] == slot.model.generation_defaults.max_new_tokens and set(CONTROLS) < set(shown)
     assert slot.model.engine.model_args.max_concurrent == 2
-    assert shown["message_box"]["sources"] == [] and "reads text only" in shown["message_box"]["placeholder"]
+    assert shown["message_box"]["sources"] == ["upload"] and "reads text only" in shown["message_box"]["placeholder"]
     engine = slot.model.engine
 
     status = handlers.load("huggingface", "", "bfloat16", kv_cache_space_gb=2, progress=lambda *a, **k: None)["status"]
@@ -431,10 +431,12 @@ def test_backend_options_pass_only_what_was_filled_in():
 
 def test_the_message_box_offers_exactly_the_kinds_the_model_reads():
     text_only = message_box_for([])
-    assert text_only["sources"] == [] and "load a multimodal model" in text_only["placeholder"]
+    assert text_only["sources"] == ["upload"] and "load a multimodal model" in text_only["placeholder"]
+    assert {".pdf", ".docx", ".txt", ".md", ".py"} <= set(text_only["file_types"]) and "image" not in text_only["file_types"]
     vision = message_box_for(["image", "video"])
-    assert vision["sources"] == ["upload"] and vision["file_types"] == ["image", "video"]
-    assert vision["placeholder"].startswith("Message (text, images, videos)")
+    assert vision["sources"] == ["upload"] and vision["file_types"][:2] == ["image", "video"] and ".pdf" in vision["file_types"]
+    assert vision["placeholder"].startswith("Message (text, images, videos, documents)")
+    assert message_box_for(["audio"])["sources"] == ["upload", "microphone"]
 
 
 async def test_a_message_while_a_model_loads_says_so_and_is_kept():

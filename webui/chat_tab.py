@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 
 from engines import GenerationArgs
+from engines.prompt.documents import DOCUMENT_EXTENSIONS
 
 from . import replying
 from .by_name import by_name
@@ -39,12 +40,15 @@ class ChatTab:
                     elem_id="chat-input",
                     show_label=False,
                     file_count="multiple",
-                    file_types=list(MEDIA_KINDS),
+                    file_types=[*MEDIA_KINDS, *DOCUMENT_EXTENSIONS],
                     sources=["upload"],
                     placeholder="Message · Enter to send, Shift+Enter for a new line",
                     autofocus=True,
                     max_lines=12,
                 )
+                self.attachments_note = gr.Markdown("", elem_id="attachments-note")
+                self.pdfs_as_images = gr.Checkbox(False, label="Send PDFs as page images (for scans, figures, layout)",
+                                                  elem_id="pdfs-as-images", visible=False, container=False)
                 with gr.Row(elem_id="chat-buttons"):
                     self.stop_btn = gr.Button("■ Stop", elem_id="stop-btn", variant="stop", size="sm", visible=False)
                     self.regenerate_btn = gr.Button("↻ Regenerate", elem_id="regenerate-btn", size="sm")
@@ -87,6 +91,14 @@ class ChatTab:
         for reply in self.replies:
             reply.then(replying.stop_button, [session], self.stop_btn, queue=False, api_visibility="private")
         self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
+        self.pdfs_as_images.change(handlers.pdfs_as_images, [session, self.pdfs_as_images], None, queue=False, api_visibility="private")
+        self.pdfs_as_images.change(handlers.attachments_note, [session, self.message_box], self.attachments_note,
+                                   inputs_kwargs={"system": self.system, "tools": self.tools}, api_visibility="private")
+        # Cheap without documents in the box; with them, each is read and counted once (webui/attachments.py).
+        # Not one at a time across users: one person's long PDF must not hold up everyone's note.
+        self.message_box.change(handlers.attachments_note, [session, self.message_box], self.attachments_note,
+                                inputs_kwargs={"system": self.system, "tools": self.tools}, trigger_mode="always_last",
+                                show_progress="hidden", concurrency_limit=None, api_visibility="private")
         self.changes = [
             self.undo_btn.click(inputs=[session], **by_name(handlers.undo, chat), api_name="undo"),
             self.clear_btn.click(inputs=[session], **by_name(handlers.clear, chat), api_name="clear"),

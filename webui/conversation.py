@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from engines import ChatError, ToolCall
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest
 
+from .attachments import AttachedDocument, chip
 from .reply_stats import ReplyStats
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ class Turn(BaseModel):
     """One message as the conversation keeps it. An assistant turn keeps its reply as the
     parser read it: ``reasoning``, ``content`` and ``tool_calls``. ``error`` on a user turn says
     why the model could not answer it, and such a turn is not sent to the model again until
-    regenerated. ``stats`` says how a finished reply was written. ``missing_files`` names the files
+    regenerated. ``documents`` are the documents attached to a user turn, as text. ``stats``
+    says how a finished reply was written. ``missing_files`` names the files
     that the server no longer has (shown as missing, not sent). ``writing``,
     ``tool_text`` and ``waiting`` (how many requests must finish before this reply starts) exist
     only while the reply streams. ``row``: its message's id in the chat store, once written there."""
@@ -46,6 +48,7 @@ class Turn(BaseModel):
     role: Literal["user", "assistant"]
     content: str = ""
     files: list[str] = []
+    documents: list[AttachedDocument] = []
     missing_files: list[str] = []
     error: str | None = None
     reasoning: str = ""
@@ -64,13 +67,15 @@ class ChatSession:
     streams: the Stop handler receives this same object and flips ``stop_requested``.
     ``chat_id`` names the saved chat it shows, and ``keeper`` writes it into the chat store as
     it changes (webui/chat_keeper.py; None for a session not kept); ``answering`` is true while
-    a reply is written."""
+    a reply is written; ``pdfs_as_images``: PDFs attached in this tab go to a model that reads
+    images as page images."""
 
     turns: list[Turn] = field(default_factory=list)
     stop_requested: bool = False
     chat_id: str = ""
     answering: bool = False
     keeper: ChatKeeper | None = None
+    pdfs_as_images: bool = False
 
 
 def media_kind(path: str) -> str | None:
@@ -99,7 +104,8 @@ def kept_media(turn: Turn, media_root: str | None = None) -> Turn:
 def model_request(turns: list[Turn], system: str | None = None, tools: str | None = None, user: str | None = None,
                   **generation: Any) -> ChatRequest:
     """The request for the model: the conversation, each file with its placeholder in the
-    message it was attached to (so the model sees it where the user put it), earlier replies as
+    message it was attached to (so the model sees it where the user put it), then the text of its
+    documents, each named, before what the user wrote; earlier replies as
     their answer and tool calls without their reasoning, and the tab's settings. ``user``: whom it
     counts for in the model's waiting line."""
     messages: list[dict[str, Any]] = []
@@ -116,10 +122,11 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
         for path in turn.files:
             kind = media_kind(path)
             if kind is None:
-                raise ChatError(f"{os.path.basename(path)} is not an image, video or audio file; remove it.")
+                raise ChatError(f"{os.path.basename(path)} is not an image, video, audio or document file; remove it.")
             media[kind].append(path)
             tags += PLACEHOLDERS[kind]
-        messages.append({"role": "user", "content": tags + turn.content})
+        texts = [document.text for document in turn.documents] + ([turn.content] if turn.content else [])
+        messages.append({"role": "user", "content": tags + "\n\n".join(texts)})
     return ChatRequest.build(messages, system=system or None, tools=tools or None, images=media["image"], videos=media["video"],
                              audios=media["audio"], user=user, **generation)
 
@@ -127,7 +134,7 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
 def render_turn(turn: Turn) -> list[dict[str, Any]]:
     """The Chatbot messages for one turn: thinking and tool calls as collapsible blocks."""
     if turn.role == "user":
-        content: list[Any] = [{"path": path} for path in turn.files]
+        content: list[Any] = [{"path": path} for path in turn.files] + [chip(document) for document in turn.documents]
         if turn.content:
             content.append(turn.content)
         missing = ", ".join(turn.missing_files)

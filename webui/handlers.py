@@ -11,6 +11,7 @@ a control is adding it to the layout's dict; tests drive the handlers directly, 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -23,9 +24,11 @@ import psutil
 from gradio.utils import get_upload_folder
 
 from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk, line_user
+from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
 from limits import Limits
 
+from .attachments import is_chip, page_images, read_documents, split_files, tokens_note
 from .chat_keeper import SAVE_INTERVAL, kept, kept_now
 from .conversation import ChatSession, SavedToolCall, Turn, kept_media, model_request, render, render_turn, turn_of_message
 from .conversation_file import read_conversation, write_conversation
@@ -104,7 +107,17 @@ class ChatHandlers:
         if not text and not files:
             yield {"chatbot": render(session.turns), "message_box": box(True)}
             return
-        session.turns.append(Turn(role="user", content=text, files=files))
+        as_images = session.pdfs_as_images and self.slot.loaded and "image" in self.slot.model.media_kinds
+        media, document_files, pdfs = split_files(files, as_images)
+        try:
+            documents = await asyncio.to_thread(read_documents, document_files, self.limits)
+            media += await asyncio.to_thread(page_images, pdfs, get_upload_folder(), self.limits)
+        except ChatError as error:
+            # The message stays in the box, to take the file out of it; the conversation is as it was.
+            gr.Warning(str(error))
+            yield {"chatbot": render(session.turns)}
+            return
+        session.turns.append(Turn(role="user", content=text, files=media, documents=documents))
         async for update in self._answer(session, settings, request, emptied=box(True)):
             yield update
 
@@ -145,7 +158,8 @@ class ChatHandlers:
             return {"chatbot": render(session.turns)}
         turn = session.turns[last_user]
         del session.turns[last_user:]
-        return {"chatbot": render(session.turns), "message_box": box(True, turn.content, turn.files)}
+        documents = [document.path for document in turn.documents if document.path and os.path.isfile(document.path)]
+        return {"chatbot": render(session.turns), "message_box": box(True, turn.content, turn.files + documents)}
 
     def clear(self, session: ChatSession) -> dict[str, Any]:
         session.turns.clear()
@@ -211,6 +225,27 @@ class ChatHandlers:
                 kept_now(session)
         await kept(session)
 
+    def attachments_note(self, session: ChatSession, message: dict | None, **settings: Any) -> str:
+        """The note under the box: what its documents take of the loaded model's context, after the
+        conversation so far (sent with the chat's ``settings``)."""
+        model = self.slot.model if self.slot.loaded else None
+        as_images = session.pdfs_as_images and model is not None and "image" in model.media_kinds
+        _, documents, pdfs = split_files(list((message or {}).get("files") or []), as_images)
+        pages = " · ".join(f"{os.path.basename(path)}: sent as page images" for path in pdfs)
+        if not documents:
+            return f"📎 {pages}." if pages else ""
+        conversation = ""
+        if model is not None and any(turn.role == "user" and not turn.error for turn in session.turns):
+            try:
+                conversation = model.render_prompt(model_request([*session.turns, Turn(role="user")], **settings))
+            except ChatError:
+                conversation = ""
+        note = tokens_note(model, documents, conversation, self.limits)
+        return f"{note} · {pages}." if pages else note
+
+    def pdfs_as_images(self, session: ChatSession, chosen: bool) -> None:
+        session.pdfs_as_images = bool(chosen)
+
     # ---- conversation files
 
     def export(self, session: ChatSession, system: str) -> dict[str, Any]:
@@ -260,13 +295,14 @@ class ChatHandlers:
     def model_status(self) -> dict[str, Any]:
         """The status line, the message box, and the generation controls' defaults for the loaded model."""
         if not self.slot.loaded:
-            return {"status": f"{self.slot.describe()} {memory_line()}",
+            return {"status": f"{self.slot.describe()} {memory_line()}", "pdfs_as_images": gr.update(visible=False),
                     "message_box": gr.update(placeholder="No model is loaded: load one in the Settings tab.")}
         model = self.slot.model
         kinds = [kind for kind in MEDIA_KINDS if kind in model.media_kinds]
         reads = "text" + "".join(f", {kind}s" for kind in kinds)
         defaults = model.generation_defaults
         return {"status": f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}", "message_box": message_box_for(kinds),
+                "pdfs_as_images": gr.update(visible="image" in kinds),
                 **{name: control_value(defaults, name) for name in self.control_names}}
 
 
@@ -294,17 +330,16 @@ def _add_to_reply(reply: Turn, item: Any) -> None:
 
 
 def message_box_for(kinds: list[str]) -> dict[str, Any]:
-    """Offer uploads of exactly the kinds the model reads, and no upload button for a text-only
-    model. Files that still reach a model that cannot read them (attached before a model switch,
-    or sent by an API client) are refused by the engine with a clear message."""
-    if kinds:
-        return gr.update(
-            sources=["upload"], file_types=kinds,
-            placeholder=f"Message (text, {', '.join(k + 's' for k in kinds)}) · Enter to send, Shift+Enter for a new line",
-        )
+    """Offer uploads of exactly the kinds the model reads, documents (which every model reads, as
+    text), and the microphone where the model reads audio. Files that still reach a model that
+    cannot read them (attached before a model switch, or sent by an API client) are refused by the
+    engine with a clear message."""
+    reads = ", ".join(["text", *(k + "s" for k in kinds), "documents"])
     return gr.update(
-        sources=[],
-        placeholder="This model reads text only; load a multimodal model in Settings for media",
+        sources=["upload", "microphone"] if "audio" in kinds else ["upload"],
+        file_types=[*kinds, *DOCUMENT_EXTENSIONS],
+        placeholder=f"Message ({reads}) · Enter to send, Shift+Enter for a new line"
+                    + ("" if kinds else " · this model reads text only: load a multimodal model for media"),
     )
 
 
@@ -313,7 +348,8 @@ def edited_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return "".join(part if isinstance(part, str) else part.get("text", "") for part in value if isinstance(part, (str, dict)))
+        return "".join(part if isinstance(part, str) else part.get("text", "") for part in value
+                       if isinstance(part, (str, dict)) and not is_chip(part))
     return str(value or "")
 
 

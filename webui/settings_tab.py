@@ -66,11 +66,11 @@ class SettingsTab:
             self.generation["skip_special_tokens"] = control(GenerationArgs, "skip_special_tokens", defaults.skip_special_tokens)
 
     def wire(self, demo: gr.Blocks, handlers: ChatHandlers, rights: ModelRights, message_box: gr.MultimodalTextbox,
-             generation: dict[str, gr.components.Component]) -> None:
+             pdfs_as_images: gr.Checkbox, generation: dict[str, gr.components.Component]) -> None:
         """Load and unload, and the model's status as the page opens: each shows the status, what
-        ``message_box`` takes, and the model's defaults in ``generation``, the page's generation
-        controls by setting name."""
-        shown = {"status": self.status, "message_box": message_box, **generation}
+        ``message_box`` takes, ``pdfs_as_images`` where the model reads images, and the model's
+        defaults in ``generation``, the page's generation controls by setting name."""
+        shown = {"status": self.status, "message_box": message_box, "pdfs_as_images": pdfs_as_images, **generation}
         self.load_btn.click(inputs_kwargs=self.model, **by_name(handlers.load, shown), api_name="load", concurrency_limit=1)
         self.unload_btn.click(**by_name(handlers.unload, shown), api_name="unload", concurrency_limit=1)
         # Not queued: the status must show even while the queue is full (it only reads the slot).

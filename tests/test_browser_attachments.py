@@ -1,0 +1,152 @@
+"""Documents, long pastes, the microphone and read aloud in the real page, in Chromium, on the
+real app (the default model; the tiny audio model for the microphone)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import numpy as np
+import pytest
+import soundfile
+from playwright.sync_api import expect
+
+from document_samples import encrypted_pdf_bytes, pdf_bytes
+from harness.browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    bot_messages,
+    load_model,
+    open_chat,
+    open_tab,
+    send,
+    set_number,
+    user_messages,
+    wait_until_answered,
+)
+from harness.tiny_models import build_qwen2_audio
+from webui.long_paste import LONG_PASTE_CHARACTERS
+from webui.read_aloud import READ, STOP
+
+FILE_INPUT = "#chat-input input[type=file]"
+MICROPHONE = "#chat-input [data-testid=microphone-button]"
+NOTE = "#attachments-note"
+PDF_TEXT = ("--- report.pdf, page 1 of 2 ---\nThe launch code is PELICAN-42.\n--- report.pdf, page 2 of 2 ---\n"
+            "(no text on this page: an image only)\n--- end of report.pdf ---")
+
+
+def greedy(page, max_new_tokens: int) -> None:
+    open_tab(page, "Settings")
+    set_number(page, "temperature", 0)
+    set_number(page, "max-new-tokens", max_new_tokens)
+    open_tab(page, "Chat")
+
+
+def test_a_pdf_is_counted_sent_shown_as_a_chip_and_answered_from(page, chat_model, tmp_path):
+    greedy(page, 16)
+    pdf = tmp_path / "report.pdf"
+    pdf.write_bytes(pdf_bytes(["The launch code is PELICAN-42.", None]))
+    page.locator(FILE_INPUT).set_input_files(str(pdf))
+    # Counted with the model's own tokenizer before anything is sent.
+    tokens = chat_model.count_tokens(PDF_TEXT)
+    expect(page.locator(NOTE)).to_contain_text(f"report.pdf (PDF, 2 pages): {tokens} tokens. Together {tokens} of this model's 8,192 tokens.")
+    wait_until_answered(page, send(page, "What is the launch code?"))
+    expect(page.locator(NOTE)).to_have_text("")
+    chip = user_messages(page).locator("details.document-chip")
+    expect(chip.locator("summary")).to_have_text("📄 report.pdf · PDF, 2 pages")
+    expect(chip.locator("pre")).to_be_hidden()
+    chip.locator("summary").click()
+    expect(chip.locator("pre")).to_have_text(PDF_TEXT)
+    # The greedy reply to the document's text as the model got it.
+    [expected] = chat_model.chat([{"role": "user", "content": PDF_TEXT + "\n\nWhat is the launch code?"}], temperature=0, max_new_tokens=16)
+    expect(bot_messages(page).last).to_have_text(expected.response_text.strip())
+    assert "PELICAN-42" in expected.response_text, expected.response_text
+
+
+def test_a_document_that_cannot_be_read_says_why_and_nothing_is_lost(page, tmp_path):
+    greedy(page, 8)
+    wait_until_answered(page, send(page, "Hello"))
+    locked = tmp_path / "locked.pdf"
+    locked.write_bytes(encrypted_pdf_bytes("Secret"))
+    page.locator(FILE_INPUT).set_input_files(str(locked))
+    expect(page.locator(NOTE)).to_contain_text("locked.pdf is protected by a password")
+    box = page.locator("#chat-input textarea")
+    box.fill("Read this")
+    box.press("Enter")
+    expect(page.locator(".toast-body")).to_contain_text("locked.pdf is protected by a password")
+    expect(user_messages(page)).to_have_count(1)
+    expect(box).to_have_value("Read this")
+
+
+def test_a_long_paste_becomes_a_text_attachment(page):
+    pasted = "Line of a very long log file with details.\n" * (LONG_PASTE_CHARACTERS // 40)
+    box = page.locator("#chat-input textarea")
+    box.focus()
+    page.evaluate("""(text) => {
+        const paste = new ClipboardEvent("paste", {clipboardData: new DataTransfer(), bubbles: true, cancelable: true});
+        paste.clipboardData.setData("text/plain", text);
+        document.querySelector("#chat-input textarea").dispatchEvent(paste);
+    }""", pasted)
+    expect(page.locator(NOTE)).to_contain_text(f"pasted-text-1.txt (text, {len(pasted):,} characters)")
+    expect(box).to_have_value("")
+    # A short paste stays text in the box.
+    page.evaluate("""() => {
+        const paste = new ClipboardEvent("paste", {clipboardData: new DataTransfer(), bubbles: true, cancelable: true});
+        paste.clipboardData.setData("text/plain", "short");
+        document.querySelector("#chat-input textarea").dispatchEvent(paste);
+    }""")
+    expect(page.locator(NOTE)).to_contain_text("pasted-text-1.txt")
+
+
+def test_read_aloud_starts_and_stops_speech_synthesis(page):
+    page.evaluate("""() => {
+        window.spoken = [];
+        window.cancelled = 0;
+        speechSynthesis.speak = (utterance) => window.spoken.push(utterance.text);
+        speechSynthesis.cancel = () => { window.cancelled += 1; };
+    }""")
+    greedy(page, 12)
+    wait_until_answered(page, send(page, "Name three colors."))
+    button = page.locator("#chatbot .read-aloud")
+    expect(button).to_have_count(1)
+    expect(button).to_have_text(READ)
+    button.click()
+    reply = bot_messages(page).last.inner_text().strip()
+    assert page.evaluate("window.spoken") == [reply]
+    expect(button).to_have_text(STOP)
+    cancelled = page.evaluate("window.cancelled")
+    button.click()
+    assert page.evaluate("window.cancelled") == cancelled + 1 and page.evaluate("window.spoken") == [reply]
+    expect(button).to_have_text(READ)
+
+
+@pytest.fixture(scope="module")
+def tiny_audio_model(tmp_path_factory):
+    return build_qwen2_audio(tmp_path_factory.mktemp("qwen2_audio"))
+
+
+def test_the_microphone_records_and_the_recording_reaches_an_audio_model(app, browser, tiny_audio_model, tmp_path):
+    spoken = tmp_path / "spoken.wav"
+    seconds = np.arange(48_000 * 2) / 48_000
+    soundfile.write(spoken, (0.3 * np.sin(2 * np.pi * 440 * seconds)).astype(np.float32), 48_000)
+    flags = ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={spoken}"]
+    # A Chromium of its own: the fake microphone is a flag of the browser's process.
+    with contextlib.closing(browser.browser_type.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS + flags)) as listening:
+        page = listening.new_context(permissions=["microphone"]).new_page()
+        open_chat(page, app.url)
+        # The default model reads text only: no microphone is offered.
+        expect(page.locator(MICROPHONE)).to_have_count(0)
+        load_model(page, str(tiny_audio_model), f"Loaded {tiny_audio_model.name} on huggingface")
+        set_number(page, "max-new-tokens", 4)
+        open_tab(page, "Chat")
+        expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile(r"Message \(text, audios, documents\)"))
+        page.locator(MICROPHONE).click()
+        page.get_by_role("button", name="Start recording").click()
+        page.wait_for_timeout(1500)
+        page.get_by_role("button", name="Stop recording").click()
+        page.get_by_role("button", name="Attach audio").click()
+        wait_until_answered(page, send(page, "What do you hear?"))
+        # Sent as an uploaded audio file is: shown as audio in the message, read by the model.
+        expect(page.locator("#chatbot [data-testid=user] audio")).to_have_count(1)
+        expect(bot_messages(page)).to_have_count(1)
+        expect(bot_messages(page).last).not_to_contain_text("could not answer")
