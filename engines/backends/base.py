@@ -25,11 +25,14 @@ from ..model_files.model_args import ModelArgs
 from ..prompt.builder import Prompt, PromptBuilder
 from ..prompt.reply_parser import ReplyChunk, ReplyParser, ReplyParts, parse_reply
 from ..errors import ConfigError, UnsupportedError
+from ..reply_format import ReplyFormat
 from ..request import ChatRequest, MediaKind
 from ..waiting_line import Places, PreparationTurns, QueuePlace, Ticket, WaitingLine
 
 T = TypeVar("T")
 _END = object()
+# Compiled reply formats an engine keeps, so a client that sends the same schema each time compiles it once.
+COMPILED_FORMATS_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,24 @@ class BaseEngine(ABC):
         clear error where this model or backend cannot answer it."""
         generation = self.prompts.generation(request)
         refuse_unsupported_settings(generation, self.name, self.generation_settings)
+        self.reply_constraint(request.reply_format)
         return generation
+
+    def reply_constraint(self, reply_format: ReplyFormat | None) -> Any:
+        """What this backend decodes ``reply_format`` under (None for free text), compiled once
+        per format; a ConfigError names what it cannot compile."""
+        if reply_format is None:
+            return None
+        compiled = self._compiled_formats
+        if reply_format not in compiled:
+            compiled[reply_format] = self._compile_reply_format(reply_format)
+            while len(compiled) > COMPILED_FORMATS_KEPT:
+                compiled.pop(next(iter(compiled)))
+        return compiled[reply_format]
+
+    @functools.cached_property
+    def _compiled_formats(self) -> dict[ReplyFormat, Any]:
+        return {}
 
     def render_prompt(self, request: ChatRequest) -> str:
         """The exact prompt text the model would see for ``request`` (for inspection and tests)."""
@@ -191,6 +211,11 @@ class BaseEngine(ABC):
     def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
         """One reply: its text piece by piece, then its Response once the model finished on its
         own. Leaving early (a closed iterator, a cancelled task) stops the model."""
+
+    def _compile_reply_format(self, reply_format: ReplyFormat) -> Any:
+        """``reply_format`` in the form this backend's runtime takes, or a ConfigError naming the
+        part of its schema that the runtime cannot enforce."""
+        raise UnsupportedError(f"The {self.name} engine cannot hold a reply to a JSON format; load the model on another backend.")
 
     async def _score(self, batch_input: list[str]) -> list[float]:
         """Backends that load reward models score with them; the others refuse such models at load."""
