@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Literal
 
 from .errors import ConfigError
@@ -39,27 +40,28 @@ _REPEATS = ("minItems", "maxItems", "minLength", "maxLength")
 @dataclass(frozen=True)
 class ReplyFormat:
     """``kind``: "json_object" (any JSON object) or "json_schema". ``schema_text``: the schema as
-    compact JSON (a hashable key for the compiled grammars). ``name``: what the schema is called,
+    compact JSON (a hashable key for the compiled grammars); any object's is {"type": "object"}. ``name``: what the schema is called,
     in messages. ``strict`` is OpenAI's flag; replies always keep to the schema here, strict or not."""
 
     kind: Literal["json_object", "json_schema"]
-    schema_text: str | None = None
+    schema_text: str
     name: str = "reply"
     strict: bool = False
+    where: str = "response_format.json_schema.schema"
 
     @property
-    def schema(self) -> dict[str, Any] | None:
-        return None if self.schema_text is None else json.loads(self.schema_text)
+    def schema(self) -> dict[str, Any]:
+        return json.loads(self.schema_text)
 
     @classmethod
     def json_object(cls) -> ReplyFormat:
-        return cls("json_object")
+        return cls("json_object", '{"type":"object"}', "JSON object", where="response_format")
 
     @classmethod
     def json_schema(cls, schema: Any, name: str = "reply", strict: bool = False, where: str = "schema") -> ReplyFormat:
         """A format for ``schema``, checked; ``where`` names it in errors."""
         check_schema(schema, where)
-        return cls("json_schema", json.dumps(schema, ensure_ascii=False, separators=(",", ":")), name, strict)
+        return cls("json_schema", json.dumps(schema, ensure_ascii=False, separators=(",", ":")), name, strict, where)
 
     @classmethod
     def from_openai(cls, response_format: Any) -> ReplyFormat | None:
@@ -103,7 +105,7 @@ class ReplyFormat:
                      for index, (name, function) in enumerate(functions.items())]
             call = calls[0] if len(calls) == 1 else {"anyOf": calls}
             schema = call if parallel is False else {"type": "array", "items": call, "minItems": 1}
-            return cls("json_schema", json.dumps(schema, separators=(",", ":")), "tool_call", True)
+            return cls("json_schema", json.dumps(schema, separators=(",", ":")), "tool_call", True, "tools")
         name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
         if not isinstance(name, str):
             raise ConfigError(f"tool_choice must be \"auto\", \"none\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}; got {choice!r}.")
@@ -112,7 +114,7 @@ class ReplyFormat:
             raise ConfigError(f"tool_choice names the function {name!r}, which is not among the tools (offered: {offered}); name one of them.")
         index = list(functions).index(name)
         schema = _call_schema(name, functions[name], f"tools[{index}].function.parameters")
-        return cls("json_schema", json.dumps(schema, separators=(",", ":")), "tool_call", True)
+        return cls("json_schema", json.dumps(schema, separators=(",", ":")), "tool_call", True, f"tools[{index}].function.parameters")
 
 
 def _call_schema(name: str, function: dict[str, Any], where: str) -> dict[str, Any]:
@@ -164,15 +166,30 @@ def _check_part(schema: Any, where: str, depth: int) -> None:
     properties = schema.get("properties", {})
     if len(properties) > MAX_PROPERTIES:
         raise ConfigError(f"{where}.properties has {len(properties)} properties; at most {MAX_PROPERTIES} per object keep the reply's grammar small.")
+    for part_where, part in subschemas(schema, where):
+        _check_part(part, part_where, depth + 1)
+
+
+def subschemas(schema: dict[str, Any], where: str) -> list[tuple[str, dict[str, Any]]]:
+    """The schemas directly inside ``schema``, each with its path."""
+    parts = []
     for keyword in ("properties", "$defs", "definitions"):
-        for name, part in schema.get(keyword, {}).items():
-            _check_part(part, f"{where}.{keyword}.{name}", depth + 1)
+        parts += [(f"{where}.{keyword}.{name}", part) for name, part in schema.get(keyword, {}).items()]
     for keyword in ("items", "additionalProperties"):
         if isinstance(schema.get(keyword), dict):
-            _check_part(schema[keyword], f"{where}.{keyword}", depth + 1)
+            parts.append((f"{where}.{keyword}", schema[keyword]))
     for keyword in ("prefixItems", "anyOf", "oneOf", "allOf"):
-        for index, part in enumerate(schema.get(keyword, [])):
-            _check_part(part, f"{where}.{keyword}[{index}]", depth + 1)
+        parts += [(f"{where}.{keyword}[{index}]", part) for index, part in enumerate(schema.get(keyword, []))]
+    return [(part_where, part) for part_where, part in parts if isinstance(part, dict)]
+
+
+def failing_part(schema: dict[str, Any], where: str, fails: Callable[[dict[str, Any]], bool]) -> str:
+    """The path of the innermost part of ``schema`` that ``fails`` on its own (``where`` if none
+    does), to name in an error. Parts that refer elsewhere ($ref) cannot stand alone, and are skipped."""
+    for part_where, part in subschemas(schema, where):
+        if "$ref" not in json.dumps(part) and fails(part):
+            return failing_part(part, part_where, fails)
+    return where
 
 
 def _path(where: str, parts: Any) -> str:

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 from llama_cpp import llama_cpp as lib
-from llama_cpp.llama_grammar import JSON_GBNF, RESERVED_NAMES, SchemaConverter
+from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
 
 from ..errors import ConfigError
-from ..reply_format import ReplyFormat
+from ..reply_format import ReplyFormat, failing_part
 
 # A JSON string's character: anything but a quote, a backslash or a control character, or an escape.
 JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
@@ -33,20 +33,30 @@ _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 
 def gbnf(reply_format: ReplyFormat) -> str:
-    """The grammar of ``reply_format``: llama.cpp's JSON grammar for any object, or the schema's."""
-    if reply_format.kind == "json_object":
-        return JSON_GBNF
-    converter = _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    """The grammar of ``reply_format``'s schema, or a ConfigError naming the part it cannot write."""
     try:
-        schema = converter.resolve_refs(reply_format.schema, "input")
-        converter.visit(schema, "")
-    except ConfigError:
-        raise
+        return _grammar(reply_format.schema)
     except (ValueError, AssertionError, KeyError, TypeError) as error:
-        raise ConfigError(f"llama.cpp's grammar converter cannot read the {reply_format.name} schema: {error}.") from None
+        where = failing_part(reply_format.schema, reply_format.where, lambda part: not _writes(part))
+        # Our own refusals (a ConfigError is a ValueError) say why; the converter's need saying whose.
+        reason = error if isinstance(error, ConfigError) else f"llama.cpp's grammar converter cannot write it ({error})."
+        raise ConfigError(f"{where}: {reason}") from None
+
+
+def _grammar(schema: dict[str, Any]) -> str:
+    converter = _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter.visit(converter.resolve_refs(schema, "input"), "")
     if "char" in converter._rules:
         converter._rules["char"] = JSON_CHAR
     return converter.format_grammar()
+
+
+def _writes(schema: dict[str, Any]) -> bool:
+    try:
+        _grammar(schema)
+    except (ValueError, AssertionError, KeyError, TypeError):
+        return False
+    return True
 
 
 class _Converter(SchemaConverter):
