@@ -75,7 +75,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None) -> APIRo
         model = serving(request.model)
         chat = completions.chat_request(request, model, local_media_dir, requester(http))
         if not request.stream:
-            return await while_connected(http, completions.complete(model, model.model_id, chat))
+            return await while_connected(http, completions.complete(request, model, model.model_id, chat))
         body = await while_connected(http, completions.start_stream(request, model, model.model_id, chat))
         if isinstance(body, Response):
             return body

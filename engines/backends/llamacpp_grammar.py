@@ -61,8 +61,12 @@ def _writes(schema: dict[str, Any]) -> bool:
 
 class _Converter(SchemaConverter):
     def visit(self, schema: dict[str, Any], name: str) -> str:
+        if isinstance(schema.get("type"), list):
+            # The converter would make each type a bare {"type": t}, dropping the rest (bounds, lengths).
+            return super().visit({"anyOf": [{**schema, "type": kind} for kind in schema["type"]]}, name)
         bounded = [keyword for keyword in _BOUNDS if keyword in schema]
-        if not bounded:
+        # Bounds hold numbers only: on a string or null they say nothing.
+        if not bounded or schema.get("type") not in ("integer", "number", None):
             return super().visit(schema, name)
         if schema.get("type") != "integer":
             raise ConfigError(
