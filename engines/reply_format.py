@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any, Literal
 
+from pydantic import Field
+
 from .errors import ConfigError
+from .settings import Settings, page_control
 
 # The keywords a reply schema may use: those that llama.cpp's grammar converter and xgrammar both
 # enforce, and annotations, which constrain nothing. A keyword outside them is refused rather than
@@ -194,3 +197,33 @@ def failing_part(schema: dict[str, Any], where: str, fails: Callable[[dict[str, 
 
 def _path(where: str, parts: Any) -> str:
     return where + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts)
+
+
+class ReplyFormatChoice(Settings):
+    """The reply format as the page chooses it: a kind, and for json_schema the schema as JSON text."""
+
+    kind = "reply format"
+
+    reply_format: Literal["text", "json_object", "json_schema"] = Field(
+        "text", description="free text, any JSON object, or JSON that follows reply_schema",
+        json_schema_extra=page_control("Reply format", info="text: free; json_object: any JSON object; json_schema: JSON that follows the schema below"),
+    )
+    reply_schema: str = Field("", description="the JSON Schema a json_schema reply follows, as JSON text",
+                              json_schema_extra=page_control("JSON schema", lines=5, placeholder='{"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}'))
+
+    def response_format(self) -> dict[str, Any] | None:
+        """OpenAI's response_format for this choice, or a ConfigError saying what is wrong with the schema text."""
+        if self.reply_format == "text":
+            return None
+        if self.reply_format == "json_object":
+            return {"type": "json_object"}
+        text = self.reply_schema.strip()
+        if not text:
+            raise ConfigError("The reply format is json_schema but the JSON schema is empty: write the schema, or pick another reply format.")
+        if len(text) > MAX_SCHEMA_CHARS:
+            raise ConfigError(f"The JSON schema is {len(text):,} characters long; a reply schema can be at most {MAX_SCHEMA_CHARS:,}. Shorten it.")
+        try:
+            schema = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"The JSON schema is not valid JSON ({error.msg} at line {error.lineno} column {error.colno}).") from None
+        return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
