@@ -206,7 +206,7 @@ class ReplyFormatChoice(Settings):
 
     reply_format: Literal["text", "json_object", "json_schema"] = Field(
         "text", description="free text, any JSON object, or JSON that follows reply_schema",
-        json_schema_extra=page_control("Reply format", info="text: free; json_object: any JSON object; json_schema: JSON that follows the schema below"),
+        json_schema_extra=page_control("Format", info="text: free; json_object: any JSON object; json_schema: JSON that follows the schema below"),
     )
     reply_schema: str = Field("", description="the JSON Schema a json_schema reply follows, as JSON text",
                               json_schema_extra=page_control("JSON schema", lines=5, placeholder='{"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}'))
