@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -45,6 +46,28 @@ class Response:
     prompt_length: int
     finish_reason: Literal["stop", "length"]
     parts: ReplyParts = ReplyParts()
+
+
+class CompiledFormats:
+    """A backend's last COMPILED_FORMATS_KEPT compiled reply formats, compiled on worker threads
+    and read on the event loop."""
+
+    def __init__(self) -> None:
+        self._kept: dict[ReplyFormat, Any] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, reply_format: ReplyFormat) -> bool:
+        return reply_format in self._kept
+
+    def get(self, reply_format: ReplyFormat, compile: Callable[[ReplyFormat], Any]) -> Any:
+        if reply_format in self._kept:
+            return self._kept[reply_format]
+        compiled = compile(reply_format)
+        with self._lock:
+            self._kept[reply_format] = compiled
+            while len(self._kept) > COMPILED_FORMATS_KEPT:
+                self._kept.pop(next(iter(self._kept)))
+        return compiled
 
 
 class BaseEngine(ABC):
@@ -98,24 +121,24 @@ class BaseEngine(ABC):
         clear error where this model or backend cannot answer it."""
         generation = self.prompts.generation(request)
         refuse_unsupported_settings(generation, self.name, self.generation_settings)
-        self.reply_constraint(request.reply_format)
+        return generation
+
+    async def _checked(self, request: ChatRequest) -> GenerationArgs:
+        """``check``, and the request's reply format compiled, off the event loop: xgrammar takes
+        most of a second for a string with a maxLength. A ConfigError names what cannot be compiled."""
+        generation = self.check(request)
+        if request.reply_format is not None and request.reply_format not in self._compiled_formats:
+            await asyncio.to_thread(self.reply_constraint, request.reply_format)
         return generation
 
     def reply_constraint(self, reply_format: ReplyFormat | None) -> Any:
         """What this backend decodes ``reply_format`` under (None for free text), compiled once
-        per format; a ConfigError names what it cannot compile."""
-        if reply_format is None:
-            return None
-        compiled = self._compiled_formats
-        if reply_format not in compiled:
-            compiled[reply_format] = self._compile_reply_format(reply_format)
-            while len(compiled) > COMPILED_FORMATS_KEPT:
-                compiled.pop(next(iter(compiled)))
-        return compiled[reply_format]
+        per format (``_checked`` compiles it before the request takes its place in line)."""
+        return None if reply_format is None else self._compiled_formats.get(reply_format, self._compile_reply_format)
 
     @functools.cached_property
-    def _compiled_formats(self) -> dict[ReplyFormat, Any]:
-        return {}
+    def _compiled_formats(self) -> CompiledFormats:
+        return CompiledFormats()
 
     def render_prompt(self, request: ChatRequest) -> str:
         """The exact prompt text the model would see for ``request`` (for inspection and tests)."""
@@ -124,7 +147,7 @@ class BaseEngine(ABC):
 
     async def chat(self, request: ChatRequest) -> list[Response]:
         """All ``num_return_sequences`` replies, once complete."""
-        generation = self.check(request)
+        generation = await self._checked(request)
         async with self._in_line(request, generation) as (prompt, (ticket,)):
             await ticket.wait()
             args = prompt.generation
@@ -143,7 +166,7 @@ class BaseEngine(ABC):
         it starts. The request is prepared once, and its replies take their places in line all
         at once or not at all; the i-th reply samples with ``seed + i``. Greedy replies would all
         be the same: one is written, under every index. Closing the stream stops the model."""
-        generation = self.check(request)
+        generation = await self._checked(request)
         count = generation.num_return_sequences
         written = 1 if generation.greedy else count
         async with self._in_line(request, generation, written) as (prompt, tickets):
