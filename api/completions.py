@@ -29,6 +29,7 @@ from .schemas import (
     Delta,
     FunctionCall,
     FunctionCallDelta,
+    NamedToolChoice,
     ToolCall,
     ToolCallDelta,
     Usage,
@@ -47,9 +48,13 @@ def chat_request(request: ChatCompletionRequest, model: ChatModel, local_media_d
     generation = request.generation()
     use_tools = bool(request.tools) and request.tool_choice != "none"
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if use_tools else None
+    tool_choice = request.tool_choice.model_dump() if isinstance(request.tool_choice, NamedToolChoice) else request.tool_choice
+    if tool_choice not in (None, "auto", "none") and not request.tools:
+        raise APIError(400, "tool_choice forces a tool call, but no tools were given: give tools, or leave tool_choice out.", param="tool_choice")
     media = engine_input.media
     return ChatRequest.build(engine_input.messages, tools=tools, images=media["image"], videos=media["video"], audios=media["audio"],
-                             chat_template_kwargs=request.chat_template_kwargs, user=user, **generation)
+                             chat_template_kwargs=request.chat_template_kwargs, user=user, response_format=request.response_format,
+                             tool_choice=tool_choice, parallel_tool_calls=request.parallel_tool_calls, **generation)
 
 
 def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None:
@@ -57,20 +62,10 @@ def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None
         "logprobs": request.logprobs,
         "top_logprobs": request.top_logprobs is not None,
         "logit_bias": bool(request.logit_bias),
-        "response_format": request.response_format is not None and request.response_format.get("type") != "text",
-        "parallel_tool_calls": request.parallel_tool_calls is False,
     }
     for name, asked in refused.items():
         if asked:
             raise APIError(400, f"{name} is not supported by this server; leave it out.", param=name, code="unsupported_parameter")
-    if request.tool_choice == "required" or not isinstance(request.tool_choice, str | None):
-        raise APIError(
-            400,
-            "tool_choice can be 'auto' or 'none' here: forcing a tool call needs constrained decoding, "
-            "which this server does not do.",
-            param="tool_choice",
-            code="unsupported_parameter",
-        )
     if request.stream_options is not None and not request.stream:
         raise APIError(400, "stream_options is only allowed when stream is true.", param="stream_options")
 
@@ -79,15 +74,21 @@ def _tool_calls(calls: tuple[ParsedToolCall, ...]) -> list[ToolCall] | None:
     return [ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls] or None
 
 
-async def complete(model: ChatModel, model_id: str, request: ChatRequest) -> ChatCompletion:
+def _kept_calls(api_request: ChatCompletionRequest, calls: tuple[ParsedToolCall, ...]) -> tuple[ParsedToolCall, ...]:
+    """The calls the client takes: with parallel_tool_calls false, the first only."""
+    return calls[:1] if api_request.parallel_tool_calls is False else calls
+
+
+async def complete(api_request: ChatCompletionRequest, model: ChatModel, model_id: str, request: ChatRequest) -> ChatCompletion:
     responses = await model.achat(request)
     choices = []
     for index, response in enumerate(responses):
         reply = response.parts
+        calls = _kept_calls(api_request, reply.tool_calls)
         choices.append(Choice(
             index=index,
-            message=AssistantMessage(content=reply.content, reasoning_content=reply.reasoning, tool_calls=_tool_calls(reply.tool_calls)),
-            finish_reason="tool_calls" if reply.tool_calls else response.finish_reason,
+            message=AssistantMessage(content=reply.content, reasoning_content=reply.reasoning, tool_calls=_tool_calls(calls)),
+            finish_reason="tool_calls" if calls else response.finish_reason,
         ))
     return ChatCompletion(id=completion_id(), created=now(), model=model_id, choices=choices, usage=_usage(responses))
 
@@ -134,7 +135,7 @@ async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIter
                 elif item.kind == "content":
                     yield chunk(index, Delta(content=item.text))
             else:
-                calls = item.parts.tool_calls
+                calls = _kept_calls(request, item.parts.tool_calls)
                 if calls:
                     deltas = [
                         ToolCallDelta(index=i, id=c.id, type="function", function=FunctionCallDelta(name=c.name, arguments=c.arguments))

@@ -77,7 +77,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         model = serving(request.model)
         chat = await asyncio.to_thread(completions.chat_request, request, model, local_media_dir, requester(http), limits)
         if not request.stream:
-            return await while_connected(http, completions.complete(model, model.model_id, chat))
+            return await while_connected(http, completions.complete(request, model, model.model_id, chat))
         body = await while_connected(http, completions.start_stream(request, model, model.model_id, chat))
         if isinstance(body, Response):
             return body

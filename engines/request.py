@@ -10,12 +10,14 @@ backend honours, its context length) is checked by the engine before any work st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import ConfigError, MediaError
 from .generation_args import GenerationArgs
+from .reply_format import ReplyFormat
 
 MediaKind = Literal["image", "video", "audio"]
 MEDIA_KINDS: tuple[MediaKind, ...] = ("image", "video", "audio")
@@ -37,7 +39,8 @@ class ChatRequest:
     (paths, bytes, PIL images, frame lists or ``(samples, rate)``). ``generation``: the generation
     settings the caller chose, checked, applied over the loaded model's own defaults.
     ``template_kwargs``: variables for the chat template. ``user``: whom the request counts for in
-    the model's waiting line (a login name or a client's address; None for a direct caller)."""
+    the model's waiting line (a login name or a client's address; None for a direct caller).
+    ``reply_format``: the JSON the reply must be (None for free text), see engines/reply_format.py."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
@@ -45,6 +48,7 @@ class ChatRequest:
     generation: dict[str, Any] = field(default_factory=dict)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     user: str | None = None
+    reply_format: ReplyFormat | None = None
 
     @classmethod
     def build(
@@ -57,12 +61,16 @@ class ChatRequest:
         audios: list | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         user: str | None = None,
+        response_format: dict[str, Any] | ReplyFormat | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        parallel_tool_calls: bool | None = None,
         **generation: Any,
     ) -> ChatRequest:
         """The request from a chat call's arguments: ``messages`` (``[{"role": ..., "content":
         str}]``), ``system``, ``tools`` (function schemas, a list or JSON text), ``images``,
-        ``videos``, ``audios``, ``chat_template_kwargs`` and any GenerationArgs setting; or a
-        ConfigError that says what is wrong with them."""
+        ``videos``, ``audios``, ``chat_template_kwargs``, the reply's format (OpenAI's
+        ``response_format``, ``tool_choice`` and ``parallel_tool_calls``) and any GenerationArgs
+        setting; or a ConfigError that says what is wrong with them."""
         chosen = GenerationArgs.chosen(**generation)
         checked = _check_messages(messages)
         if system:
@@ -72,19 +80,28 @@ class ChatRequest:
         media = {kind: list(files) for kind, files in zip(MEDIA_KINDS, (images, videos, audios)) if files}
         if media:
             checked = _placed(checked, media)
+        parsed_tools = parse_tools(tools)
         return cls(
             messages=checked,
-            tools=parse_tools(tools),
+            tools=parsed_tools,
             media=media,
             generation=chosen,
             template_kwargs=_template_kwargs(chat_template_kwargs, chosen.get("enable_thinking")),
             user=user,
+            reply_format=_reply_format(response_format, parsed_tools, tool_choice, parallel_tool_calls),
         )
 
     def with_generation(self, **settings: Any) -> ChatRequest:
         """The same request with these generation settings too."""
-        return ChatRequest(self.messages, self.tools, self.media, {**self.generation, **GenerationArgs.chosen(**settings)},
-                           self.template_kwargs, self.user)
+        return dataclasses.replace(self, generation={**self.generation, **GenerationArgs.chosen(**settings)})
+
+
+def _reply_format(response_format: Any, tools: list[dict[str, Any]] | None, tool_choice: Any, parallel: bool | None) -> ReplyFormat | None:
+    asked = ReplyFormat.from_openai(response_format)
+    forced = ReplyFormat.for_tool_call(tools, tool_choice, parallel)
+    if asked and forced:
+        raise ConfigError("A response_format and a forced tool_choice both set what the reply must be; give one of them.")
+    return asked or forced
 
 
 def _template_kwargs(given: dict[str, Any] | None, enable_thinking: bool | None) -> dict[str, Any]:

@@ -32,8 +32,8 @@ def free_port() -> int:
 
 
 class AppProcess:
-    """``python app.py --port N [extra_args]`` (the default model unless they name one), until
-    stopped. Its output goes to a file: a pipe nobody reads would fill up and block the server."""
+    """``python app.py --port N [extra_args]`` (the default model unless they name one; ``api``
+    among them for the API alone), until stopped. Its output goes to a file: a pipe nobody reads would fill up and block the server."""
 
     def __init__(self, temp_dir: Path, extra_args: tuple[str, ...] = (), timeout: float = 300, port: int | None = None) -> None:
         # The same port again for a restart: the browser keeps localStorage per origin.
@@ -59,8 +59,9 @@ class AppProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"The app exited with {self.process.returncode}:\n{self.log()}")
-            if match := re.search(r"Running on local URL:\s+(\S+)", self.log()):
-                return match.group(1).rstrip("/") + "/"
+            # The page's line, or for `app.py api` the API's.
+            if match := re.search(r"Running on local URL:\s+(\S+)|OpenAI-compatible API on (\S+)/v1", self.log()):
+                return (match.group(1) or match.group(2)).rstrip("/") + "/"
             time.sleep(0.5)
         raise TimeoutError(f"The app did not start in {timeout} s:\n{self.log()}")
 

@@ -14,6 +14,8 @@ its sglang-kt fork) that our engine relies on, as read from their sources:
   ``prompt_tokens`` and ``completion_tokens`` (which counts the end token);
 - a stop string is cut off only once it is complete, so running text can show part of one;
 - bad sampling values raise ValueError with SGLang's wording when the stream is first read;
+- ``json_schema`` must be JSON text, as SGLang's grammar backends read it; the fake's reply does
+  not follow it (schemas are tested on the backends that run here: llama.cpp, transformers, vLLM);
 - ``engine.tokenizer_manager.abort_request(rid)`` ends that request with an abort chunk, and
   ``rid_to_state`` holds the unfinished requests; a stream closed or cancelled before its end
   releases its request (SGLang's generate_request aborts it on the way out);
@@ -33,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import importlib.abc
 import importlib.util
 import multiprocessing
@@ -50,7 +53,7 @@ SECONDS_PER_TOKEN = 0.001
 
 SAMPLING_PARAMS = frozenset({
     "max_new_tokens", "stop", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-    "presence_penalty", "repetition_penalty", "skip_special_tokens", "sampling_seed",
+    "presence_penalty", "repetition_penalty", "skip_special_tokens", "sampling_seed", "json_schema",
 })
 ASYNC_GENERATE_PARAMS = frozenset({
     "prompt", "sampling_params", "input_ids", "image_data", "audio_data", "video_data", "stream", "rid", "lora_path",
@@ -76,7 +79,7 @@ class _SamplingParams:
 
     def __init__(self, max_new_tokens=128, stop=None, temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0,
                  frequency_penalty=0.0, presence_penalty=0.0, repetition_penalty=1.0,
-                 skip_special_tokens=True, sampling_seed=None) -> None:
+                 skip_special_tokens=True, sampling_seed=None, json_schema=None) -> None:
         self.max_new_tokens = max_new_tokens
         self.stop = [stop] if isinstance(stop, str) else list(stop or [])
         self.temperature, self.top_p, self.top_k, self.min_p = temperature, top_p, top_k, min_p
@@ -84,10 +87,13 @@ class _SamplingParams:
         self.repetition_penalty = repetition_penalty
         self.skip_special_tokens = skip_special_tokens
         self.sampling_seed = sampling_seed
+        self.json_schema = json_schema
         if 0 <= self.temperature < 1e-6:
             self.temperature, self.top_k = 1.0, 1
 
     def verify(self) -> None:
+        if self.json_schema is not None:
+            json.loads(self.json_schema)
         if self.temperature < 0.0:
             raise ValueError(f"temperature must be a non-negative finite number, got {self.temperature}.")
         if not 0.0 < self.top_p <= 1.0:

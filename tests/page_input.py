@@ -6,10 +6,10 @@ from __future__ import annotations
 CONTROLS = ("temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty", "seed", "skip_special_tokens", "enable_thinking")
 
 
-def settings(max_new_tokens=16, temperature=0.0, seed=None, system="", tools=""):
-    """What the page hands the chat handlers: the chat's system prompt and tools, and its controls by name."""
+def settings(max_new_tokens=16, temperature=0.0, seed=None, system="", tools="", reply_format="text", reply_schema=""):
+    """What the page hands the chat handlers: the chat's system prompt, tools and reply format, and its controls by name."""
     return {
-        "system": system, "tools": tools, "temperature": temperature, "top_p": 1.0, "top_k": 50, "max_new_tokens": max_new_tokens,
+        "system": system, "tools": tools, "reply_format": reply_format, "reply_schema": reply_schema, "temperature": temperature, "top_p": 1.0, "top_k": 50, "max_new_tokens": max_new_tokens,
         "repetition_penalty": 1.0, "seed": seed, "skip_special_tokens": True, "enable_thinking": True,
     }
 

@@ -261,7 +261,7 @@ def test_wrong_or_missing_api_key_is_401(base_url, model_id):
         ({"model": "MODEL", "messages": QUESTION, "presence_penalty": 0.5}, 400, "presence_penalty is not supported by the huggingface engine"),
         ({"model": "MODEL", "messages": QUESTION, "frequency_penalty": 1}, 400, "frequency_penalty is not supported"),
         ({"model": "MODEL", "messages": QUESTION, "logprobs": True}, 400, "logprobs is not supported"),
-        ({"model": "MODEL", "messages": QUESTION, "tools": [WEATHER_TOOL], "tool_choice": "required"}, 400, "tool_choice"),
+        ({"model": "MODEL", "messages": QUESTION, "tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "f"}}}, 400, "not among the tools"),
         ({"model": "MODEL", "messages": QUESTION, "stream_options": {"include_usage": True}}, 400, "only allowed when stream is true"),
         ({"model": "MODEL", "messages": QUESTION, "stream": True, "stop": [""]}, 400, "stop must be non-empty"),
     ],

@@ -28,6 +28,8 @@ SMOKE_RUNS = [
                  marks=pytest.mark.skipif(not HAS_LLAMACPP, reason="compares llama.cpp, which bash scripts/setup.sh builds")),
     pytest.param("llamacpp_media.py", ["--rounds", "1", "--size", "64"], "way", id="llamacpp_media",
                  marks=pytest.mark.skipif(not HAS_LLAMACPP, reason="compares llama.cpp, which bash scripts/setup.sh builds")),
+    pytest.param("structured_decode.py", ["--tokens", "8", "--rounds", "1"], "backend", id="structured_decode",
+                 marks=pytest.mark.skipif(not HAS_LLAMACPP, reason="compares llama.cpp, which bash scripts/setup.sh builds")),
     pytest.param("concurrency.py", ["--tokens", "4", "--rounds", "1", "--concurrency", "1", "2"], "users", id="concurrency",
                  marks=pytest.mark.skipif(not HAS_VLLM, reason="compares vLLM: bash scripts/setup.sh --vllm")),
     pytest.param("store.py", ["--tokens", "4", "--rounds", "1", "--messages", "10"], "way", id="store"),

@@ -1,19 +1,23 @@
 """Bad input that only a browser shows, in a real headless Chromium against `python app.py` (like
 tests/test_browser.py, whose browser and page fixtures this module shares, on an app of its own
-with a small upload limit): a giant paste, invalid tools JSON, broken conversation files imported
+with a small upload limit): a giant paste, invalid tools JSON, an invalid reply schema (and a valid
+one holding the reply), broken conversation files imported
 with the Import button, and a corrupt image and one over the upload limit attached for a
 multimodal model. Each shows a clear message and leaves the conversation as it was. The same kinds
 and many more are checked on the handlers in tests/test_page_bad_input.py.
 """
 
+import json
 import re
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 from PIL import Image
 
 from harness.browser import CHROMIUM, AppProcess, ask, bot_messages, load_model, open_tab, set_number, user_messages
+from tests.reply_schemas import SCHEMAS
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -80,6 +84,29 @@ def test_invalid_tools_json_is_named_under_the_message(page):
     expect(user_messages(page).last).to_contain_text("Weather in Oslo?")
     page.locator("#tools textarea").fill("")
     still_there(page, "Name a color.", reply, users=2)
+
+
+def test_a_reply_format_holds_the_reply_and_a_bad_schema_is_named(page):
+    reply = start_chat(page)
+    page.get_by_text("Reply format", exact=True).click()
+    page.locator("#reply-format input").click()
+    page.get_by_role("option", name="json_schema").click()
+    page.locator("#reply-schema textarea").fill('{"type": "object", "properties": ')
+    ask(page, "Describe a person.")
+    expect(bot_messages(page).last).to_contain_text(REFUSED)
+    expect(bot_messages(page).last).to_contain_text(re.compile(r"The JSON schema is not valid JSON \(.+ at line 1 column \d+\)"))
+    expect(user_messages(page).last).to_contain_text("Describe a person.")
+
+    open_tab(page, "Settings")
+    set_number(page, "max-new-tokens", 160)
+    open_tab(page, "Chat")
+    page.locator("#reply-schema textarea").fill(json.dumps(SCHEMAS["person"]))
+    ask(page, "Describe a person.")
+    jsonschema.validate(json.loads(bot_messages(page).last.inner_text()), SCHEMAS["person"])
+
+    page.locator("#reply-format input").click()
+    page.get_by_role("option", name="text").click()
+    still_there(page, "Name a color.", reply, users=3)
 
 
 @pytest.mark.parametrize(("content", "says"), [

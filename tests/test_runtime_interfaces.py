@@ -51,6 +51,7 @@ def record_calls(engine_type: type, tmp_path) -> dict[str, set[str]]:
             extras = {name: 0.1 for name in engine_type.generation_settings - {"lora_adapter"}}
             model.chat(question, temperature=0.7, top_k=5, seed=1, stop=["x"], max_new_tokens=2, lora_adapter="tiny-lora", **extras)
             model.chat(question, images=[str(image)], max_new_tokens=2)
+            model.chat(question, response_format={"type": "json_object"}, max_new_tokens=2)
     return {
         "server_args": set(runtime.server_args),
         "async_generate": set().union(*(call["passed"] for call in runtime.calls)),

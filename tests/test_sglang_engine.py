@@ -10,6 +10,7 @@ bench/gpu_smoke.py runs the same contract against the real runtime on a GPU mach
 from __future__ import annotations
 
 import asyncio
+import json
 import io
 import sys
 import wave
@@ -92,6 +93,19 @@ def test_sampled_settings_and_extra_penalties_reach_sglang(sglang_model):
     assert params["top_k"] == -1, "top_k=0 (off) is SGLang's -1"
     assert params["sampling_seed"] == 11
     assert params["presence_penalty"] == 0.5 and params["frequency_penalty"] == -0.25
+
+
+def test_reply_formats_reach_sglang_as_its_json_schema(sglang_model):
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    sglang_model.chat(QUESTION, max_new_tokens=3, response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema}})
+    assert json.loads(runtime(sglang_model).calls[-1]["sampling_params"]["json_schema"]) == schema
+    sglang_model.chat(QUESTION, max_new_tokens=3, response_format={"type": "json_object"})
+    assert json.loads(runtime(sglang_model).calls[-1]["sampling_params"]["json_schema"]) == {"type": "object"}
+    calls = len(runtime(sglang_model).calls)
+    lookbehind = {"type": "object", "properties": {"code": {"type": "string", "pattern": "(?<=a)b"}}}
+    with pytest.raises(ConfigError, match=r"xgrammar cannot compile response_format.json_schema.schema.properties.code: .*Lookbehind"):
+        sglang_model.chat(QUESTION, response_format={"type": "json_schema", "json_schema": {"name": "bad", "schema": lookbehind}})
+    assert len(runtime(sglang_model).calls) == calls, "a schema SGLang cannot compile never reaches it"
 
 
 def test_out_of_range_values_come_back_as_clear_errors(sglang_model):

@@ -4,11 +4,13 @@ special to it. One vLLM ChatModel serves most tests: each start costs about 25 s
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from multiprocessing import resource_tracker
 import tempfile
 import time
 
+import jsonschema
 import psutil
 import pytest
 
@@ -26,6 +28,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from engines import ChatModel, ConfigError, UnsupportedError  # noqa: E402
 from engines.model_files.paths import resolve_model_path  # noqa: E402
 from harness.engine_contract import LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract  # noqa: E402
+from tests.reply_schemas import SCHEMAS, question  # noqa: E402
 
 # Small and fixed, so several engines fit beside each other on a shared CI machine.
 VLLM_SETTINGS = {"infer_backend": "vllm", "kv_cache_space_gb": 1, "max_model_len": 2048, "max_concurrent": 8}
@@ -186,6 +189,24 @@ def test_extra_sampling_params_are_honoured_and_checked(vllm_model):
     assert penalised.response_text != plain.response_text
     with pytest.raises(ConfigError, match=r"presence_penalty must be in \[-2, 2\]"):
         vllm_model.chat(QUESTION, presence_penalty=5)
+
+
+@pytest.mark.parametrize("name", ["person", "list of objects", "references", "either shape", "matrix"])
+def test_replies_keep_to_their_schema_through_vllms_structured_outputs(vllm_model, name):
+    """A subset of the schemas every backend here is held to (tests/test_structured_output.py)."""
+    schema = SCHEMAS[name]
+    response_format = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+    for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": 7}):
+        [reply] = vllm_model.chat(question(name), response_format=response_format, max_new_tokens=160, **sampling)
+        assert reply.finish_reason == "stop", reply.response_text
+        jsonschema.validate(json.loads(reply.response_text), schema)
+
+
+def test_a_schema_vllm_cannot_compile_is_refused_before_it_reaches_vllm(vllm_model):
+    lookbehind = {"type": "object", "properties": {"code": {"type": "string", "pattern": "(?<=a)b"}}}
+    with pytest.raises(ConfigError, match=r"xgrammar cannot compile response_format.json_schema.schema.properties.code"):
+        vllm_model.chat(QUESTION, response_format={"type": "json_schema", "json_schema": {"name": "code", "schema": lookbehind}})
+    assert vllm_model.engine.unfinished_requests() == 0
 
 
 def test_conversation_longer_than_max_model_len_is_refused(vllm_model):

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
+import jsonschema
 import psutil
 import pytest
 from huggingface_hub import constants
@@ -21,6 +22,7 @@ from limits import Limits
 from tests.held_load import load_held
 from tests.hub_cache import cache_model
 from tests.page_input import CONTROLS, message, run, settings, written_imports
+from tests.reply_schemas import SCHEMAS
 from webui.conversation import ChatSession, SavedToolCall, Turn, model_request, render, turn_of_message
 from webui.handlers import ChatHandlers, backend_options, message_box_for, page_user
 from webui.model_rights import ModelRights
@@ -100,6 +102,30 @@ async def test_invalid_tools_json_gets_a_clear_message(handlers):
     await run(handlers.send(session, message("Weather?"), **settings(tools='[{"type": "function",')))
     assert len(session.turns) == 1
     assert session.turns[0].error.startswith("Tools are not valid JSON")
+
+
+async def test_a_reply_format_holds_the_reply_to_its_schema(handlers):
+    schema = SCHEMAS["person"]
+    session = ChatSession()
+    await run(handlers.send(session, message("Describe a person."), **settings(160, reply_format="json_schema", reply_schema=json.dumps(schema))))
+    jsonschema.validate(json.loads(session.turns[-1].content), schema)
+    await run(handlers.send(session, message("Now the capital of France."), **settings(160, reply_format="json_object")))
+    assert isinstance(json.loads(session.turns[-1].content), dict)
+
+
+@pytest.mark.parametrize(("reply_schema", "shown"), [
+    ("", "the JSON schema is empty"),
+    ('{"type": "object",', "The JSON schema is not valid JSON"),
+    ('{"type": "array", "uniqueItems": true}', "uses the keyword 'uniqueItems'"),
+    (json.dumps({"type": "string", "maxLength": 10**6}), "maxLength is 1,000,000"),
+])
+async def test_a_bad_reply_schema_is_shown_and_the_conversation_kept(handlers, reply_schema, shown):
+    session = ChatSession()
+    await run(handlers.send(session, message("Say hi."), **settings(8)))
+    before = [(turn.role, turn.content) for turn in session.turns]
+    await run(handlers.send(session, message("Describe a person."), **settings(reply_format="json_schema", reply_schema=reply_schema)))
+    assert [(turn.role, turn.content) for turn in session.turns[:2]] == before
+    assert session.turns[-1].role == "user" and shown in session.turns[-1].error
 
 
 async def test_stop_keeps_the_partial_reply_and_frees_the_engine(handlers, slot):

@@ -1,5 +1,5 @@
 """The Chat tab: the conversation, the message box and its buttons, and beside them the chat's
-own settings (system prompt, thinking, tools) and its conversation file."""
+own settings (system prompt, thinking, tools, reply format) and its conversation file."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import gradio as gr
 
 from engines import GenerationArgs
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
+from engines.reply_format import ReplyFormatChoice
 
 from . import replying
 from .by_name import by_name
@@ -65,6 +66,9 @@ class ChatTab:
                         "", label="Function schemas (JSON list)", elem_id="tools", lines=6,
                         placeholder=TOOLS_EXAMPLE,
                     )
+                with gr.Accordion("Reply format", open=False):
+                    self.reply_format = control(ReplyFormatChoice, "reply_format")
+                    self.reply_schema = control(ReplyFormatChoice, "reply_schema", "")
                 with gr.Accordion("Conversation file", open=False):
                     self.export_btn = gr.Button("Export JSON", elem_id="export-btn", size="sm")
                     self.export_file = gr.File(label="Exported", elem_id="export-file", visible=False)
@@ -73,7 +77,7 @@ class ChatTab:
     def wire(self, handlers: ChatHandlers, session: gr.State, generation: dict[str, gr.components.Component]) -> None:
         """The chat's events; each reply is written with the chat's settings and ``generation``,
         the controls of GenerationArgs settings by name."""
-        chat_settings = {"system": self.system, "tools": self.tools, **generation}
+        chat_settings = {"system": self.system, "tools": self.tools, "reply_format": self.reply_format, "reply_schema": self.reply_schema, **generation}
         chat = {"chatbot": self.chatbot, "message_box": self.message_box}
         # Generation is bounded by the engine's own queue; the page never serialises users.
         streaming: dict[str, Any] = {"concurrency_limit": None, "show_progress": "minimal"}

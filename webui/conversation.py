@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from engines import ChatError, ToolCall
+from engines.reply_format import ReplyFormatChoice
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest
 
 from .attachments import AttachedDocument, chip
@@ -102,12 +103,13 @@ def kept_media(turn: Turn, media_root: str | None = None) -> Turn:
 
 
 def model_request(turns: list[Turn], system: str | None = None, tools: str | None = None, user: str | None = None,
-                  **generation: Any) -> ChatRequest:
+                  reply_format: str = "text", reply_schema: str = "", **generation: Any) -> ChatRequest:
     """The request for the model: the conversation, each file with its placeholder in the
     message it was attached to (so the model sees it where the user put it), then the text of its
-    documents, each named, before what the user wrote; earlier replies as
-    their answer and tool calls without their reasoning, and the tab's settings. ``user``: whom it
-    counts for in the model's waiting line."""
+    documents, each named, before what the user wrote; earlier replies as their answer and tool
+    calls without their reasoning, and the tab's settings (``reply_format`` and ``reply_schema``
+    as in ReplyFormatChoice). ``user``: whom it counts for in the model's waiting line."""
+    response_format = ReplyFormatChoice.build(reply_format=reply_format, reply_schema=reply_schema or "").response_format()
     messages: list[dict[str, Any]] = []
     media: dict[str, list[str]] = {kind: [] for kind in MEDIA_KINDS}
     for turn in turns:
@@ -128,7 +130,7 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
         texts = [document.text for document in turn.documents] + ([turn.content] if turn.content else [])
         messages.append({"role": "user", "content": tags + "\n\n".join(texts)})
     return ChatRequest.build(messages, system=system or None, tools=tools or None, images=media["image"], videos=media["video"],
-                             audios=media["audio"], user=user, **generation)
+                             audios=media["audio"], user=user, response_format=response_format, **generation)
 
 
 def render_turn(turn: Turn) -> list[dict[str, Any]]:

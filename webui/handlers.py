@@ -1,7 +1,7 @@
 """What the page's buttons do: plain functions over one tab's ChatSession and the shared ModelSlot.
 
 The page hands each handler its controls by name (Gradio's ``inputs_kwargs``): the chat
-handlers get ``system``, ``tools`` and the generation settings as keywords named as in
+handlers get ``system``, ``tools``, ``reply_format``, ``reply_schema`` and the generation settings as keywords named as in
 GenerationArgs, and ``load`` gets the model settings named as in ModelArgs. Handlers name what
 they update too (webui/by_name.py): the chat handlers are async generators that yield the
 ``chatbot`` messages and, where it changes, the ``message_box``; the model's handlers return

@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -25,11 +26,14 @@ from ..model_files.model_args import ModelArgs
 from ..prompt.builder import Prompt, PromptBuilder
 from ..prompt.reply_parser import ReplyChunk, ReplyParser, ReplyParts, parse_reply
 from ..errors import ConfigError, UnsupportedError
+from ..reply_format import ReplyFormat
 from ..request import ChatRequest, MediaKind
 from ..waiting_line import Places, PreparationTurns, QueuePlace, Ticket, WaitingLine
 
 T = TypeVar("T")
 _END = object()
+# Compiled reply formats an engine keeps, so a client that sends the same schema each time compiles it once.
+COMPILED_FORMATS_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,28 @@ class Response:
     prompt_length: int
     finish_reason: Literal["stop", "length"]
     parts: ReplyParts = ReplyParts()
+
+
+class CompiledFormats:
+    """A backend's last COMPILED_FORMATS_KEPT compiled reply formats, compiled on worker threads
+    and read on the event loop."""
+
+    def __init__(self) -> None:
+        self._kept: dict[ReplyFormat, Any] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, reply_format: ReplyFormat) -> bool:
+        return reply_format in self._kept
+
+    def get(self, reply_format: ReplyFormat, compile: Callable[[ReplyFormat], Any]) -> Any:
+        if reply_format in self._kept:
+            return self._kept[reply_format]
+        compiled = compile(reply_format)
+        with self._lock:
+            self._kept[reply_format] = compiled
+            while len(self._kept) > COMPILED_FORMATS_KEPT:
+                self._kept.pop(next(iter(self._kept)))
+        return compiled
 
 
 class BaseEngine(ABC):
@@ -97,6 +123,23 @@ class BaseEngine(ABC):
         refuse_unsupported_settings(generation, self.name, self.generation_settings)
         return generation
 
+    async def _checked(self, request: ChatRequest) -> GenerationArgs:
+        """``check``, and the request's reply format compiled, off the event loop: xgrammar takes
+        most of a second for a string with a maxLength. A ConfigError names what cannot be compiled."""
+        generation = self.check(request)
+        if request.reply_format is not None and request.reply_format not in self._compiled_formats:
+            await asyncio.to_thread(self.reply_constraint, request.reply_format)
+        return generation
+
+    def reply_constraint(self, reply_format: ReplyFormat | None) -> Any:
+        """What this backend decodes ``reply_format`` under (None for free text), compiled once
+        per format (``_checked`` compiles it before the request takes its place in line)."""
+        return None if reply_format is None else self._compiled_formats.get(reply_format, self._compile_reply_format)
+
+    @functools.cached_property
+    def _compiled_formats(self) -> CompiledFormats:
+        return CompiledFormats()
+
     def render_prompt(self, request: ChatRequest) -> str:
         """The exact prompt text the model would see for ``request`` (for inspection and tests)."""
         self.check(request)
@@ -104,7 +147,7 @@ class BaseEngine(ABC):
 
     async def chat(self, request: ChatRequest) -> list[Response]:
         """All ``num_return_sequences`` replies, once complete."""
-        generation = self.check(request)
+        generation = await self._checked(request)
         async with self._in_line(request, generation) as (prompt, (ticket,)):
             await ticket.wait()
             args = prompt.generation
@@ -123,7 +166,7 @@ class BaseEngine(ABC):
         it starts. The request is prepared once, and its replies take their places in line all
         at once or not at all; the i-th reply samples with ``seed + i``. Greedy replies would all
         be the same: one is written, under every index. Closing the stream stops the model."""
-        generation = self.check(request)
+        generation = await self._checked(request)
         count = generation.num_return_sequences
         written = 1 if generation.greedy else count
         async with self._in_line(request, generation, written) as (prompt, tickets):
@@ -191,6 +234,11 @@ class BaseEngine(ABC):
     def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
         """One reply: its text piece by piece, then its Response once the model finished on its
         own. Leaving early (a closed iterator, a cancelled task) stops the model."""
+
+    def _compile_reply_format(self, reply_format: ReplyFormat) -> Any:
+        """``reply_format`` in the form this backend's runtime takes, or a ConfigError naming the
+        part of its schema that the runtime cannot enforce."""
+        raise UnsupportedError(f"The {self.name} engine cannot hold a reply to a JSON format; load the model on another backend.")
 
     async def _score(self, batch_input: list[str]) -> list[float]:
         """Backends that load reward models score with them; the others refuse such models at load."""

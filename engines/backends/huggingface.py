@@ -16,6 +16,7 @@ from transformers import (
     AutoModelForSequenceClassification,
     DynamicCache,
     GenerationConfig,
+    LogitsProcessorList,
     StoppingCriteria,
     StoppingCriteriaList,
 )
@@ -28,7 +29,9 @@ from ..model_files.model_args import ModelArgs
 from ..model_files.paths import resolve_model_path
 from ..prompt.builder import LOAD_HINT, Prompt, PromptBuilder
 from ..prompt.text_stream import IncrementalDecoder, find_stop
+from ..reply_format import ReplyFormat
 from .base import BaseEngine, Response
+from .xgrammar_format import XGrammarFormats, logits_processor
 
 # generate() evaluates the whole prompt in one forward pass, which nothing can interrupt, so a
 # long prompt would hold the model for as long again after Stop (15 s for 3,500 tokens here).
@@ -65,6 +68,11 @@ class HuggingFaceEngine(BaseEngine):
         # One long-lived thread per slot of the waiting line (BaseEngine.line): torch's per-thread
         # OpenMP pools are set up once, not per request.
         self._executor = ThreadPoolExecutor(model_args.max_concurrent, thread_name_prefix="hf-generate")
+        if self.can_generate:
+            self._formats = XGrammarFormats(self.tokenizer, self.model.config.get_text_config().vocab_size)
+
+    def _compile_reply_format(self, reply_format: ReplyFormat) -> Any:
+        return self._formats.compile(reply_format)
 
     async def _inputs(self, prompt: Prompt, args: GenerationArgs) -> tuple[torch.Tensor, dict[str, torch.Tensor], GenerationArgs]:
         """Prompt ids and, for media, the processor's tensors for generate; ``args`` fitted to the
@@ -82,7 +90,8 @@ class HuggingFaceEngine(BaseEngine):
     async def _complete(self, prompt: Prompt, args: GenerationArgs) -> list[Response]:
         prompt_ids, media_inputs, args = await self._inputs(prompt, args)
         cancel = threading.Event()
-        sequences = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, None, media_inputs))
+        grammar = self.reply_constraint(prompt.request.reply_format)
+        sequences = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, None, media_inputs, grammar))
         prompt_length = prompt_ids.shape[1]
         return [self._response(row[prompt_length:].tolist(), prompt_length, args) for row in sequences]
 
@@ -91,7 +100,8 @@ class HuggingFaceEngine(BaseEngine):
         cancel = threading.Event()
         loop = asyncio.get_running_loop()
         streamer = _LoopStreamer(loop)
-        worker = self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer, media_inputs))
+        grammar = self.reply_constraint(prompt.request.reply_format)
+        worker = self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer, media_inputs, grammar))
         worker_task = asyncio.ensure_future(worker)
         decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
         new_ids: list[int] = []
@@ -122,8 +132,10 @@ class HuggingFaceEngine(BaseEngine):
             raise
 
     def _generate(
-        self, prompt_ids: torch.Tensor, args: GenerationArgs, cancel: threading.Event, streamer, media_inputs: dict[str, torch.Tensor]
+        self, prompt_ids: torch.Tensor, args: GenerationArgs, cancel: threading.Event, streamer,
+        media_inputs: dict[str, torch.Tensor], grammar: Any = None,
     ) -> torch.Tensor:
+        """generate(), under ``grammar`` (xgrammar's, compiled from the request's reply format) if any."""
         try:
             if args.seed is not None:
                 torch.manual_seed(args.seed)
@@ -139,6 +151,7 @@ class HuggingFaceEngine(BaseEngine):
                     attention_mask=torch.ones_like(prompt_ids),
                     generation_config=self._generation_config(args),
                     stopping_criteria=StoppingCriteriaList([_CancelCriteria(cancel), _StopStringCriteria(self.tokenizer, args)]),
+                    logits_processor=LogitsProcessorList([logits_processor(grammar)] if grammar is not None else []),
                     streamer=streamer,
                     **prefilled,
                     **media_inputs,

@@ -13,7 +13,8 @@ llama.cpp's low-level API, on one thread that owns the context (_Batcher):
   repeated greedy request gives the same reply, and a seeded request always starts from an
   empty cache;
 - sampling is llama.cpp's sampler chain in the order transformers uses (penalties over prompt
-  and reply, temperature, top-k, top-p, min-p), one chain per request;
+  and reply, temperature, top-k, top-p, min-p), one chain per request; a reply format adds
+  llama.cpp's grammar sampler beside the chain (llamacpp_grammar.py);
 - prompts are evaluated in batches with an abort callback, so Stop during a long prefill
   returns within milliseconds; during generation the request stops at the next step;
 - text is decoded on the event loop by our IncrementalDecoder (llama-cpp-python's detokenize
@@ -46,8 +47,10 @@ from ..model_files.paths import DEFAULT_MODEL_GENERATION, gguf_file
 from ..model_files.projector import Projector, find_projector
 from ..prompt.builder import Prompt, PromptBuilder
 from ..prompt.text_stream import IncrementalDecoder
+from ..reply_format import ReplyFormat
 from ..request import ChatRequest
 from .base import BaseEngine, Response
+from .llamacpp_grammar import GrammarSampler, gbnf
 from .llamacpp_media import MediaChunk, MediaEncoder, mtmd
 from .registry import BACKENDS
 
@@ -60,6 +63,9 @@ except ImportError as error:
     ) from error
 
 DEFAULT_BATCH = 512
+# A reply format's grammar that llama.cpp parses for each reply it samples; the schema limits
+# (engines/reply_format.py) keep real ones far below this.
+MAX_GRAMMAR_CHARS = 200_000
 # llama.cpp sizes its context in steps of 256 tokens.
 CONTEXT_STEP = 256
 # The share of free memory the default context's KV cache may take.
@@ -180,6 +186,15 @@ class LlamaCppEngine(BaseEngine):
                 )
         return super().check(request)
 
+    def _compile_reply_format(self, reply_format: ReplyFormat) -> bytes:
+        grammar = gbnf(reply_format)
+        if len(grammar) > MAX_GRAMMAR_CHARS:
+            raise ConfigError(
+                f"The {reply_format.name} schema makes a llama.cpp grammar of {len(grammar):,} characters (at most "
+                f"{MAX_GRAMMAR_CHARS:,}): make it smaller (fewer optional properties, shorter repetitions)."
+            )
+        return self._batcher.check_grammar(grammar.encode("utf-8"), reply_format.name)
+
     # ---- generation
 
     async def _complete(self, prompt: Prompt, args: GenerationArgs) -> list[Response]:
@@ -201,7 +216,8 @@ class LlamaCppEngine(BaseEngine):
             if item is None:
                 released.set_result(None)
 
-        job = _Job(prompt.ids, args, threading.Event(), lambda item: loop.call_soon_threadsafe(arrive, item))
+        job = _Job(prompt.ids, args, threading.Event(), lambda item: loop.call_soon_threadsafe(arrive, item),
+                   grammar=self.reply_constraint(prompt.request.reply_format))
         prompt_length = len(prompt.ids)
         if prompt.media:
             chunks = await loop.run_in_executor(None, self._media.chunks, prompt)
@@ -251,13 +267,15 @@ class LlamaCppEngine(BaseEngine):
 @dataclass(eq=False)
 class _Job:
     """One reply to generate: handed to the batcher's thread, which hands back its tokens.
-    ``prompt``: token ids, and libmtmd's chunks for its media; ``release`` frees those chunks."""
+    ``prompt``: token ids, and libmtmd's chunks for its media; ``release`` frees those chunks.
+    ``grammar``: the GBNF the reply keeps to, if any."""
 
     prompt: list[int | MediaChunk]
     args: GenerationArgs
     cancel: threading.Event
     hand_over: Callable[[Any], None]
     release: Callable[[], None] = lambda: None
+    grammar: bytes | None = None
 
 
 # What a sequence's cache holds, item by item: a token id, or a media chunk's key.
@@ -281,6 +299,7 @@ class _Sequence:
     last_start: int = 0
     job: _Job | None = None
     sampler: Any = None
+    grammar: GrammarSampler | None = None
     # What to put into the cache next: the rest of the prompt, then each sampled token.
     pending: list[int | MediaChunk] = field(default_factory=list)
     generated: int = 0
@@ -344,6 +363,15 @@ class _Batcher:
     def is_end(self, token: int) -> bool:
         return bool(lib.llama_vocab_is_eog(self._vocab, token))
 
+    def check_grammar(self, grammar: bytes, name: str) -> bytes:
+        """``grammar`` if llama.cpp's grammar sampler takes it, else a ConfigError with its reason."""
+        logged = error_lines.count
+        sampler = lib.llama_sampler_init_grammar(self._vocab, grammar, b"root")
+        if not sampler:
+            raise ConfigError(f"llama.cpp cannot use the grammar of the {name} schema: {error_lines.since(logged) or 'no reason given'}.")
+        lib.llama_sampler_free(sampler)
+        return grammar
+
     def submit(self, job: _Job) -> None:
         """Start ``job``: its tokens are handed over one by one as they are sampled, then None
         (after an error, the error, then None) once its sequence is free again. Setting its
@@ -403,6 +431,8 @@ class _Batcher:
         sequence.job, sequence.pending, sequence.generated = job, job.prompt[start:], 0
         try:
             sequence.sampler = self._sampler([item for item in job.prompt if isinstance(item, int)], job.args)
+            if job.grammar is not None:
+                sequence.grammar = GrammarSampler(self._vocab, job.grammar, self._n_vocab)
         except BaseException as error:
             self._end(sequence, error)
 
@@ -415,6 +445,9 @@ class _Batcher:
         if sequence.sampler is not None:
             lib.llama_sampler_free(sequence.sampler)
             sequence.sampler = None
+        if sequence.grammar is not None:
+            sequence.grammar.free()
+            sequence.grammar = None
         job.release()
         if error is not None:
             job.hand_over(error)
@@ -467,7 +500,10 @@ class _Batcher:
             del sequence.pending[:take]
         self.evaluated["tokens"] += count
         for sequence, index in outputs:
-            token = lib.llama_sampler_sample(sequence.sampler, self._ctx, index)
+            if sequence.grammar is not None:
+                token = sequence.grammar.sample(sequence.sampler, self._ctx, index)
+            else:
+                token = lib.llama_sampler_sample(sequence.sampler, self._ctx, index)
             sequence.generated += 1
             sequence.job.hand_over(token)
             if self.is_end(token) or sequence.generated == sequence.job.args.max_new_tokens or sequence.job.cancel.is_set():

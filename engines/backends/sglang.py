@@ -23,7 +23,9 @@ from ..model_files.model_args import ModelArgs, adapter_name
 from ..model_files.paths import resolve_model_path
 from ..prompt.builder import Prompt, PromptBuilder
 from ..prompt.text_stream import find_stop, partial_suffix_length
+from ..reply_format import ReplyFormat
 from .base import BaseEngine, Response
+from .xgrammar_format import XGrammarFormats
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +58,14 @@ class SGLangEngine(BaseEngine):
         self._adapters = {adapter_name(adapter) for adapter in model_args.lora_adapters}
         report(0.3, f"Starting {self.name} with {model_args.display_name} (weights, KV cache, CUDA graphs: this takes minutes)…")
         self.model = self._runtime = start_runtime(server_args, model_args.display_name)
+        self._formats = XGrammarFormats(self.tokenizer, self.prompts.config.get_text_config().vocab_size)
         report(1.0, f"{self.name} is serving {model_args.display_name}.")
+
+    def _compile_reply_format(self, reply_format: ReplyFormat) -> str:
+        """The schema for SamplingParams' json_schema, once xgrammar (SGLang's default grammar
+        backend) has compiled it, so a schema SGLang would refuse mid-request is refused at the door."""
+        self._formats.compile(reply_format)
+        return reply_format.schema_text
 
     def check_machine(self, report: Progress) -> None:
         """Refuse early, with what is missing, on a machine this backend cannot run on."""
@@ -100,7 +109,7 @@ class SGLangEngine(BaseEngine):
             inputs["audio_data"] = [_wav_bytes(audio, rate) for audio in audios]
         return inputs
 
-    def _sampling_params(self, args: GenerationArgs, index: int) -> dict[str, Any]:
+    def _sampling_params(self, args: GenerationArgs, index: int, reply_format: ReplyFormat | None = None) -> dict[str, Any]:
         params: dict[str, Any] = {
             "max_new_tokens": args.max_new_tokens,
             "repetition_penalty": args.repetition_penalty,
@@ -110,6 +119,8 @@ class SGLangEngine(BaseEngine):
             "stop": list(args.stop) or None,
             "skip_special_tokens": args.skip_special_tokens,
         }
+        if reply_format is not None:
+            params["json_schema"] = self.reply_constraint(reply_format)
         if args.greedy:
             params["temperature"] = 0.0
             return params
@@ -163,7 +174,7 @@ class SGLangEngine(BaseEngine):
         try:
             chunks = await self._runtime.async_generate(
                 **self._inputs(prompt), **self._lora_path(args.lora_adapter),
-                sampling_params=self._sampling_params(args, index), stream=True, rid=rid,
+                sampling_params=self._sampling_params(args, index, prompt.request.reply_format), stream=True, rid=rid,
             )
             async for chunk in chunks:
                 meta = chunk["meta_info"]

@@ -23,14 +23,16 @@ from ..model_files import Progress
 from ..model_files.model_args import ModelArgs, adapter_name
 from ..model_files.paths import resolve_model_path
 from ..prompt.builder import Prompt, PromptBuilder
+from ..reply_format import ReplyFormat
 from .base import BaseEngine, Response
 from .registry import BACKENDS
+from .xgrammar_format import XGrammarFormats
 
 try:
     from vllm import AsyncEngineArgs, PoolingParams, SamplingParams
     from vllm.lora.request import LoRARequest
     from vllm.platforms import current_platform
-    from vllm.sampling_params import RequestOutputKind
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
     from vllm.v1.engine.async_llm import AsyncLLM
     from vllm.v1.engine.exceptions import EngineDeadError
 except ImportError as error:
@@ -71,6 +73,13 @@ class VllmEngine(BaseEngine):
         except Exception as error:  # vLLM raises plain ValueError/RuntimeError for everything at start
             raise ModelLoadError(f"vLLM could not start {model_args.display_name}: {error}") from error
         self.prompts.context_length = self.model.model_config.max_model_len
+        self._formats = XGrammarFormats(self.tokenizer, self.prompts.config.get_text_config().vocab_size)
+
+    def _compile_reply_format(self, reply_format: ReplyFormat) -> str:
+        """The schema, once xgrammar (vLLM's own structured-output compiler) has compiled it: a
+        schema vLLM would refuse mid-request is refused at the door instead."""
+        self._formats.compile(reply_format)
+        return reply_format.schema_text
 
     def _engine_args(self, path: str) -> AsyncEngineArgs:
         args = self.model_args
@@ -134,7 +143,8 @@ class VllmEngine(BaseEngine):
             data["audio"] = [(audio, self.prompts.media.sampling_rate) for audio in audios]
         return data
 
-    def _sampling(self, args: GenerationArgs, kind: RequestOutputKind) -> SamplingParams:
+    def _sampling(self, args: GenerationArgs, kind: RequestOutputKind, reply_format: ReplyFormat | None = None) -> SamplingParams:
+        schema = self.reply_constraint(reply_format)
         sampling = {"temperature": 0.0} if args.greedy else {
             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "min_p": args.min_p, "seed": args.seed,
         }
@@ -147,6 +157,8 @@ class VllmEngine(BaseEngine):
             stop=list(args.stop) or None,
             skip_special_tokens=args.skip_special_tokens,
             output_kind=kind,
+            # vLLM keeps notes on these while it serves a request: a new one for each.
+            structured_outputs=StructuredOutputsParams(json=schema) if schema else None,
             **sampling,
         )
 
@@ -160,7 +172,7 @@ class VllmEngine(BaseEngine):
         engine_input, args = await self._engine_input(prompt, args)
         prompt_length = len(engine_input["prompt_token_ids"])
         final = None
-        async for output in self._generate(engine_input, self._sampling(args, RequestOutputKind.FINAL_ONLY), args.lora_adapter):
+        async for output in self._generate(engine_input, self._sampling(args, RequestOutputKind.FINAL_ONLY, prompt.request.reply_format), args.lora_adapter):
             final = output
         return [_response(c.text, len(c.token_ids), prompt_length, c.finish_reason) for c in final.outputs]
 
@@ -169,7 +181,7 @@ class VllmEngine(BaseEngine):
         prompt_length = len(engine_input["prompt_token_ids"])
         pieces: list[str] = []
         length = 0
-        async for output in self._generate(engine_input, self._sampling(args, RequestOutputKind.DELTA), args.lora_adapter):
+        async for output in self._generate(engine_input, self._sampling(args, RequestOutputKind.DELTA, prompt.request.reply_format), args.lora_adapter):
             [completion] = output.outputs
             length += len(completion.token_ids)
             if completion.text:
