@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
+from .logprobs import MAX_TOP_LOGPROBS
 from .settings import Settings, page_control
 
 # Bounds that keep every runtime's integer types safe (torch and llama.cpp take 64/32-bit values).
@@ -53,8 +54,10 @@ class GenerationArgs(Settings):
     enable_thinking: bool | None = Field(None, description="for reasoning models' templates; None keeps the template's default",
                                          json_schema_extra=page_control("Enable thinking", info="For reasoning models whose template supports it."))
     lora_adapter: str | None = Field(None, description='the loaded LoRA adapter that answers (its directory name; "" for the base model)')
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS,
+                                 description=f"report each reply token's log-probability and those of this many likeliest tokens at its place (0 to {MAX_TOP_LOGPROBS}); none for none")
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"min_p", "presence_penalty", "frequency_penalty", "lora_adapter"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"min_p", "presence_penalty", "frequency_penalty", "lora_adapter", "logprobs"})
     # Keys of generation_config.json that are generation settings we honour.
     FROM_MODEL_CONFIG: ClassVar[tuple[str, ...]] = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "do_sample", "max_new_tokens")
 
@@ -110,6 +113,6 @@ class GenerationArgs(Settings):
     @classmethod
     def given(cls, values: dict[str, Any]) -> dict[str, Any]:
         """``values`` without those left out: None means "not given", except for the settings whose
-        default is None (seed, enable_thinking, lora_adapter), where it resets them."""
+        default is None (seed, enable_thinking, lora_adapter, logprobs), where it resets them."""
         nullable = {name for name, field in cls.model_fields.items() if field.default is None}
         return {name: value for name, value in values.items() if value is not None or name in nullable}
