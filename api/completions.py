@@ -89,10 +89,10 @@ async def complete(model: ChatModel, model_id: str, request: ChatRequest) -> Cha
             finish_reason="tool_calls" if reply.tool_calls else response.finish_reason,
             logprobs=chat_logprobs(response.logprobs),
         ))
-    return ChatCompletion(id=completion_id(), created=now(), model=model_id, choices=choices, usage=_usage(responses))
+    return ChatCompletion(id=completion_id(), created=now(), model=model_id, choices=choices, usage=usage_of(responses))
 
 
-def _usage(responses: list[Response]) -> Usage:
+def usage_of(responses: list[Response]) -> Usage:
     prompt = responses[0].prompt_length if responses else 0
     completion = sum(response.response_length for response in responses)
     return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
@@ -124,7 +124,7 @@ async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIter
         logprobs = chat_logprobs(unsent.pop(index)) if unsent.get(index) else None
         choice = ChunkChoice(index=index, delta=delta, finish_reason=finish_reason, logprobs=logprobs)
         body = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[choice])
-        return _data(body.model_dump(exclude_none=True))
+        return sse_data(body.model_dump(exclude_none=True))
 
     finished: list[Response] = []
     try:
@@ -151,18 +151,18 @@ async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIter
                 yield chunk(index, Delta(), "tool_calls" if calls else item.finish_reason)
                 if len(finished) == request.n:
                     if request.stream_options and request.stream_options.include_usage:
-                        usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=_usage(finished))
-                        yield _data(usage.model_dump(exclude_none=True))
+                        usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=usage_of(finished))
+                        yield sse_data(usage.model_dump(exclude_none=True))
                     break
             try:
                 index, item = await anext(replies)
             except Exception as error:
-                yield _data(from_exception(error).body())
+                yield sse_data(from_exception(error).body())
                 break
         yield "data: [DONE]\n\n"
     finally:
         await replies.aclose()
 
 
-def _data(body: dict[str, Any]) -> str:
+def sse_data(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"

@@ -156,14 +156,15 @@ class ChatModel:
         request = as_request(request, options)
         return await self._loop.run(self._engine().chat(request))
 
-    def astream_replies(self, request: ChatRequest | Messages, queue_places: bool = False,
-                        **options: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | TokenLogprobs | Response]]:
+    def astream_replies(self, request: ChatRequest | Messages, queue_places: bool = False, raw: bool = False,
+                        **options: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | TokenLogprobs | Response]]:
         """All ``num_return_sequences`` replies side by side, as (reply index, item) pairs: each
         reply as typed chunks (reasoning, content, tool-call text), then its finished Response with
         its parsed parts (tool calls included); where the request asks for logprobs, each token's
         TokenLogprobs no later than its text. With ``queue_places``, a request that waits for the
-        model first yields its place in line as it changes. Every stream below is this one."""
-        return self._loop.relay(self._engine().stream_replies(as_request(request, options), queue_places))
+        model first yields its place in line as it changes. With ``raw``, each reply's text comes
+        as the model wrote it (str pieces) rather than as typed chunks. Every stream below is this one."""
+        return self._loop.relay(self._engine().stream_replies(as_request(request, options), queue_places, raw))
 
     async def astream_reply(self, request: ChatRequest | Messages, queue_places: bool = False,
                             **options: Any) -> AsyncIterator[QueuePlace | ReplyChunk | TokenLogprobs | Response]:

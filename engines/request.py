@@ -1,4 +1,4 @@
-"""One chat request, as every door builds it and every layer below takes it, unchanged.
+"""One chat request (or text completion), as every door builds it and every layer below takes it, unchanged.
 
 The page, the API, the terminal chat and Python callers each build a ``ChatRequest`` once, with
 ``ChatRequest.build``; ChatModel, the waiting line, the engine and the prompt builder pass it on
@@ -10,6 +10,7 @@ backend honours, its context length) is checked by the engine before any work st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,7 +38,9 @@ class ChatRequest:
     (paths, bytes, PIL images, frame lists or ``(samples, rate)``). ``generation``: the generation
     settings the caller chose, checked, applied over the loaded model's own defaults.
     ``template_kwargs``: variables for the chat template. ``user``: whom the request counts for in
-    the model's waiting line (a login name or a client's address; None for a direct caller)."""
+    the model's waiting line (a login name or a client's address; None for a direct caller).
+    ``prompt``: for a text completion (``completion``), the text or token ids the model continues
+    as they are, with no messages and no chat template."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
@@ -45,6 +48,7 @@ class ChatRequest:
     generation: dict[str, Any] = field(default_factory=dict)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     user: str | None = None
+    prompt: str | tuple[int, ...] | None = None
 
     @classmethod
     def build(
@@ -81,10 +85,23 @@ class ChatRequest:
             user=user,
         )
 
+    @classmethod
+    def completion(cls, prompt: str | list[int], user: str | None = None, **generation: Any) -> ChatRequest:
+        """A request to continue ``prompt`` as it is: text, which the model's tokenizer reads with
+        its own special tokens (a BOS where it adds one), or token ids; no chat template shapes
+        it. ``generation``: any GenerationArgs setting."""
+        chosen = GenerationArgs.chosen(**generation)
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ConfigError("The prompt is empty: give the text for the model to continue.")
+            return cls(messages=[], generation=chosen, user=user, prompt=prompt)
+        if not isinstance(prompt, list | tuple) or not prompt or not all(isinstance(token, int) and token >= 0 for token in prompt):
+            raise ConfigError("A prompt is text, or a non-empty list of token ids (whole numbers of at least 0).")
+        return cls(messages=[], generation=chosen, user=user, prompt=tuple(prompt))
+
     def with_generation(self, **settings: Any) -> ChatRequest:
         """The same request with these generation settings too."""
-        return ChatRequest(self.messages, self.tools, self.media, {**self.generation, **GenerationArgs.chosen(**settings)},
-                           self.template_kwargs, self.user)
+        return dataclasses.replace(self, generation={**self.generation, **GenerationArgs.chosen(**settings)})
 
 
 def _template_kwargs(given: dict[str, Any] | None, enable_thinking: bool | None) -> dict[str, Any]:

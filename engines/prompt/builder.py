@@ -106,6 +106,8 @@ class PromptBuilder:
         return self.defaults.replace(**request.generation)
 
     def render(self, request: ChatRequest) -> str:
+        if request.prompt is not None:
+            return request.prompt if isinstance(request.prompt, str) else self.tokenizer.decode(request.prompt)
         messages = self.media.template_messages(request.messages, self.template) if self.media else request.messages
         return render_chat(self.tokenizer, self.template, messages, request.tools, request.template_kwargs)
 
@@ -113,6 +115,8 @@ class PromptBuilder:
         """Render and tokenize; check the length against the context (what cannot fit before it
         is tokenized, what does not after) and the media against the prompt's media tokens;
         regularise the media. Slow: call it off the event loop."""
+        if request.prompt is not None:
+            return self._prepare_completion(request, generation)
         self._refuse_what_cannot_fit(sum(len(message["content"]) for message in request.messages))
         text = self.render(request)
         self._refuse_what_cannot_fit(len(text))
@@ -123,6 +127,20 @@ class PromptBuilder:
         if not request.media:
             return Prompt(request, generation, text, ids)
         return Prompt(request, generation, text, ids, self.media.load_media(request.media))
+
+    def _prepare_completion(self, request: ChatRequest, generation: GenerationArgs) -> Prompt:
+        """A text completion's prompt as it is: text tokenized with the tokenizer's own special
+        tokens (as vLLM does), or token ids, each checked against the vocabulary."""
+        if isinstance(request.prompt, str):
+            self._refuse_what_cannot_fit(len(request.prompt))
+            ids = self.tokenizer(request.prompt).input_ids
+        else:
+            ids = list(request.prompt)
+            vocabulary = len(self.tokenizer)
+            unknown = sorted({token for token in ids if token >= vocabulary})
+            if unknown:
+                raise ConfigError(f"The prompt holds token ids this model does not have: {unknown[:5]}; its ids go from 0 to {vocabulary - 1}.")
+        return Prompt(request, self.fit(len(ids), generation), self.render(request), ids)
 
     def fit(self, prompt_length: int, args: GenerationArgs) -> GenerationArgs:
         """Refuse a prompt that fills the context; cut max_new_tokens to what is left (as vLLM does)."""
