@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engines.generation_args import GenerationArgs
+from engines.generation_args import REASONING_EFFORTS, GenerationArgs
 from engines.logprobs import MAX_TOP_LOGPROBS
 from engines.settings import field_range
 
@@ -160,6 +160,7 @@ class ChatCompletionRequest(_RequestBody):
     seed: int | None = generation_field("seed")
     presence_penalty: float | None = generation_field("presence_penalty")
     frequency_penalty: float | None = generation_field("frequency_penalty")
+    reasoning_effort: Literal[REASONING_EFFORTS] | None = generation_field("reasoning_effort")
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None

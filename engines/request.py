@@ -91,6 +91,10 @@ class ChatRequest:
         its own special tokens (a BOS where it adds one), or token ids; no chat template shapes
         it. ``generation``: any GenerationArgs setting."""
         chosen = GenerationArgs.chosen(**generation)
+        steering = sorted({"enable_thinking", "reasoning_effort"} & set(chosen))
+        if steering:
+            raise ConfigError(f"{' and '.join(steering)} would steer a chat template, but a completion's prompt goes to the model "
+                              "as it is, with no template: leave it out, or write the prompt as the model should see it.")
         if isinstance(prompt, str):
             if not prompt:
                 raise ConfigError("The prompt is empty: give the text for the model to continue.")

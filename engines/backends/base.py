@@ -106,8 +106,7 @@ class BaseEngine(ABC):
 
     def render_prompt(self, request: ChatRequest) -> str:
         """The exact prompt text the model would see for ``request`` (for inspection and tests)."""
-        self.check(request)
-        return self.prompts.render(request)
+        return self.prompts.render(request, self.check(request))
 
     async def chat(self, request: ChatRequest) -> list[Response]:
         """All ``num_return_sequences`` replies, once complete."""
