@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -192,7 +193,7 @@ class ChatCompletionRequest(_RequestBody):
         return settings
 
 
-def generation_settings(request: BaseModel, exclude: set[str] = frozenset()) -> dict[str, Any]:
+def generation_settings(request: BaseModel, exclude: Collection[str] = ()) -> dict[str, Any]:
     """The fields of ``request`` that are generation settings (under OpenAI's names or
     GenerationArgs' own), given, under GenerationArgs' names; in field order, so a later alias wins."""
     return {GENERATION_NAMES.get(name, name): value for name, value in request

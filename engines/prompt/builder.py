@@ -105,7 +105,7 @@ class PromptBuilder:
                 raise MediaError(f"This model does not accept {kind}s. Remove the {kind} or load a model that takes {kind}s.")
         generation = self.defaults.replace(**request.generation)
         if request.prompt is None:
-            reasoning_variables(self.template, generation)
+            reasoning_variables(self.template, generation)  # a template without a thinking switch refuses an effort now
         return generation
 
     def render(self, request: ChatRequest, generation: GenerationArgs) -> str:
