@@ -89,10 +89,10 @@ async def complete(model: ChatModel, model_id: str, request: ChatRequest) -> Cha
             finish_reason="tool_calls" if reply.tool_calls else response.finish_reason,
             logprobs=chat_logprobs(response.logprobs),
         ))
-    return ChatCompletion(id=completion_id(), created=now(), model=model_id, choices=choices, usage=usage_of(responses))
+    return ChatCompletion(id=completion_id(), created=now(), model=model_id, choices=choices, usage=_usage(responses))
 
 
-def usage_of(responses: list[Response]) -> Usage:
+def _usage(responses: list[Response]) -> Usage:
     prompt = responses[0].prompt_length if responses else 0
     completion = sum(response.response_length for response in responses)
     return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
@@ -151,7 +151,7 @@ async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIter
                 yield chunk(index, Delta(), "tool_calls" if calls else item.finish_reason)
                 if len(finished) == request.n:
                     if request.stream_options and request.stream_options.include_usage:
-                        usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=usage_of(finished))
+                        usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=_usage(finished))
                         yield sse_data(usage.model_dump(exclude_none=True))
                     break
             try:

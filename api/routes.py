@@ -83,10 +83,10 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None) -> APIRo
     @router.post("/completions", response_model=None)
     async def text_completion(request: CompletionRequest, http: Request) -> Completion | StreamingResponse | Response:
         model = serving(request.model)
-        completion = text_completions.completion_request(request, requester(http))
+        prompts = text_completions.completion_requests(request, requester(http))
         if not request.stream:
-            return await while_connected(http, text_completions.complete(model, model.model_id, request, completion))
-        body = await while_connected(http, text_completions.start_stream(request, model, model.model_id, completion))
+            return await while_connected(http, text_completions.complete(model, model.model_id, request, prompts))
+        body = await while_connected(http, text_completions.start_stream(request, model, model.model_id, prompts))
         return _event_stream(body)
 
     @router.post("/score")

@@ -1,33 +1,40 @@
-"""POST /v1/completions: a prompt continued as it is (no chat template), OpenAI's legacy text
-completions. The request goes through the same engine path as a chat (ChatRequest.completion):
-the same waiting line, limits and refusals; a client that leaves stops the generation. Streams
-are Server-Sent Events of ``text_completion`` objects, the n replies side by side."""
+"""POST /v1/completions: prompts continued as they are (no chat template), OpenAI's legacy text
+completions. Each prompt goes through the same engine path as a chat (ChatRequest.completion):
+the same waiting line, limits and refusals; a client that leaves stops every generation. Choice
+``i`` of prompt ``p`` is choice ``p * n + i``, as in OpenAI's API. Streams are Server-Sent Events
+of ``text_completion`` objects, all replies side by side."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
 
 from engines import ChatModel, ChatRequest, Response
+from engines.backends.base import side_by_side
+from engines.generation_args import GenerationArgs
 from engines.logprobs import TokenLogprobs
+from engines.settings import field_range
 
-from .completions import sse_data, usage_of
+from .completions import sse_data
 from .errors import APIError, from_exception
 from .logprobs import completion_logprobs
-from .schemas import now
+from .schemas import Usage, now
 from .text_completion_schemas import Completion, CompletionChoice, CompletionRequest, text_completion_id
 
+# As many replies per request as n allows for one prompt: the line holds no more for one request.
+MAX_REPLIES = field_range(GenerationArgs.model_fields["num_return_sequences"])["le"]
 
-def completion_request(body: CompletionRequest, user: str) -> ChatRequest:
-    """The engine's request for ``body`` (``user``: whom it counts for in the line); what the
-    server cannot do is refused before any work starts."""
+
+def completion_requests(body: CompletionRequest, user: str) -> list[ChatRequest]:
+    """The engine's requests for ``body``, one per prompt (``user``: whom they count for in the
+    line); what the server cannot do is refused before any work starts."""
     refuse_unsupported(body)
     prompt = body.prompt
-    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
-        if len(prompt) != 1:
-            raise APIError(400, f"prompt holds {len(prompt)} prompts; this server takes one per request: send one request for each.",
-                           param="prompt", code="unsupported_parameter")
-        [prompt] = prompt
-    return ChatRequest.completion(prompt, user=user, **body.generation())
+    prompts = [prompt] if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int) else prompt
+    if len(prompts) * body.n > MAX_REPLIES:
+        raise APIError(400, f"{len(prompts)} prompts with n={body.n} ask for {len(prompts) * body.n} replies; one request "
+                       f"may ask for at most {MAX_REPLIES}: split the prompts over several requests.", param="prompt")
+    return [ChatRequest.completion(one, user=user, **body.generation()) for one in prompts]
 
 
 def refuse_unsupported(body: CompletionRequest) -> None:
@@ -47,66 +54,84 @@ def refuse_unsupported(body: CompletionRequest) -> None:
         raise APIError(400, "stream_options is only allowed when stream is true.", param="stream_options")
 
 
-async def complete(model: ChatModel, model_id: str, body: CompletionRequest, request: ChatRequest) -> Completion:
-    responses = await model.achat(request)
-    echo = model.render_prompt(request) if body.echo else ""
-    choices = [
-        CompletionChoice(index=index, text=echo + response.response_text, finish_reason=response.finish_reason,
-                         logprobs=completion_logprobs(response.logprobs, len(echo)))
-        for index, response in enumerate(responses)
-    ]
-    return Completion(id=text_completion_id(), created=now(), model=model_id, choices=choices, usage=usage_of(responses))
+async def complete(model: ChatModel, model_id: str, body: CompletionRequest, requests: list[ChatRequest]) -> Completion:
+    replies = await _all([model.achat(request) for request in requests])
+    choices = []
+    for request, responses in zip(requests, replies):
+        echo = model.render_prompt(request) if body.echo else ""
+        for response in responses:
+            choices.append(CompletionChoice(index=len(choices), text=echo + response.response_text, finish_reason=response.finish_reason,
+                                            logprobs=completion_logprobs(response.logprobs, len(echo))))
+    return Completion(id=text_completion_id(), created=now(), model=model_id, choices=choices, usage=_usage(replies))
 
 
-async def start_stream(body: CompletionRequest, model: ChatModel, model_id: str, request: ChatRequest) -> AsyncIterator[str]:
+async def _all(calls: list[Awaitable[list[Response]]]) -> list[list[Response]]:
+    """Every call's replies; the first error (or leaving) cancels the others."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _usage(replies: list[list[Response]]) -> Usage:
+    prompt = sum(responses[0].prompt_length for responses in replies if responses)
+    completion = sum(response.response_length for responses in replies for response in responses)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+
+
+async def start_stream(body: CompletionRequest, model: ChatModel, model_id: str, requests: list[ChatRequest]) -> AsyncIterator[str]:
     """The SSE body. The first reply item is awaited before the response starts, so a request
     the engine refuses still gets a proper error status."""
-    replies = model.astream_replies(request, raw=True)
+    replies = side_by_side([model.astream_replies(request, raw=True) for request in requests])
     try:
         first = await anext(replies)
     except BaseException:
         await replies.aclose()
         raise
-    echo = model.render_prompt(request) if body.echo else ""
-    return _sse(body, model_id, replies, first, echo)
+    echoes = [model.render_prompt(request) if body.echo else "" for request in requests]
+    return _sse(body, model_id, replies, first, echoes)
 
 
-async def _sse(body: CompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, str | TokenLogprobs | Response]],
-               first: tuple[int, str | TokenLogprobs | Response], echo: str) -> AsyncIterator[str]:
+async def _sse(body: CompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, tuple[int, str | TokenLogprobs | Response]]],
+               first: tuple[int, tuple[int, str | TokenLogprobs | Response]], echoes: list[str]) -> AsyncIterator[str]:
     chunk_id, created = text_completion_id(), now()
-    # Each reply's token logprobs not sent yet (they go with its next text), and where its text has got to.
+    # Each choice's token logprobs not sent yet (they go with its next text), and where its text has got to.
     unsent: dict[int, list[TokenLogprobs]] = {}
-    offsets = dict.fromkeys(range(body.n), len(echo))
+    offsets = {prompt * body.n + reply: len(echo) for prompt, echo in enumerate(echoes) for reply in range(body.n)}
 
-    def chunk(index: int, text: str, finish_reason: str | None = None) -> str:
+    def chunk(choices: list[CompletionChoice] | None = None, usage: Usage | None = None) -> str:
+        return sse_data(Completion(id=chunk_id, created=created, model=model_id, choices=choices or [], usage=usage).model_dump(exclude_none=True))
+
+    def choice(index: int, text: str, finish_reason: str | None = None) -> str:
         tokens = unsent.pop(index, None)
         logprobs = completion_logprobs(tokens, offsets[index]) if tokens else None
         offsets[index] += len(text)
-        choice = CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish_reason)
-        return sse_data(Completion(id=chunk_id, created=created, model=model_id, choices=[choice]).model_dump(exclude_none=True))
+        return chunk([CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish_reason)])
 
-    finished: list[Response] = []
+    finished: dict[int, list[Response]] = {}
     try:
-        if echo:
-            for index in range(body.n):
-                yield sse_data(Completion(id=chunk_id, created=created, model=model_id,
-                                          choices=[CompletionChoice(index=index, text=echo)]).model_dump(exclude_none=True))
-        index, item = first
+        for index in offsets:
+            if echo := echoes[index // body.n]:
+                yield chunk([CompletionChoice(index=index, text=echo)])
+        prompt, (reply, item) = first
         while True:
+            index = prompt * body.n + reply
             if isinstance(item, TokenLogprobs):
                 unsent.setdefault(index, []).append(item)
             elif isinstance(item, str):
-                yield chunk(index, item)
+                yield choice(index, item)
             elif isinstance(item, Response):
-                finished.append(item)
-                yield chunk(index, "", item.finish_reason)
-                if len(finished) == body.n:
+                finished.setdefault(prompt, []).append(item)
+                yield choice(index, "", item.finish_reason)
+                if sum(map(len, finished.values())) == len(offsets):
                     if body.stream_options and body.stream_options.include_usage:
-                        usage = Completion(id=chunk_id, created=created, model=model_id, choices=[], usage=usage_of(finished))
-                        yield sse_data(usage.model_dump(exclude_none=True))
+                        yield chunk(usage=_usage(list(finished.values())))
                     break
             try:
-                index, item = await anext(replies)
+                prompt, (reply, item) = await anext(replies)
             except Exception as error:
                 yield sse_data(from_exception(error).body())
                 break

@@ -106,6 +106,21 @@ def test_n_sampled_replies_streamed_side_by_side(served):
     assert finished == {0, 1, 2} and all(texts.values())
 
 
+def test_several_prompts_in_one_request(served):
+    """Choice i of prompt p is choice p * n + i, each prompt continued as it is alone."""
+    _, client, model_id = served
+    prompts = [PROMPT, COUNTING]
+    alone = [client.completions.create(model=model_id, prompt=prompt, **GREEDY).choices[0].text for prompt in prompts]
+    together = client.completions.create(model=model_id, prompt=prompts, n=2, echo=True, **GREEDY)
+    assert [choice.index for choice in together.choices] == [0, 1, 2, 3]
+    assert [choice.text for choice in together.choices] == [prompt + text for prompt, text in zip(prompts, alone) for _ in range(2)]
+    texts = {}
+    for chunk in client.completions.create(model=model_id, prompt=prompts, n=2, echo=True, stream=True, **GREEDY):
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + choice.text
+    assert [texts[index] for index in range(4)] == [choice.text for choice in together.choices]
+
+
 def test_legacy_logprobs(served):
     _, client, model_id = served
     completion = client.completions.create(model=model_id, prompt=PROMPT, logprobs=3, **GREEDY)
@@ -126,7 +141,7 @@ def test_legacy_logprobs(served):
     ({"suffix": " and that is all."}, "suffix is not supported"),
     ({"echo": True, "logprobs": 1}, "echo with logprobs"),
     ({"logprobs": 21}, "logprobs"),
-    ({"prompt": ["one", "two"]}, "one per request"),
+    ({"prompt": ["one", "two", "three"], "n": 6}, "ask for 18 replies; one request may ask for at most 16"),
     ({"prompt": [10**9]}, "token ids this model does not have"),
     ({"prompt": ""}, "prompt is empty"),
     ({"max_tokens": 0}, "max_tokens"),
@@ -159,3 +174,15 @@ def test_a_client_leaving_mid_stream_stops_the_generation(served):
     started = time.monotonic()
     client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=1)
     assert time.monotonic() - started < 30
+
+
+def test_keys_and_the_body_limit_hold_as_for_chat(slot):
+    with running_server(add_api(FastAPI(), slot, api_key="the-key", max_request_size=2048)) as url:
+        keyless = openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0, timeout=300)
+        with pytest.raises(openai.AuthenticationError):
+            keyless.completions.create(model=slot.model.model_id, prompt=PROMPT, max_tokens=2)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="the-key", max_retries=0, timeout=300)
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.completions.create(model=slot.model.model_id, prompt="Why? " * 500, max_tokens=2)
+        assert refused.value.status_code == 413 and "--max-request-size" in refused.value.body["message"]
+        assert client.completions.create(model=slot.model.model_id, prompt=PROMPT, max_tokens=2).choices[0].text

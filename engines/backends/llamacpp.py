@@ -41,7 +41,7 @@ import psutil
 
 from ..errors import BackendUnavailableError, ChatError, ConfigError, MediaError, ModelLoadError, UnsupportedError
 from ..generation_args import GenerationArgs
-from ..logprobs import RawLogprobs, log_softmax, top_logprobs
+from ..logprobs import RawLogprobs, TokenLogprobs, log_softmax, top_logprobs
 from ..model_files import Progress
 from ..model_files.gguf import gguf_metadata_dir
 from ..model_files.model_args import ModelArgs
@@ -194,7 +194,7 @@ class LlamaCppEngine(BaseEngine):
                 responses += [item async for item in items if isinstance(item, Response)]
         return responses
 
-    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
+    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
         loop = asyncio.get_running_loop()
         tokens: asyncio.Queue[int | RawLogprobs | BaseException | None] = asyncio.Queue()
         released = loop.create_future()

@@ -167,7 +167,7 @@ class VllmEngine(BaseEngine):
             final = output
         return [_response(c.text, len(c.token_ids), prompt_length, c.finish_reason, self._logprobs(c, args)) for c in final.outputs]
 
-    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
+    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
         engine_input, args = await self._engine_input(prompt, args)
         prompt_length = len(engine_input["prompt_token_ids"])
         pieces: list[str] = []
