@@ -15,9 +15,11 @@ from typing import Any
 
 from engines import ChatModel, ChatRequest, Response
 from engines.prompt.documents import DocumentLimits
+from engines.logprobs import TokenLogprobs
 from engines.prompt.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
 
 from .errors import APIError, from_exception
+from .logprobs import chat_logprobs
 from .media import to_engine_input
 from .schemas import (
     AssistantMessage,
@@ -58,9 +60,9 @@ def chat_request(request: ChatCompletionRequest, model: ChatModel, local_media_d
 
 
 def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None:
+    if request.top_logprobs is not None and not request.logprobs:
+        raise APIError(400, "top_logprobs needs logprobs: true; set both, or leave top_logprobs out.", param="top_logprobs")
     refused = {
-        "logprobs": request.logprobs,
-        "top_logprobs": request.top_logprobs is not None,
         "logit_bias": bool(request.logit_bias),
     }
     for name, asked in refused.items():
@@ -89,6 +91,7 @@ async def complete(api_request: ChatCompletionRequest, model: ChatModel, model_i
             index=index,
             message=AssistantMessage(content=reply.content, reasoning_content=reply.reasoning, tool_calls=_tool_calls(calls)),
             finish_reason="tool_calls" if calls else response.finish_reason,
+            logprobs=chat_logprobs(response.logprobs),
         ))
     return ChatCompletion(id=completion_id(), created=now(), model=model_id, choices=choices, usage=_usage(responses))
 
@@ -115,13 +118,17 @@ async def start_stream(api_request: ChatCompletionRequest, model: ChatModel, mod
     return _sse(api_request, model_id, replies, first)
 
 
-async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, ReplyChunk | Response]],
-               first: tuple[int, ReplyChunk | Response]) -> AsyncIterator[str]:
+async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, ReplyChunk | TokenLogprobs | Response]],
+               first: tuple[int, ReplyChunk | TokenLogprobs | Response]) -> AsyncIterator[str]:
     chunk_id, created = completion_id(), now()
+    # Each reply's token logprobs not sent yet: they go with the reply's next chunk.
+    unsent: dict[int, list[TokenLogprobs]] = {}
 
     def chunk(index: int, delta: Delta, finish_reason: str | None = None) -> str:
-        body = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[ChunkChoice(index=index, delta=delta, finish_reason=finish_reason)])
-        return _data(body.model_dump(exclude_none=True))
+        logprobs = chat_logprobs(unsent.pop(index)) if unsent.get(index) else None
+        choice = ChunkChoice(index=index, delta=delta, finish_reason=finish_reason, logprobs=logprobs)
+        body = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[choice])
+        return sse_data(body.model_dump(exclude_none=True))
 
     finished: list[Response] = []
     try:
@@ -129,7 +136,9 @@ async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIter
             yield chunk(index, Delta(role="assistant", content=""))
         index, item = first
         while True:
-            if isinstance(item, ReplyChunk):
+            if isinstance(item, TokenLogprobs):
+                unsent.setdefault(index, []).append(item)
+            elif isinstance(item, ReplyChunk):
                 if item.kind == "reasoning":
                     yield chunk(index, Delta(reasoning_content=item.text))
                 elif item.kind == "content":
@@ -147,17 +156,17 @@ async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIter
                 if len(finished) == request.n:
                     if request.stream_options and request.stream_options.include_usage:
                         usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=_usage(finished))
-                        yield _data(usage.model_dump(exclude_none=True))
+                        yield sse_data(usage.model_dump(exclude_none=True))
                     break
             try:
                 index, item = await anext(replies)
             except Exception as error:
-                yield _data(from_exception(error).body())
+                yield sse_data(from_exception(error).body())
                 break
         yield "data: [DONE]\n\n"
     finally:
         await replies.aclose()
 
 
-def _data(body: dict[str, Any]) -> str:
+def sse_data(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"

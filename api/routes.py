@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -13,9 +13,10 @@ from fastapi.responses import Response, StreamingResponse
 from engines import ChatModel, ModelSlot, line_user
 from limits import Limits
 
-from . import completions
+from . import completions, text_completions
 from .errors import API_PREFIX, APIError
 from .schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, Score, ScoreRequest, ScoreResponse, now
+from .text_completion_schemas import Completion, CompletionRequest
 
 T = TypeVar("T")
 # nginx's status for a request whose client went away before the answer.
@@ -79,9 +80,16 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         if not request.stream:
             return await while_connected(http, completions.complete(request, model, model.model_id, chat))
         body = await while_connected(http, completions.start_stream(request, model, model.model_id, chat))
-        if isinstance(body, Response):
-            return body
-        return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return _event_stream(body)
+
+    @router.post("/completions", response_model=None)
+    async def text_completion(request: CompletionRequest, http: Request) -> Completion | StreamingResponse | Response:
+        model = serving(request.model)
+        prompts = text_completions.completion_requests(request, requester(http))
+        if not request.stream:
+            return await while_connected(http, text_completions.complete(model, model.model_id, request, prompts))
+        body = await while_connected(http, text_completions.start_stream(request, model, model.model_id, prompts))
+        return _event_stream(body)
 
     @router.post("/score")
     async def score(request: ScoreRequest, http: Request) -> ScoreResponse:
@@ -98,8 +106,15 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         raise APIError(
             404,
             f"There is no {request.method} {API_PREFIX}/{path} here. Endpoints: GET /v1/models, "
-            "POST /v1/chat/completions, POST /v1/score.",
+            "POST /v1/chat/completions, POST /v1/completions, POST /v1/score.",
             code="not_found",
         )
 
     return router
+
+
+def _event_stream(body: AsyncIterator[str] | Response) -> StreamingResponse | Response:
+    """An SSE body as the response, or the 499 while_connected gave when the client left first."""
+    if isinstance(body, Response):
+        return body
+    return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

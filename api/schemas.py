@@ -15,12 +15,16 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engines.generation_args import GenerationArgs
+from engines.generation_args import REASONING_EFFORTS, GenerationArgs
+from engines.logprobs import MAX_TOP_LOGPROBS
 from engines.settings import field_range
+
+from .logprobs import ChatLogprobs
 
 # OpenAI's names for generation settings, where ours differ; every other setting keeps its name.
 GENERATION_NAMES = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens", "n": "num_return_sequences"}
@@ -170,14 +174,15 @@ class ChatCompletionRequest(_RequestBody):
     seed: int | None = generation_field("seed")
     presence_penalty: float | None = generation_field("presence_penalty")
     frequency_penalty: float | None = generation_field("frequency_penalty")
+    reasoning_effort: Literal[REASONING_EFFORTS] | None = generation_field("reasoning_effort")
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    # Declared so that they can be refused with a reason; see routes.unsupported_fields.
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS, description="alternatives per token where logprobs is true")
+    # Declared so that they can be refused with a reason; see completions.refuse_unsupported.
     logit_bias: dict[str, float] | None = None
     response_format: dict[str, Any] | None = None
     # Accepted and ignored, as they do not change the reply.
@@ -193,9 +198,19 @@ class ChatCompletionRequest(_RequestBody):
 
     def generation(self) -> dict[str, Any]:
         """The generation settings the request gives, under GenerationArgs' names. Where both are
-        given, max_completion_tokens (declared after it) wins over its older name max_tokens."""
-        return {GENERATION_NAMES.get(name, name): value for name, value in self
-                if value is not None and GENERATION_NAMES.get(name, name) in GenerationArgs.model_fields}
+        given, max_completion_tokens (declared after it) wins over its older name max_tokens.
+        logprobs (true) with top_logprobs (k) is GenerationArgs' logprobs=k."""
+        settings = generation_settings(self, exclude={"logprobs", "top_logprobs"})
+        if self.logprobs:
+            settings["logprobs"] = self.top_logprobs or 0
+        return settings
+
+
+def generation_settings(request: BaseModel, exclude: Collection[str] = ()) -> dict[str, Any]:
+    """The fields of ``request`` that are generation settings (under OpenAI's names or
+    GenerationArgs' own), given, under GenerationArgs' names; in field order, so a later alias wins."""
+    return {GENERATION_NAMES.get(name, name): value for name, value in request
+            if value is not None and name not in exclude and GENERATION_NAMES.get(name, name) in GenerationArgs.model_fields}
 
 
 class ScoreRequest(_RequestBody):
@@ -231,7 +246,7 @@ class Choice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: Literal["stop", "length", "tool_calls"]
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -266,6 +281,7 @@ class ChunkChoice(BaseModel):
     index: int
     delta: Delta
     finish_reason: Literal["stop", "length", "tool_calls"] | None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletionChunk(BaseModel):

@@ -22,6 +22,7 @@ from .backends.base import BaseEngine, Response
 from .errors import ConfigError, ModelUnloadedError
 from .event_loop import EngineLoop
 from .generation_args import GenerationArgs
+from .logprobs import TokenLogprobs
 from .model_files import Progress
 from .model_files.model_args import LoadSettings, ModelArgs
 from .prompt.reply_parser import ReplyChunk
@@ -155,16 +156,18 @@ class ChatModel:
         request = as_request(request, options)
         return await self._loop.run(self._engine().chat(request))
 
-    def astream_replies(self, request: ChatRequest | Messages, queue_places: bool = False,
-                        **options: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | Response]]:
+    def astream_replies(self, request: ChatRequest | Messages, queue_places: bool = False, raw: bool = False,
+                        **options: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | TokenLogprobs | Response]]:
         """All ``num_return_sequences`` replies side by side, as (reply index, item) pairs: each
         reply as typed chunks (reasoning, content, tool-call text), then its finished Response with
-        its parsed parts (tool calls included). With ``queue_places``, a request that waits for the
-        model first yields its place in line as it changes. Every stream below is this one."""
-        return self._loop.relay(self._engine().stream_replies(as_request(request, options), queue_places))
+        its parsed parts (tool calls included); where the request asks for logprobs, each token's
+        TokenLogprobs no later than its text. With ``queue_places``, a request that waits for the
+        model first yields its place in line as it changes. With ``raw``, each reply's text comes
+        as the model wrote it (str pieces) rather than as typed chunks. Every stream below is this one."""
+        return self._loop.relay(self._engine().stream_replies(as_request(request, options), queue_places, raw))
 
     async def astream_reply(self, request: ChatRequest | Messages, queue_places: bool = False,
-                            **options: Any) -> AsyncIterator[QueuePlace | ReplyChunk | Response]:
+                            **options: Any) -> AsyncIterator[QueuePlace | ReplyChunk | TokenLogprobs | Response]:
         """The first reply as astream_replies gives it (num_return_sequences is ignored)."""
         request = as_request(request, options).with_generation(num_return_sequences=1)
         async with contextlib.aclosing(self._loop.relay(self._engine().stream_replies(request, queue_places))) as replies:
@@ -178,9 +181,9 @@ class ChatModel:
         request = as_request(request, options).with_generation(num_return_sequences=1)
         async with contextlib.aclosing(self._loop.relay(self._engine().stream_replies(request, raw=True))) as replies:
             async for _, item in replies:
-                if not isinstance(item, Response):
+                if isinstance(item, str):
                     yield item
-                elif on_finish is not None:
+                elif isinstance(item, Response) and on_finish is not None:
                     on_finish(item)
 
     async def aget_scores(self, batch_input: list[str], user: str | None = None, **kwargs: Any) -> list[float]:

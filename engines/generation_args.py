@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from .logprobs import MAX_TOP_LOGPROBS
 from .settings import Settings, page_control
 
 # Bounds that keep every runtime's integer types safe (torch and llama.cpp take 64/32-bit values).
@@ -16,6 +17,9 @@ INT64_MAX = 2**63 - 1
 # Below this temperature sampling is greedy, as in vLLM: dividing the logits by a smaller one
 # overflows them to infinity, and the sampler then draws from NaN probabilities.
 GREEDY_BELOW = 1e-5
+# OpenAI's reasoning efforts; the first two turn a template's thinking switch off.
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+THINKING_OFF = ("none", "minimal")
 # Stop strings: as many as OpenAI's API takes, each as long as any real one. Every token of a
 # reply is checked against them, and some runtimes precompute tables per string.
 MAX_STOP_STRINGS = 4
@@ -52,9 +56,14 @@ class GenerationArgs(Settings):
     skip_special_tokens: bool = Field(True, json_schema_extra=page_control("Skip special tokens"))
     enable_thinking: bool | None = Field(None, description="for reasoning models' templates; None keeps the template's default",
                                          json_schema_extra=page_control("Enable thinking", info="For reasoning models whose template supports it."))
+    reasoning_effort: Literal[REASONING_EFFORTS] | None = Field(
+        None, description="how much a reasoning model thinks first, on chat templates with a thinking switch: "
+                          f"{' and '.join(THINKING_OFF)} turn it off, the others on (a template that reads reasoning_effort gets it as it is)")
     lora_adapter: str | None = Field(None, description='the loaded LoRA adapter that answers (its directory name; "" for the base model)')
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS,
+                                 description=f"report each reply token's log-probability and those of this many likeliest tokens at its place (0 to {MAX_TOP_LOGPROBS}); none for none")
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"min_p", "presence_penalty", "frequency_penalty", "lora_adapter"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"min_p", "presence_penalty", "frequency_penalty", "lora_adapter", "logprobs"})
     # Keys of generation_config.json that are generation settings we honour.
     FROM_MODEL_CONFIG: ClassVar[tuple[str, ...]] = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "do_sample", "max_new_tokens")
 
@@ -75,6 +84,22 @@ class GenerationArgs(Settings):
         if not all(isinstance(s, str) and s for s in value):
             raise ValueError(f"must be non-empty strings, got {list(value)!r}")
         return value
+
+    @model_validator(mode="after")
+    def _one_thinking_switch(self) -> GenerationArgs:
+        if self.reasoning_effort is not None and self.enable_thinking is not None and self.thinks != self.enable_thinking:
+            raise ValueError(
+                f"reasoning_effort {self.reasoning_effort!r} turns thinking {'on' if self.thinks else 'off'}, but enable_thinking "
+                f"is {self.enable_thinking}: give one of them"
+            )
+        return self
+
+    @property
+    def thinks(self) -> bool | None:
+        """Whether the template's thinking switch is on (None: the template's own default)."""
+        if self.reasoning_effort is not None:
+            return self.reasoning_effort not in THINKING_OFF
+        return self.enable_thinking
 
     @field_validator("seed", mode="before")
     @classmethod
@@ -110,6 +135,6 @@ class GenerationArgs(Settings):
     @classmethod
     def given(cls, values: dict[str, Any]) -> dict[str, Any]:
         """``values`` without those left out: None means "not given", except for the settings whose
-        default is None (seed, enable_thinking, lora_adapter), where it resets them."""
+        default is None (seed, enable_thinking, reasoning_effort, lora_adapter, logprobs), where it resets them."""
         nullable = {name for name, field in cls.model_fields.items() if field.default is None}
         return {name: value for name, value in values.items() if value is not None or name in nullable}

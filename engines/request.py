@@ -1,4 +1,4 @@
-"""One chat request, as every door builds it and every layer below takes it, unchanged.
+"""One chat request (or text completion), as every door builds it and every layer below takes it, unchanged.
 
 The page, the API, the terminal chat and Python callers each build a ``ChatRequest`` once, with
 ``ChatRequest.build``; ChatModel, the waiting line, the engine and the prompt builder pass it on
@@ -40,7 +40,9 @@ class ChatRequest:
     settings the caller chose, checked, applied over the loaded model's own defaults.
     ``template_kwargs``: variables for the chat template. ``user``: whom the request counts for in
     the model's waiting line (a login name or a client's address; None for a direct caller).
-    ``reply_format``: the JSON the reply must be (None for free text), see engines/reply_format.py."""
+    ``reply_format``: the JSON the reply must be (None for free text), see engines/reply_format.py.
+    ``prompt``: for a text completion (``completion``), the text or token ids the model continues
+    as they are, with no messages and no chat template."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
@@ -49,6 +51,7 @@ class ChatRequest:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     user: str | None = None
     reply_format: ReplyFormat | None = None
+    prompt: str | tuple[int, ...] | None = None
 
     @classmethod
     def build(
@@ -90,6 +93,24 @@ class ChatRequest:
             user=user,
             reply_format=_reply_format(response_format, parsed_tools, tool_choice, parallel_tool_calls),
         )
+
+    @classmethod
+    def completion(cls, prompt: str | list[int], user: str | None = None, **generation: Any) -> ChatRequest:
+        """A request to continue ``prompt`` as it is: text, which the model's tokenizer reads with
+        its own special tokens (a BOS where it adds one), or token ids; no chat template shapes
+        it. ``generation``: any GenerationArgs setting."""
+        chosen = GenerationArgs.chosen(**generation)
+        steering = sorted({"enable_thinking", "reasoning_effort"} & set(chosen))
+        if steering:
+            raise ConfigError(f"{' and '.join(steering)} would steer a chat template, but a completion's prompt goes to the model "
+                              "as it is, with no template: leave it out, or write the prompt as the model should see it.")
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ConfigError("The prompt is empty: give the text for the model to continue.")
+            return cls(messages=[], generation=chosen, user=user, prompt=prompt)
+        if not isinstance(prompt, list | tuple) or not prompt or not all(isinstance(token, int) and token >= 0 for token in prompt):
+            raise ConfigError("A prompt is text, or a non-empty list of token ids (whole numbers of at least 0).")
+        return cls(messages=[], generation=chosen, user=user, prompt=tuple(prompt))
 
     def with_generation(self, **settings: Any) -> ChatRequest:
         """The same request with these generation settings too."""

@@ -93,8 +93,9 @@ def field_range(field: FieldInfo) -> dict[str, Any]:
 
 
 def choices(field: FieldInfo) -> tuple[Any, ...]:
-    """The values a ``Literal`` field may take (none for any other field)."""
-    return get_args(field.annotation) if get_origin(field.annotation) is Literal else ()
+    """The values a ``Literal`` field (or an optional one) may take (none for any other field)."""
+    annotation = value_type(field)
+    return get_args(annotation) if get_origin(annotation) is Literal else ()
 
 
 def value_type(field: FieldInfo) -> Any:

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from engines import ChatModel, ConfigError, MediaError, UnsupportedError
+from engines.logprobs import TokenLogprobs
 
 QUESTION = [{"role": "user", "content": "Name three colors."}]
 LONG_REQUEST = [{"role": "user", "content": "Write a very long story about a dragon, in many chapters."}]
@@ -112,6 +113,31 @@ class EngineContract:
     def test_scores_from_generative_model_are_refused(self, model):
         with pytest.raises(UnsupportedError, match="does not produce scores"):
             model.get_scores(["hello"])
+
+    def test_logprobs_or_a_clear_refusal(self, model):
+        """Each reply token's logprob and its likeliest alternatives, the same streamed and not,
+        where the backend reads them (greedy: the chosen token is the likeliest); elsewhere a
+        refusal naming the setting, never a reply without them."""
+        settings = {"temperature": 0, "max_new_tokens": 12, "logprobs": 5}
+        if "logprobs" not in model.generation_settings:
+            with pytest.raises(UnsupportedError, match="logprobs is not supported"):
+                model.chat(QUESTION, **settings)
+            return
+        [reply] = model.chat(QUESTION, **settings)
+        assert len(reply.logprobs) == reply.response_length
+        assert "".join(token.chosen.token for token in reply.logprobs).startswith(reply.response_text)
+        for token in reply.logprobs:
+            top = [alternative.logprob for alternative in token.top]
+            assert len(top) == 5 and top == sorted(top, reverse=True) and top[0] <= 0
+            assert token.chosen.logprob == pytest.approx(top[0], abs=1e-4)
+            assert token.chosen.bytes == tuple(token.chosen.token.encode())
+        streamed = list(model.stream_reply(QUESTION, **settings))
+        assert tuple(item for item in streamed if isinstance(item, TokenLogprobs)) == streamed[-1].logprobs
+        assert [token.chosen.token for token in streamed[-1].logprobs] == [token.chosen.token for token in reply.logprobs]
+        [plain] = model.chat(QUESTION, temperature=0, max_new_tokens=12)
+        assert plain.logprobs is None and plain.response_text == reply.response_text
+        with pytest.raises(ConfigError, match="logprobs must be in \\[0, 20\\]"):
+            model.chat(QUESTION, logprobs=21)
 
     async def test_cancelled_stream_stops_generation(self, model):
         stream = model.astream_chat(LONG_REQUEST, temperature=0, max_new_tokens=2000)

@@ -198,6 +198,23 @@ def test_reasoning_comes_back_separately(client, model_id):
     assert "".join(d.content or "" for d in deltas) == message.content
 
 
+def test_logprobs_in_openais_shape_streamed_and_not(client, model_id):
+    settings = {"model": model_id, "messages": QUESTION, "temperature": 0, "max_tokens": 12, "logprobs": True, "top_logprobs": 3}
+    whole = client.chat.completions.create(**settings)
+    [choice] = whole.choices
+    tokens = choice.logprobs.content
+    assert len(tokens) == whole.usage.completion_tokens
+    assert "".join(token.token for token in tokens).startswith(choice.message.content)
+    for token in tokens:
+        assert len(token.top_logprobs) == 3 and token.logprob == token.top_logprobs[0].logprob <= 0
+        assert bytes(token.bytes).decode() == token.token
+    streamed = [token for chunk in client.chat.completions.create(**settings, stream=True)
+                for choice in chunk.choices if choice.logprobs for token in choice.logprobs.content]
+    assert [(t.token, t.top_logprobs[1].token) for t in streamed] == [(t.token, t.top_logprobs[1].token) for t in tokens]
+    plain = client.chat.completions.create(**{**settings, "logprobs": False, "top_logprobs": None})
+    assert plain.choices[0].logprobs is None
+
+
 # ---- cancelling
 
 
@@ -260,7 +277,8 @@ def test_wrong_or_missing_api_key_is_401(base_url, model_id):
         ({"model": "no-such-model", "messages": QUESTION}, 404, "is not served here"),
         ({"model": "MODEL", "messages": QUESTION, "presence_penalty": 0.5}, 400, "presence_penalty is not supported by the huggingface engine"),
         ({"model": "MODEL", "messages": QUESTION, "frequency_penalty": 1}, 400, "frequency_penalty is not supported"),
-        ({"model": "MODEL", "messages": QUESTION, "logprobs": True}, 400, "logprobs is not supported"),
+        ({"model": "MODEL", "messages": QUESTION, "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
+        ({"model": "MODEL", "messages": QUESTION, "top_logprobs": 2}, 400, "top_logprobs needs logprobs: true"),
         ({"model": "MODEL", "messages": QUESTION, "tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "f"}}}, 400, "not among the tools"),
         ({"model": "MODEL", "messages": QUESTION, "stream_options": {"include_usage": True}}, 400, "only allowed when stream is true"),
         ({"model": "MODEL", "messages": QUESTION, "stream": True, "stop": [""]}, 400, "stop must be non-empty"),

@@ -103,7 +103,14 @@ BAD_INPUTS = [
     ("stream a word", "/v1/chat/completions", chat(stream="maybe"), 400, "stream"),
     # ---- settings this server refuses
     ("stream_options without a stream", "/v1/chat/completions", chat(stream_options={"include_usage": True}), 400, "stream_options"),
-    ("logprobs", "/v1/chat/completions", chat(logprobs=True), 400, "logprobs"),
+    ("top_logprobs beyond 20", "/v1/chat/completions", chat(logprobs=True, top_logprobs=21), 400, "top_logprobs"),
+    ("top_logprobs without logprobs", "/v1/chat/completions", chat(top_logprobs=2), 400, "needs logprobs: true"),
+    # ---- text completions
+    ("a completion without a prompt", "/v1/completions", {"model": MODEL}, 400, "'prompt'"),
+    ("a completion prompt of the wrong type", "/v1/completions", {"model": MODEL, "prompt": {"text": "hi"}}, 400, "prompt"),
+    ("negative token ids", "/v1/completions", {"model": MODEL, "prompt": [1, -2]}, 400, "token ids"),
+    ("a suffix for a model without infill", "/v1/completions", {"model": MODEL, "prompt": "def f(", "suffix": "return x"}, 400, "suffix"),
+    ("legacy logprobs beyond 20", "/v1/completions", {"model": MODEL, "prompt": "hi", "logprobs": 21}, 400, "logprobs"),
     ("logit_bias", "/v1/chat/completions", chat(logit_bias={"42": 5}), 400, "logit_bias"),
     # ---- reply formats (tests/test_structured_output.py checks more, and that the model is never held)
     ("an unknown response format", "/v1/chat/completions", chat(response_format={"type": "yaml"}), 400, "response_format must be"),
@@ -251,7 +258,7 @@ def fuzzing_schema(app: FastAPI, model_id: str) -> schemathesis.BaseSchema:
     """The API's own OpenAPI schema, with the model's id as the only valid one, so that valid
     requests reach the model rather than a 404."""
     raw = json.loads(json.dumps(app.openapi()))
-    for name in ("ChatCompletionRequest", "ScoreRequest"):
+    for name in ("ChatCompletionRequest", "CompletionRequest", "ScoreRequest"):
         raw["components"]["schemas"][name]["properties"]["model"] = {"type": "string", "enum": [model_id]}
     return schemathesis.openapi.from_dict(raw)
 
@@ -284,6 +291,8 @@ POSITIVE, NEGATIVE = schemathesis.GenerationMode.POSITIVE, schemathesis.Generati
 FUZZ_PLAN = [
     ("/v1/chat/completions", "POST", POSITIVE, 500),
     ("/v1/chat/completions", "POST", NEGATIVE, 500),
+    ("/v1/completions", "POST", POSITIVE, 200),
+    ("/v1/completions", "POST", NEGATIVE, 200),
     ("/v1/score", "POST", POSITIVE, 150),
     ("/v1/score", "POST", NEGATIVE, 150),
     ("/v1/models", "GET", POSITIVE, 5),

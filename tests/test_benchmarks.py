@@ -24,6 +24,8 @@ SMOKE_RUNS = [
     pytest.param("ui_stream.py", ["--tokens", "4", "--rounds", "1", "--history", "4"], "history", id="ui_stream"),
     pytest.param("cpu_decode.py", ["--tokens", "4", "--rounds", "1"], "way", id="cpu_decode",
                  marks=pytest.mark.skipif(not HAS_LLAMACPP, reason="compares llama.cpp, which bash scripts/setup.sh builds")),
+    pytest.param("logprobs.py", ["--tokens", "4", "--rounds", "1", "--backends", "huggingface", *(["llamacpp"] if HAS_LLAMACPP else [])],
+                 "| backend", id="logprobs"),
     pytest.param("llamacpp_batch.py", ["--tokens", "4", "--rounds", "1", "--concurrency", "1", "2"], "chats", id="llamacpp_batch",
                  marks=pytest.mark.skipif(not HAS_LLAMACPP, reason="compares llama.cpp, which bash scripts/setup.sh builds")),
     pytest.param("llamacpp_media.py", ["--rounds", "1", "--size", "64"], "way", id="llamacpp_media",

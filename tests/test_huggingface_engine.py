@@ -36,8 +36,8 @@ async def test_cancel_ends_generation_within_a_few_tokens(chat_model):
     generated = []
     original = engine._generate
 
-    def counting_generate(prompt_ids, args, cancel, streamer, media_inputs):
-        output = original(prompt_ids, args, cancel, streamer, media_inputs)
+    def counting_generate(prompt_ids, args, cancel, streamer, *inputs):
+        output = original(prompt_ids, args, cancel, streamer, *inputs)
         generated.append(output.shape[1] - prompt_ids.shape[1])
         return output
 
@@ -115,6 +115,36 @@ async def test_one_slot_runs_requests_one_after_another_and_loop_stays_responsiv
     (first_a, end_a), (first_b, end_b) = sorted(spans.values())
     assert first_b >= end_a, "the second request started generating before the first finished"
     assert max(gaps) < 0.5, f"the event loop was blocked for {max(gaps):.2f} s"
+
+
+@pytest.fixture(scope="module")
+def float32_model():
+    """The default model in float32, whose steps and one pass over the same text agree closely
+    (in bf16 they round apart by up to 0.25 on a token)."""
+    with ChatModel({"infer_backend": "huggingface", "infer_dtype": "float32"}) as model:
+        yield model
+
+
+@pytest.mark.parametrize("settings", [{"temperature": 0}, {"temperature": 1.5, "top_k": 5, "repetition_penalty": 1.3, "seed": 0}],
+                         ids=["greedy", "sampled-with-penalty"])
+def test_logprobs_are_the_log_softmax_of_the_models_raw_logits(float32_model, settings):
+    """Against one forward pass over prompt and reply: the values, and the alternatives, are those
+    of the raw logits, which neither temperature nor the repetition penalty changes."""
+    import torch
+
+    [reply] = float32_model.chat(QUESTION, max_new_tokens=10, logprobs=4, **settings)
+    engine = float32_model.engine
+    prompt = engine.tokenizer(float32_model.render_prompt(QUESTION), add_special_tokens=False).input_ids
+    # Each token's text spells that token alone (this reply is plain ASCII).
+    [reply_ids] = zip(*(engine.tokenizer.encode(token.chosen.token, add_special_tokens=False) for token in reply.logprobs))
+    with torch.inference_mode():
+        logits = engine.model(input_ids=torch.tensor([prompt + list(reply_ids)])).logits[0, len(prompt) - 1:-1]
+    expected = torch.log_softmax(logits, dim=-1)
+    for step, (token, token_id) in enumerate(zip(reply.logprobs, reply_ids)):
+        assert token.chosen.logprob == pytest.approx(expected[step, token_id].item(), abs=0.02)
+        assert [top.logprob for top in token.top] == pytest.approx(expected[step].topk(4).values.tolist(), abs=0.02)
+    if settings["temperature"] == 0:
+        assert all(token.chosen.logprob == token.top[0].logprob for token in reply.logprobs)
 
 
 def test_greedy_n_returns_n_copies(chat_model):

@@ -135,6 +135,22 @@ CHATS = [
 GREEDY = {"temperature": 0, "max_new_tokens": 48}
 
 
+def test_logprobs_agree_with_the_hf_engine_on_the_same_gguf(llama_model, chat_model):
+    """Where both backends pick the same first token, they give it nearly the same log-probability
+    (Q4_1 kernels against the bf16 dequantization), among the same likeliest alternatives."""
+    compared = 0
+    for prompt in PARITY_PROMPTS:
+        messages = [{"role": "user", "content": prompt}]
+        [hf] = chat_model.chat(messages, temperature=0, max_new_tokens=1, logprobs=5)
+        [ours] = llama_model.chat(messages, temperature=0, max_new_tokens=1, logprobs=5)
+        if hf.logprobs[0].chosen.token != ours.logprobs[0].chosen.token:
+            continue
+        compared += 1
+        assert ours.logprobs[0].chosen.logprob == pytest.approx(hf.logprobs[0].chosen.logprob, abs=0.3), prompt
+        assert {top.token for top in ours.logprobs[0].top[:2]} <= {top.token for top in hf.logprobs[0].top}, prompt
+    assert compared >= 8
+
+
 @pytest.fixture(scope="module")
 def batched_model():
     with ChatModel({**LLAMACPP, "max_concurrent": 8}) as model:
@@ -156,6 +172,16 @@ async def test_eight_greedy_chats_at_once_give_each_the_reply_it_gets_alone(batc
     assert len({tuple(ids) for ids in alone}) == 8
     for index, (one, batched) in enumerate(zip(alone, together)):
         assert batched == one, f"chat {index} differs when decoded beside seven others"
+
+
+async def test_logprobs_in_a_batch_are_each_requests_own(batched_model):
+    """Each sequence's logprobs are read from its own row of the batch's logits."""
+    settings = {**GREEDY, "logprobs": 3}
+    alone = [(await batched_model.achat(chat, **settings))[0].logprobs for chat in CHATS[:4]]
+    together = await asyncio.gather(*(batched_model.achat(chat, **settings) for chat in CHATS[:4]))
+    for one, [batched] in zip(alone, together):
+        assert [token.chosen.token for token in batched.logprobs] == [token.chosen.token for token in one]
+        assert [token.chosen.logprob for token in batched.logprobs] == pytest.approx([token.chosen.logprob for token in one], abs=1e-3)
 
 
 async def test_seeded_sampling_in_a_batch_is_each_requests_own(batched_model):

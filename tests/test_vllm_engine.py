@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from engines import ChatModel, ConfigError, UnsupportedError  # noqa: E402
+from engines import ChatModel, ChatRequest, ConfigError, UnsupportedError  # noqa: E402
 from engines.model_files.paths import resolve_model_path  # noqa: E402
 from harness.engine_contract import LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract  # noqa: E402
 from tests.reply_schemas import SCHEMAS, question  # noqa: E402
@@ -111,6 +111,17 @@ def test_n_sampled_replies_are_distinct_and_seeded(vllm_model):
     assert len(first) == 3
     assert len({r.response_text for r in first}) > 1, "n sampled replies should not all be the same"
     assert [r.response_text for r in again] == [r.response_text for r in first], "a seed makes sampling repeatable"
+
+
+def test_a_text_completion_is_the_prompt_continued_as_it_is(vllm_model, chat_model):
+    prompt = "The capital of France is"
+    [reply] = vllm_model.chat(ChatRequest.completion(prompt, temperature=0, max_new_tokens=6, logprobs=2))
+    [reference] = chat_model.chat(ChatRequest.completion(prompt, temperature=0, max_new_tokens=6, logprobs=2))
+    assert reply.prompt_length == reference.prompt_length == len(vllm_model.engine.tokenizer(prompt).input_ids)
+    assert reply.response_text.strip() and len(reply.logprobs) == reply.response_length
+    # Both run bf16: the first token's numbers agree closely.
+    assert reply.logprobs[0].chosen.token == reference.logprobs[0].chosen.token
+    assert reply.logprobs[0].chosen.logprob == pytest.approx(reference.logprobs[0].chosen.logprob, abs=0.25)
 
 
 def test_greedy_n_returns_n_copies(vllm_model):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
 from ..generation_args import INT64_MAX, GenerationArgs
+from ..logprobs import LogprobNames, TokenLogprobs
 from ..model_files.model_args import ModelArgs
 from ..prompt.builder import Prompt, PromptBuilder
 from ..prompt.reply_parser import ReplyChunk, ReplyParser, ReplyParts, parse_reply
@@ -39,13 +40,15 @@ COMPILED_FORMATS_KEPT = 64
 @dataclass(frozen=True)
 class Response:
     """One generated reply. Lengths are token counts; response_length includes the end token.
-    ``parts`` is the reply read as reasoning, content and tool calls."""
+    ``parts`` is the reply read as reasoning, content and tool calls; ``logprobs``, where the
+    request asked for them, each generated token's (GenerationArgs.logprobs)."""
 
     response_text: str
     response_length: int
     prompt_length: int
     finish_reason: Literal["stop", "length"]
     parts: ReplyParts = ReplyParts()
+    logprobs: tuple[TokenLogprobs, ...] | None = None
 
 
 class CompiledFormats:
@@ -104,6 +107,10 @@ class BaseEngine(ABC):
         return self.prompts.defaults
 
     @functools.cached_property
+    def logprob_names(self) -> LogprobNames:
+        return LogprobNames(self.tokenizer)
+
+    @functools.cached_property
     def line(self) -> WaitingLine:
         """The requests this engine is answering and those waiting for it."""
         args = self.model_args
@@ -142,8 +149,7 @@ class BaseEngine(ABC):
 
     def render_prompt(self, request: ChatRequest) -> str:
         """The exact prompt text the model would see for ``request`` (for inspection and tests)."""
-        self.check(request)
-        return self.prompts.render(request)
+        return self.prompts.render(request, self.check(request))
 
     async def chat(self, request: ChatRequest) -> list[Response]:
         """All ``num_return_sequences`` replies, once complete."""
@@ -157,11 +163,12 @@ class BaseEngine(ABC):
         return [_with_parts(prompt, response) for response in responses for _ in range(copies)]
 
     async def stream_replies(self, request: ChatRequest, queue_places: bool = False,
-                             raw: bool = False) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | Response]]:
+                             raw: bool = False) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | TokenLogprobs | Response]]:
         """All ``num_return_sequences`` replies written side by side, each item paired with its
         reply's index: the reply as typed chunks (reasoning, content, tool-call text) as it is
         written, or with ``raw`` its text as the model wrote it, then the finished Response, whose
-        ``parts`` hold the parsed reply. With ``queue_places``, a reply that has to wait for the
+        ``parts`` hold the parsed reply. Where the request asks for logprobs, each token's
+        TokenLogprobs comes no later than its text. With ``queue_places``, a reply that has to wait for the
         model first yields its QueuePlace each time the line moves, the last (``ahead == 0``) as
         it starts. The request is prepared once, and its replies take their places in line all
         at once or not at all; the i-th reply samples with ``seed + i``. Greedy replies would all
@@ -178,7 +185,7 @@ class BaseEngine(ABC):
                         yield shown_as, item
 
     async def _reply(self, prompt: Prompt, ticket: Ticket, index: int, queue_places: bool,
-                     raw: bool) -> AsyncIterator[QueuePlace | ReplyChunk | str | Response]:
+                     raw: bool) -> AsyncIterator[QueuePlace | ReplyChunk | str | TokenLogprobs | Response]:
         """Reply ``index`` to ``prompt`` once ``ticket`` is admitted, as in stream_replies; its
         slot is given up as soon as it ends, for the request's other replies too."""
         with ticket:
@@ -195,6 +202,8 @@ class BaseEngine(ABC):
                             for chunk in held:
                                 yield chunk
                         yield dataclasses.replace(item, parts=parser.parts(calls))
+                    elif isinstance(item, TokenLogprobs):
+                        yield item
                     elif raw:
                         parser.push(item)
                         yield item
@@ -231,9 +240,10 @@ class BaseEngine(ABC):
         """``args.num_return_sequences`` separately sampled replies to ``prompt``."""
 
     @abstractmethod
-    def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
-        """One reply: its text piece by piece, then its Response once the model finished on its
-        own. Leaving early (a closed iterator, a cancelled task) stops the model."""
+    def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
+        """One reply: its text piece by piece (with ``args.logprobs``, each token's TokenLogprobs
+        before its text), then its Response once the model finished on its own. Leaving early (a
+        closed iterator, a cancelled task) stops the model."""
 
     def _compile_reply_format(self, reply_format: ReplyFormat) -> Any:
         """``reply_format`` in the form this backend's runtime takes, or a ConfigError naming the

@@ -16,7 +16,9 @@ from transformers import (
     AutoModelForSequenceClassification,
     DynamicCache,
     GenerationConfig,
+    LogitsProcessor,
     LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
     StoppingCriteria,
     StoppingCriteriaList,
 )
@@ -24,6 +26,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from ..errors import ModelLoadError
 from ..generation_args import GenerationArgs
+from ..logprobs import RawLogprobs, TokenLogprobs, log_softmax, top_logprobs
 from ..model_files import Progress
 from ..model_files.model_args import ModelArgs
 from ..model_files.paths import resolve_model_path
@@ -43,7 +46,7 @@ _DTYPES = {"auto": "auto", "bfloat16": torch.bfloat16, "float16": torch.float16,
 
 class HuggingFaceEngine(BaseEngine):
     name = "huggingface"
-    generation_settings = frozenset({"min_p"})
+    generation_settings = frozenset({"min_p", "logprobs"})
 
     def __init__(self, model_args: ModelArgs, generation: dict[str, Any] | None = None, progress: Progress | None = None) -> None:
         report = progress or (lambda fraction, message: None)
@@ -91,22 +94,33 @@ class HuggingFaceEngine(BaseEngine):
         prompt_ids, media_inputs, args = await self._inputs(prompt, args)
         cancel = threading.Event()
         grammar = self.reply_constraint(prompt.request.reply_format)
-        sequences = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, None, media_inputs, grammar))
+        recorder = _LogprobRecorder(args.logprobs) if args.logprobs is not None else None
+        sequences = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, None, media_inputs, recorder, grammar))
         prompt_length = prompt_ids.shape[1]
-        return [self._response(row[prompt_length:].tolist(), prompt_length, args) for row in sequences]
+        if recorder is None:
+            return [self._response(row[prompt_length:].tolist(), prompt_length, args) for row in sequences]
+        recorder.resolve(sequences[:, -1])
+        return [self._response(row[prompt_length:].tolist(), prompt_length, args, [self.logprob_names.named(raw) for raw in raws])
+                for row, raws in zip(sequences, recorder.rows or [[]] * len(sequences))]
 
-    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
+    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
         prompt_ids, media_inputs, args = await self._inputs(prompt, args)
         cancel = threading.Event()
         loop = asyncio.get_running_loop()
-        streamer = _LoopStreamer(loop)
         grammar = self.reply_constraint(prompt.request.reply_format)
-        worker = self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer, media_inputs, grammar))
+        recorder = _LogprobRecorder(args.logprobs) if args.logprobs is not None else None
+        streamer = _LoopStreamer(loop, recorder)
+        worker = self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, streamer, media_inputs, recorder, grammar))
         worker_task = asyncio.ensure_future(worker)
         decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
         new_ids: list[int] = []
+        logprobs: list[TokenLogprobs] | None = None if recorder is None else []
         try:
-            while (ids := await streamer.queue.get()) is not None:
+            while (item := await streamer.queue.get()) is not None:
+                ids, raw = item
+                if raw is not None:
+                    logprobs.append(self.logprob_names.named(raw))
+                    yield logprobs[-1]
                 new_ids.extend(ids)
                 if piece := decoder.push(ids):
                     yield piece
@@ -114,7 +128,7 @@ class HuggingFaceEngine(BaseEngine):
                     break
             if tail := decoder.flush():
                 yield tail
-            yield self._response(new_ids, prompt_ids.shape[1], args)
+            yield self._response(new_ids, prompt_ids.shape[1], args, logprobs)
         finally:
             cancel.set()
             # The slot is released only once the model has really stopped.
@@ -132,10 +146,9 @@ class HuggingFaceEngine(BaseEngine):
             raise
 
     def _generate(
-        self, prompt_ids: torch.Tensor, args: GenerationArgs, cancel: threading.Event, streamer,
-        media_inputs: dict[str, torch.Tensor], grammar: Any = None,
+        self, prompt_ids: torch.Tensor, args: GenerationArgs, cancel: threading.Event, streamer, media_inputs: dict[str, torch.Tensor],
+        recorder: _LogprobRecorder | None = None, grammar: Any = None,
     ) -> torch.Tensor:
-        """generate(), under ``grammar`` (xgrammar's, compiled from the request's reply format) if any."""
         try:
             if args.seed is not None:
                 torch.manual_seed(args.seed)
@@ -149,9 +162,8 @@ class HuggingFaceEngine(BaseEngine):
                 return self.model.generate(
                     input_ids=prompt_ids,
                     attention_mask=torch.ones_like(prompt_ids),
-                    generation_config=self._generation_config(args),
+                    **self._sampling(args, recorder, grammar),
                     stopping_criteria=StoppingCriteriaList([_CancelCriteria(cancel), _StopStringCriteria(self.tokenizer, args)]),
-                    logits_processor=LogitsProcessorList([logits_processor(grammar)] if grammar is not None else []),
                     streamer=streamer,
                     **prefilled,
                     **media_inputs,
@@ -176,6 +188,22 @@ class HuggingFaceEngine(BaseEngine):
             self.model(input_ids=prompt_ids[:, start:min(start + PREFILL_CHUNK_TOKENS, cached_length)], past_key_values=cache, use_cache=True)
         return cache
 
+    def _sampling(self, args: GenerationArgs, recorder: _LogprobRecorder | None, grammar: Any) -> dict[str, Any]:
+        """generate's generation_config and logits processors. Where logprobs are recorded, the
+        recorder comes first, so it reads the raw logits, then the repetition penalty (generate
+        puts the processors it makes itself before those it is given); the reply format's grammar
+        (xgrammar's, compiled from the request's reply format) last."""
+        config = self._generation_config(args)
+        processors = []
+        if recorder is not None:
+            processors.append(recorder)
+            if config.repetition_penalty != 1.0:
+                processors.append(RepetitionPenaltyLogitsProcessor(config.repetition_penalty))
+                config.repetition_penalty = 1.0
+        if grammar is not None:
+            processors.append(logits_processor(grammar))
+        return {"generation_config": config, "logits_processor": LogitsProcessorList(processors)}
+
     def _generation_config(self, args: GenerationArgs) -> GenerationConfig:
         settings: dict[str, Any] = {
             "max_new_tokens": args.max_new_tokens,
@@ -198,7 +226,8 @@ class HuggingFaceEngine(BaseEngine):
             )
         return GenerationConfig(**settings)
 
-    def _response(self, new_ids: list[int], prompt_length: int, args: GenerationArgs) -> Response:
+    def _response(self, new_ids: list[int], prompt_length: int, args: GenerationArgs,
+                  logprobs: list[TokenLogprobs] | None = None) -> Response:
         end = next((i + 1 for i, token in enumerate(new_ids) if token in self._eos_ids), None)
         ids = new_ids[:end] if end else new_ids
         # A row of a sampled batch that a stop string ended early is padded up to the longest row.
@@ -214,6 +243,7 @@ class HuggingFaceEngine(BaseEngine):
             response_length=len(ids),
             prompt_length=prompt_length,
             finish_reason="length" if not hit_stop and len(ids) >= args.max_new_tokens else "stop",
+            logprobs=None if logprobs is None else tuple(logprobs[:len(ids)]),
         )
 
     # ---- scores
@@ -279,23 +309,56 @@ class _StopStringCriteria(StoppingCriteria):
         return torch.tensor([decoder.stopped for decoder in self._rows], dtype=torch.bool, device=input_ids.device)
 
 
+class _LogprobRecorder(LogitsProcessor):
+    """Reads each step's logits, as the first of generate's logits processors (before any
+    penalty, temperature or top-k/p changes them), and once the step's tokens are chosen
+    (``resolve``) keeps each row's RawLogprobs in ``rows``. Only the last step's log-softmax is
+    held: a step is resolved by the streamer as its tokens come out, else by the next step."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._step: list[Any] | None = None
+        self.rows: list[list[RawLogprobs]] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.resolve(input_ids[:, -1])
+        self._step = [log_softmax(row) for row in scores.float().cpu().numpy()]
+        return scores
+
+    def resolve(self, tokens: torch.Tensor) -> list[RawLogprobs]:
+        """Each row's RawLogprobs for the ``tokens`` just chosen; none where that step is resolved already."""
+        if self._step is None:
+            return []
+        step, self._step = self._step, None
+        if not self.rows:
+            self.rows = [[] for _ in step]
+        chosen = [top_logprobs(logprobs, token, self._count) for logprobs, token in zip(step, tokens.tolist())]
+        for row, raw in zip(self.rows, chosen):
+            row.append(raw)
+        return chosen
+
+
 class _LoopStreamer(BaseStreamer):
-    """Hands each new token id from the generation thread to an asyncio queue.
+    """Hands each new token id from the generation thread to an asyncio queue, with its
+    RawLogprobs where a recorder reads them (else None).
 
     It does no decoding on the generation thread, which keeps the model's own loop as fast as
     bare generate; the event loop decodes.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.queue: asyncio.Queue[list[int] | None] = asyncio.Queue()
+    def __init__(self, loop: asyncio.AbstractEventLoop, recorder: _LogprobRecorder | None = None) -> None:
+        self.queue: asyncio.Queue[tuple[list[int], RawLogprobs | None] | None] = asyncio.Queue()
         self._loop = loop
+        self._recorder = recorder
         self._prompt_seen = False
 
     def put(self, value: torch.Tensor) -> None:
         if not self._prompt_seen:
             self._prompt_seen = True
             return
-        self._loop.call_soon_threadsafe(self.queue.put_nowait, value.reshape(-1)[:1].tolist())
+        tokens = value.reshape(-1)
+        raw = self._recorder.resolve(tokens)[:1] if self._recorder else []
+        self._loop.call_soon_threadsafe(self.queue.put_nowait, (tokens[:1].tolist(), raw[0] if raw else None))
 
     def end(self) -> None:
         self._loop.call_soon_threadsafe(self.queue.put_nowait, None)

@@ -14,7 +14,8 @@ llama.cpp's low-level API, on one thread that owns the context (_Batcher):
   empty cache;
 - sampling is llama.cpp's sampler chain in the order transformers uses (penalties over prompt
   and reply, temperature, top-k, top-p, min-p), one chain per request; a reply format adds
-  llama.cpp's grammar sampler beside the chain (llamacpp_grammar.py);
+  llama.cpp's grammar sampler beside the chain (llamacpp_grammar.py); where a request asks for
+  logprobs, they are read from the raw logits (llama_get_logits_ith) before the chain samples;
 - prompts are evaluated in batches with an abort callback, so Stop during a long prefill
   returns within milliseconds; during generation the request stops at the next step;
 - text is decoded on the event loop by our IncrementalDecoder (llama-cpp-python's detokenize
@@ -36,10 +37,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import psutil
 
 from ..errors import BackendUnavailableError, ChatError, ConfigError, MediaError, ModelLoadError, UnsupportedError
 from ..generation_args import GenerationArgs
+from ..logprobs import RawLogprobs, TokenLogprobs, log_softmax, top_logprobs
 from ..model_files import Progress
 from ..model_files.gguf import gguf_metadata_dir
 from ..model_files.model_args import ModelArgs
@@ -116,7 +119,7 @@ if mtmd is not None:
 
 class LlamaCppEngine(BaseEngine):
     name = "llamacpp"
-    generation_settings = frozenset({"min_p", "presence_penalty", "frequency_penalty"})
+    generation_settings = frozenset({"min_p", "presence_penalty", "frequency_penalty", "logprobs"})
 
     def __init__(self, model_args: ModelArgs, generation: dict[str, Any] | None = None, progress: Progress | None = None) -> None:
         report = progress or (lambda fraction, message: None)
@@ -206,12 +209,12 @@ class LlamaCppEngine(BaseEngine):
                 responses += [item async for item in items if isinstance(item, Response)]
         return responses
 
-    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
+    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
         loop = asyncio.get_running_loop()
-        tokens: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
+        tokens: asyncio.Queue[int | RawLogprobs | BaseException | None] = asyncio.Queue()
         released = loop.create_future()
 
-        def arrive(item: int | BaseException | None) -> None:
+        def arrive(item: int | RawLogprobs | BaseException | None) -> None:
             tokens.put_nowait(item)
             if item is None:
                 released.set_result(None)
@@ -231,11 +234,15 @@ class LlamaCppEngine(BaseEngine):
             prompt_length = chunks.length
         self._batcher.submit(job)
         decoder = IncrementalDecoder(self.tokenizer, args.skip_special_tokens, args.stop)
-        text, count, ended = "", 0, False
+        text, count, ended, logprobs = "", 0, False, []
         try:
             while (token := await tokens.get()) is not None:
                 if isinstance(token, BaseException):
                     raise token
+                if isinstance(token, RawLogprobs):
+                    logprobs.append(self.logprob_names.named(token))
+                    yield logprobs[-1]
+                    continue
                 count += 1
                 ended = self._batcher.is_end(token)
                 if piece := decoder.push([token]):
@@ -247,7 +254,8 @@ class LlamaCppEngine(BaseEngine):
                 text += tail
                 yield tail
             finish = "length" if count >= args.max_new_tokens and not (ended or decoder.stopped) else "stop"
-            yield Response(response_text=text, response_length=count, prompt_length=prompt_length, finish_reason=finish)
+            yield Response(response_text=text, response_length=count, prompt_length=prompt_length, finish_reason=finish,
+                           logprobs=tuple(logprobs) if args.logprobs is not None else None)
         finally:
             job.cancel.set()
             # The sequence is free for the next request only once the batcher has let go of it.
@@ -373,7 +381,8 @@ class _Batcher:
         return grammar
 
     def submit(self, job: _Job) -> None:
-        """Start ``job``: its tokens are handed over one by one as they are sampled, then None
+        """Start ``job``: its tokens are handed over one by one as they are sampled (where it
+        asks for logprobs, each token's RawLogprobs just before it), then None
         (after an error, the error, then None) once its sequence is free again. Setting its
         ``cancel`` ends it within one step, or within milliseconds while its prompt is evaluated."""
         with self._wake:
@@ -500,16 +509,24 @@ class _Batcher:
             del sequence.pending[:take]
         self.evaluated["tokens"] += count
         for sequence, index in outputs:
+            asked = sequence.job.args.logprobs
+            logprobs = None if asked is None else self._logprobs(index)
             if sequence.grammar is not None:
                 token = sequence.grammar.sample(sequence.sampler, self._ctx, index)
             else:
                 token = lib.llama_sampler_sample(sequence.sampler, self._ctx, index)
             sequence.generated += 1
+            if logprobs is not None:
+                sequence.job.hand_over(top_logprobs(logprobs, token, asked))
             sequence.job.hand_over(token)
             if self.is_end(token) or sequence.generated == sequence.job.args.max_new_tokens or sequence.job.cancel.is_set():
                 self._end(sequence)
             else:
                 sequence.pending = [token]
+
+    def _logprobs(self, index: int) -> np.ndarray:
+        """The log-softmax of the raw logits of the batch's ``index``-th token."""
+        return log_softmax(np.ctypeslib.as_array(lib.llama_get_logits_ith(self._ctx, index), shape=(self._n_vocab,)))
 
     def _evaluate_media(self, sequence: _Sequence) -> bool:
         """The sequence's next media chunk into its cache; False if that did not happen."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import BackendUnavailableError, ConfigError, MediaError, ModelLoadError, ModelUnloadedError
 from ..generation_args import GenerationArgs
+from ..logprobs import RawLogprobs, TokenLogprobs
 from ..model_files import Progress
 from ..model_files.model_args import ModelArgs, adapter_name
 from ..model_files.paths import resolve_model_path
@@ -51,7 +52,7 @@ BASE_MODEL = ""
 
 class VllmEngine(BaseEngine):
     name = "vllm"
-    generation_settings = frozenset({"presence_penalty", "frequency_penalty", "min_p", "lora_adapter"})
+    generation_settings = frozenset({"presence_penalty", "frequency_penalty", "min_p", "lora_adapter", "logprobs"})
 
     def __init__(self, model_args: ModelArgs, generation: dict[str, Any] | None = None, progress: Progress | None = None) -> None:
         report = progress or (lambda fraction, message: None)
@@ -156,6 +157,8 @@ class VllmEngine(BaseEngine):
             frequency_penalty=args.frequency_penalty,
             stop=list(args.stop) or None,
             skip_special_tokens=args.skip_special_tokens,
+            # vLLM's default logprobs are those of the raw logits, as OpenAI's.
+            logprobs=args.logprobs,
             output_kind=kind,
             # vLLM keeps notes on these while it serves a request: a new one for each.
             structured_outputs=StructuredOutputsParams(json=schema) if schema else None,
@@ -174,21 +177,37 @@ class VllmEngine(BaseEngine):
         final = None
         async for output in self._generate(engine_input, self._sampling(args, RequestOutputKind.FINAL_ONLY, prompt.request.reply_format), args.lora_adapter):
             final = output
-        return [_response(c.text, len(c.token_ids), prompt_length, c.finish_reason) for c in final.outputs]
+        return [_response(c.text, len(c.token_ids), prompt_length, c.finish_reason, self._logprobs(c, args)) for c in final.outputs]
 
-    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | Response]:
+    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
         engine_input, args = await self._engine_input(prompt, args)
         prompt_length = len(engine_input["prompt_token_ids"])
         pieces: list[str] = []
         length = 0
+        logprobs: list[TokenLogprobs] | None = None if args.logprobs is None else []
         async for output in self._generate(engine_input, self._sampling(args, RequestOutputKind.DELTA, prompt.request.reply_format), args.lora_adapter):
             [completion] = output.outputs
             length += len(completion.token_ids)
+            for token in self._logprobs(completion, args) or ():
+                logprobs.append(token)
+                yield token
             if completion.text:
                 pieces.append(completion.text)
                 yield completion.text
             if output.finished:
-                yield _response("".join(pieces), length, prompt_length, completion.finish_reason)
+                yield _response("".join(pieces), length, prompt_length, completion.finish_reason, logprobs)
+
+    def _logprobs(self, completion: Any, args: GenerationArgs) -> list[TokenLogprobs] | None:
+        """The logprobs vLLM gives with ``completion``'s tokens (one mapping of token ids to
+        its Logprob per token: the chosen one and the ``args.logprobs`` best by rank), named."""
+        if args.logprobs is None:
+            return None
+        named = []
+        for token, ranked in zip(completion.token_ids, completion.logprobs or ()):
+            top = sorted((lp.rank, token_id, lp.logprob) for token_id, lp in ranked.items() if lp.rank <= args.logprobs)
+            raw = RawLogprobs(token, ranked[token].logprob, tuple((token_id, logprob) for _, token_id, logprob in top))
+            named.append(self.logprob_names.named(raw))
+        return named
 
     async def _generate(self, engine_input: Any, params: SamplingParams, adapter_name: str | None):
         """vLLM's outputs for one request; leaving early (a closed stream, a cancelled task)
@@ -264,12 +283,14 @@ def _engine_died() -> ModelUnloadedError:
     )
 
 
-def _response(text: str, length: int, prompt_length: int, finish_reason: str | None) -> Response:
+def _response(text: str, length: int, prompt_length: int, finish_reason: str | None,
+              logprobs: list[TokenLogprobs] | None = None) -> Response:
     return Response(
         response_text=text,
         response_length=length,
         prompt_length=prompt_length,
         finish_reason="length" if finish_reason == "length" else "stop",
+        logprobs=None if logprobs is None else tuple(logprobs),
     )
 
 

@@ -16,7 +16,7 @@ from ..model_files.model_args import ModelArgs
 from ..request import ChatRequest
 from .processor import MediaProcessor, is_multimodal
 from .reply_parser import THINK_OPEN
-from .template import render_chat, template_source
+from .template import reasoning_variables, render_chat, template_source
 
 LOAD_HINT = "Give a local model directory (with config.json), a .gguf file, or a Hub name (which needs the network)."
 
@@ -103,18 +103,27 @@ class PromptBuilder:
         for kind in request.media:
             if kind not in self.media_kinds:
                 raise MediaError(f"This model does not accept {kind}s. Remove the {kind} or load a model that takes {kind}s.")
-        return self.defaults.replace(**request.generation)
+        generation = self.defaults.replace(**request.generation)
+        if request.prompt is None:
+            reasoning_variables(self.template, generation)  # a template without a thinking switch refuses an effort now
+        return generation
 
-    def render(self, request: ChatRequest) -> str:
+    def render(self, request: ChatRequest, generation: GenerationArgs) -> str:
+        """The prompt's text: a completion's prompt as it is, a chat through the model's template."""
+        if request.prompt is not None:
+            return request.prompt if isinstance(request.prompt, str) else self.tokenizer.decode(request.prompt)
         messages = self.media.template_messages(request.messages, self.template) if self.media else request.messages
-        return render_chat(self.tokenizer, self.template, messages, request.tools, request.template_kwargs)
+        variables = {**request.template_kwargs, **reasoning_variables(self.template, generation)}
+        return render_chat(self.tokenizer, self.template, messages, request.tools, variables)
 
     def prepare(self, request: ChatRequest, generation: GenerationArgs) -> Prompt:
         """Render and tokenize; check the length against the context (what cannot fit before it
         is tokenized, what does not after) and the media against the prompt's media tokens;
         regularise the media. Slow: call it off the event loop."""
+        if request.prompt is not None:
+            return self._prepare_completion(request, generation)
         self._refuse_what_cannot_fit(sum(len(message["content"]) for message in request.messages))
-        text = self.render(request)
+        text = self.render(request, generation)
         self._refuse_what_cannot_fit(len(text))
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
         generation = self.fit(len(ids), generation)
@@ -123,6 +132,20 @@ class PromptBuilder:
         if not request.media:
             return Prompt(request, generation, text, ids)
         return Prompt(request, generation, text, ids, self.media.load_media(request.media))
+
+    def _prepare_completion(self, request: ChatRequest, generation: GenerationArgs) -> Prompt:
+        """A text completion's prompt as it is: text tokenized with the tokenizer's own special
+        tokens (as vLLM does), or token ids, each checked against the vocabulary."""
+        if isinstance(request.prompt, str):
+            self._refuse_what_cannot_fit(len(request.prompt))
+            ids = self.tokenizer(request.prompt).input_ids
+        else:
+            ids = list(request.prompt)
+            vocabulary = len(self.tokenizer)
+            unknown = sorted({token for token in ids if token >= vocabulary})
+            if unknown:
+                raise ConfigError(f"The prompt holds token ids this model does not have: {unknown[:5]}; its ids go from 0 to {vocabulary - 1}.")
+        return Prompt(request, self.fit(len(ids), generation), self.render(request, generation), ids)
 
     def fit(self, prompt_length: int, args: GenerationArgs) -> GenerationArgs:
         """Refuse a prompt that fills the context; cut max_new_tokens to what is left (as vLLM does)."""

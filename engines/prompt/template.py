@@ -8,7 +8,8 @@ import json
 import os
 from typing import Any
 
-from ..errors import ChatTemplateError
+from ..errors import ChatTemplateError, UnsupportedError
+from ..generation_args import GenerationArgs
 
 
 def template_source(tokenizer: Any, override: str | None) -> str:
@@ -27,6 +28,25 @@ def template_source(tokenizer: Any, override: str | None) -> str:
             "Load an instruct/chat model, or give one with the chat_template setting (a Jinja string or file)."
         )
     return source
+
+
+def reasoning_variables(template: str, generation: GenerationArgs) -> dict[str, Any]:
+    """The template variables that set how much the model reasons, from ``reasoning_effort``: as
+    it is where the template reads it (gpt-oss), else its thinking switch ``enable_thinking``
+    (Qwen3 and the like); a refusal where the template has neither."""
+    effort = generation.reasoning_effort
+    if effort is None:
+        return {}
+    if "reasoning_effort" in template:
+        return {"reasoning_effort": effort}
+    if "enable_thinking" in template:
+        return {"enable_thinking": generation.thinks}
+    raise UnsupportedError(
+        "reasoning_effort is not supported by this model: its chat template has no thinking switch (it reads neither "
+        "enable_thinking nor reasoning_effort), so nothing can tell it how much to reason. Leave reasoning_effort out, or load "
+        "a reasoning model whose template has one.",
+        setting="reasoning_effort",
+    )
 
 
 TOOLS_SYSTEM_PROMPT = """# Tools
