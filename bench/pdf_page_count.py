@@ -20,19 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import MediaError  # noqa: E402
+from harness.blank_pdf import blank_pdf  # noqa: E402
 from engines.prompt.documents import read_document  # noqa: E402
 from limits import Limits  # noqa: E402
-
-
-def blank_pdf(pages: int) -> bytes:
-    from pypdf import PdfWriter
-
-    writer = PdfWriter()
-    for _ in range(pages):
-        writer.add_blank_page(612, 792)
-    out = io.BytesIO()
-    writer.write(out)
-    return out.getvalue()
 
 
 def ours(data: bytes, pages: int) -> float:

@@ -60,18 +60,6 @@ def encrypted_pdf_bytes(text: str, password: str = "secret") -> bytes:
     return out.getvalue()
 
 
-def many_pages_pdf_bytes(count: int) -> bytes:
-    """A PDF of ``count`` blank pages, written by pypdf (thousands take a second)."""
-    from pypdf import PdfWriter
-
-    writer = PdfWriter()
-    for _ in range(count):
-        writer.add_blank_page(612, 792)
-    out = io.BytesIO()
-    writer.write(out)
-    return out.getvalue()
-
-
 def docx_bytes(paragraphs: list[str], table: list[list[str]] | None = None, after: list[str] = ()) -> bytes:
     """A Word file: ``paragraphs``, then ``table`` (rows of cells), then ``after``."""
     import docx

@@ -19,6 +19,7 @@ from harness.browser import (
     load_model,
     open_chat,
     open_tab,
+    replies,
     send,
     set_number,
     user_messages,
@@ -61,6 +62,18 @@ def test_a_pdf_is_counted_sent_shown_as_a_chip_and_answered_from(page, chat_mode
     [expected] = chat_model.chat([{"role": "user", "content": PDF_TEXT + "\n\nWhat is the launch code?"}], temperature=0, max_new_tokens=16)
     expect(bot_messages(page).last).to_have_text(expected.response_text.strip())
     assert "PELICAN-42" in expected.response_text, expected.response_text
+
+    # Editing the message: Gradio edits each part, the chip's too; the chip stays a chip.
+    before = replies(page)
+    user_messages(page).first.hover()
+    page.get_by_role("button", name="Edit").first.click()
+    page.locator("#chatbot textarea.edit-textarea").last.fill("Repeat the launch code.")
+    page.get_by_role("button", name="Submit").first.click()
+    wait_until_answered(page, before)
+    expect(user_messages(page)).to_have_count(2)
+    expect(user_messages(page).first.locator("details.document-chip summary")).to_have_text("📄 report.pdf · PDF, 2 pages")
+    expect(user_messages(page).last).to_have_text("Repeat the launch code.")
+    expect(bot_messages(page)).to_have_count(1)
 
 
 def test_a_document_that_cannot_be_read_says_why_and_nothing_is_lost(page, tmp_path):

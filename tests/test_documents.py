@@ -8,6 +8,7 @@ import time
 import pytest
 
 from engines import MediaError
+from harness.blank_pdf import blank_pdf
 from engines.prompt.documents import is_document, read_document
 from engines.prompt.pdf_pages import pdf_page_images
 from limits import Limits
@@ -16,7 +17,6 @@ from document_samples import (
     LATIN_TEXT,
     docx_bytes,
     encrypted_pdf_bytes,
-    many_pages_pdf_bytes,
     pdf_bytes,
     zip_bomb_docx_bytes,
 )
@@ -89,7 +89,7 @@ def test_a_docx_zip_bomb_is_refused_before_it_is_unpacked():
 
 
 def test_thousands_of_pages_are_refused_before_any_page_is_read():
-    data = many_pages_pdf_bytes(3000)
+    data = blank_pdf(3000)
     started = time.monotonic()
     with pytest.raises(MediaError, match=r"huge.pdf has 3,000 pages, more than the 1,000 .*max_document_pages"):
         read_document(data, "huge.pdf", LIMITS)
@@ -112,6 +112,6 @@ def test_pdf_pages_render_as_images_and_bad_pdfs_are_refused():
     assert picture_page.getpixel((picture_page.width // 2, picture_page.height // 2)) == (200, 120, 40)
     for data, says in [(encrypted_pdf_bytes("Hidden"), "locked.pdf is protected by a password"),
                        (b"%PDF-1.4\n1 0 obj <<< garbage", "locked.pdf could not be read as a PDF"),
-                       (many_pages_pdf_bytes(20), "locked.pdf has 20 pages, more than the 16 .* max_document_page_images")]:
+                       (blank_pdf(20), "locked.pdf has 20 pages, more than the 16 .* max_document_page_images")]:
         with pytest.raises(MediaError, match=says):
             pdf_page_images(data, "locked.pdf", LIMITS, max_pixels=10_000)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from PIL import Image
@@ -64,8 +65,13 @@ async def test_documents_reach_the_model_named_by_file_and_page_and_show_as_chip
     chips = [part for part in shown if is_chip(part)]
     assert len(chips) == 2 and "📄 report.pdf · PDF, 2 pages" in chips[0] and "PELICAN-42" in chips[0]
     assert "📄 notes.docx · Word, " in chips[1] and "\n" not in chips[1]
-    # Editing the message keeps its own text only, not the chips'.
+    # Editing the message keeps its own text only, not the chips'. Gradio sends an edit of each
+    # part: the chip's leaves the conversation as it is, the text's answers anew.
     assert edited_text(shown) == "What is the launch code?"
+    assert await run(handlers.edit(session, SimpleNamespace(index=0, value=chips[0]), **settings(12))) == [{}]
+    assert [turn.content for turn in session.turns] == ["What is the launch code?", answer.content]
+    await run(handlers.edit(session, SimpleNamespace(index=0, value="Repeat the code."), **settings(4)))
+    assert session.turns[0].content == "Repeat the code." and len(session.turns[0].documents) == 2 and len(session.turns) == 2
 
 
 async def test_the_note_counts_tokens_with_the_models_own_tokenizer(handlers, slot, report, notes):

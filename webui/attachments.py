@@ -1,5 +1,5 @@
-"""Documents attached in the page: read into text once, when the message is sent (off the event
-loop), and kept in its turn as the text the model gets, so that regenerating, saving and exporting
+"""Documents attached in the page: read into text when attached (for the note) and sent (off the
+event loop; the second read comes from a cache), and kept in its turn as the text the model gets, so that regenerating, saving and exporting
 the chat never read the file again. Each shows as a chip that opens its text; before sending, the
 note under the box says how many of the model's tokens the attachments take, and that a message
 that cannot fit the model's context cannot be sent."""
@@ -52,8 +52,9 @@ def page_images(paths: list[str], folder: str, limits: Limits) -> list[str]:
     """The pages of the PDFs at ``paths`` as PNG files in a fresh folder under ``folder`` (the
     page's upload storage, which keeps and expires them as it does uploads), in order."""
     written = []
-    for path in paths:
+    if paths:
         os.makedirs(folder, exist_ok=True)
+    for path in paths:
         name = os.path.basename(path)
         images = pdf_page_images(path, name, limits, PAGE_PIXELS)
         out = tempfile.mkdtemp(prefix="anychat-pages-", dir=folder)

@@ -133,10 +133,19 @@ class ChatHandlers:
         async for update in self._answer(session, settings, request):
             yield update
 
-    @one_reply_at_a_time
     async def edit(self, session: ChatSession, edit: gr.EditData, request: gr.Request | None = None,
                    **settings: Any) -> AsyncIterator[dict[str, Any]]:
-        """A past user message was edited in the Chatbot: answer it again from there."""
+        """A past user message was edited in the Chatbot: answer it again from there. Gradio sends
+        an edit of each part of the message; a document's chip is not what the user wrote, and its
+        edit is let be (before the one-reply guard, which would refuse the edit of the text beside it)."""
+        if is_chip(edit.value):
+            yield {}
+            return
+        async for update in self._edit(session, edit, request, **settings):
+            yield update
+
+    @one_reply_at_a_time
+    async def _edit(self, session: ChatSession, edit: gr.EditData, request: gr.Request | None, **settings: Any) -> AsyncIterator[dict[str, Any]]:
         index = turn_of_message(session.turns, edit.index)
         turn = session.turns[index]
         if turn.role != "user":
