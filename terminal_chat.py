@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from engines import ChatError, ChatModel, ChatRequest, ReplyChunk
+from engines import ChatError, ChatModel, ChatRequest, ReplyChunk, Response
 
 HELP = "Type a message. Commands: clear (forget the conversation), exit (quit). Ctrl-C stops a reply; at the prompt it quits."
 
@@ -59,10 +59,12 @@ def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | 
     message: dict[str, Any] = {"role": "assistant"}
     try:
         for item in model.stream_reply(ChatRequest.build(history, system=system)):
-            if not isinstance(item, ReplyChunk):
+            if isinstance(item, Response):
                 for call in item.parts.tool_calls:
                     message.setdefault("tool_calls", []).append(call.for_template())
                     say(f"\n[tool call] {call.name}({call.arguments})", end="")
+            elif not isinstance(item, ReplyChunk):  # a token's logprobs, where the model's defaults ask for them
+                continue
             elif item.kind == "reasoning":
                 say(item.text if thinking else f"[thinking] {item.text}", end="")
                 thinking = True

@@ -97,6 +97,15 @@ async def test_media_a_text_model_cannot_read_is_refused_clearly_and_nothing_is_
     assert [m["content"] for m in request.messages] == ["Hi", "Hello!", "Say yes."] and request.media == {}
 
 
+async def test_a_reply_with_logprobs_asked_for_is_written_as_without(handlers, slot):
+    """Logprobs in the model's stream (a Python caller's default) leave the page's reply as it is."""
+    plain, with_logprobs = ChatSession(), ChatSession()
+    await run(handlers.send(plain, message("Name a fruit."), **settings(12)))
+    await run(handlers.send(with_logprobs, message("Name a fruit."), **settings(12), logprobs=2))
+    assert with_logprobs.turns[1].content == plain.turns[1].content != ""
+    assert with_logprobs.turns[1].stats.tokens == plain.turns[1].stats.tokens
+
+
 async def test_invalid_tools_json_gets_a_clear_message(handlers):
     session = ChatSession()
     await run(handlers.send(session, message("Weather?"), **settings(tools='[{"type": "function",')))

@@ -23,7 +23,7 @@ import gradio as gr
 import psutil
 from gradio.utils import get_upload_folder
 
-from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk, line_user
+from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk, Response, line_user
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
 from limits import Limits
@@ -327,9 +327,11 @@ def _add_to_reply(reply: Turn, item: Any) -> None:
     """One item of ChatModel.astream_reply into the assistant turn being written."""
     if isinstance(item, QueuePlace):
         reply.waiting = item.ahead
-    elif not isinstance(item, ReplyChunk):  # the finished Response: its tool calls are parsed now
+    elif isinstance(item, Response):  # the finished reply: its tool calls are parsed now
         reply.tool_calls = [SavedToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in item.parts.tool_calls]
         reply.tool_text = ""
+    elif not isinstance(item, ReplyChunk):  # a token's logprobs (asked for in the model's defaults): the page shows none
+        return
     elif item.kind == "reasoning":
         reply.reasoning += item.text
     elif item.kind == "content":
