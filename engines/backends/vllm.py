@@ -172,7 +172,8 @@ class VllmEngine(BaseEngine):
         engine_input, args = await self._engine_input(prompt, args)
         prompt_length = len(engine_input["prompt_token_ids"])
         final = None
-        async for output in self._generate(engine_input, self._sampling(args, RequestOutputKind.FINAL_ONLY, prompt.request.reply_format), args.lora_adapter):
+        params = self._sampling(args, RequestOutputKind.FINAL_ONLY, prompt.request.reply_format)
+        async for output in self._generate(engine_input, params, args.lora_adapter):
             final = output
         return [_response(c.text, len(c.token_ids), prompt_length, c.finish_reason) for c in final.outputs]
 
@@ -181,7 +182,8 @@ class VllmEngine(BaseEngine):
         prompt_length = len(engine_input["prompt_token_ids"])
         pieces: list[str] = []
         length = 0
-        async for output in self._generate(engine_input, self._sampling(args, RequestOutputKind.DELTA, prompt.request.reply_format), args.lora_adapter):
+        params = self._sampling(args, RequestOutputKind.DELTA, prompt.request.reply_format)
+        async for output in self._generate(engine_input, params, args.lora_adapter):
             [completion] = output.outputs
             length += len(completion.token_ids)
             if completion.text:
