@@ -135,7 +135,9 @@ class BaseEngine(ABC):
         most of a second for a string with a maxLength. A ConfigError names what cannot be compiled."""
         generation = self.check(request)
         if request.reply_format is not None and request.reply_format not in self._compiled_formats:
-            await asyncio.to_thread(self.reply_constraint, request.reply_format)
+            # One compile at a time: many new schemas at once take one core, not all of them.
+            async with self._compile_turn:
+                await asyncio.to_thread(self.reply_constraint, request.reply_format)
         return generation
 
     def reply_constraint(self, reply_format: ReplyFormat | None) -> Any:
@@ -146,6 +148,10 @@ class BaseEngine(ABC):
     @functools.cached_property
     def _compiled_formats(self) -> CompiledFormats:
         return CompiledFormats()
+
+    @functools.cached_property
+    def _compile_turn(self) -> asyncio.Semaphore:
+        return asyncio.Semaphore(1)
 
     def render_prompt(self, request: ChatRequest) -> str:
         """The exact prompt text the model would see for ``request`` (for inspection and tests)."""

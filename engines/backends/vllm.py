@@ -175,7 +175,8 @@ class VllmEngine(BaseEngine):
         engine_input, args = await self._engine_input(prompt, args)
         prompt_length = len(engine_input["prompt_token_ids"])
         final = None
-        async for output in self._generate(engine_input, self._sampling(args, RequestOutputKind.FINAL_ONLY, prompt.request.reply_format), args.lora_adapter):
+        params = self._sampling(args, RequestOutputKind.FINAL_ONLY, prompt.request.reply_format)
+        async for output in self._generate(engine_input, params, args.lora_adapter):
             final = output
         return [_response(c.text, len(c.token_ids), prompt_length, c.finish_reason, self._logprobs(c, args)) for c in final.outputs]
 
@@ -185,7 +186,8 @@ class VllmEngine(BaseEngine):
         pieces: list[str] = []
         length = 0
         logprobs: list[TokenLogprobs] | None = None if args.logprobs is None else []
-        async for output in self._generate(engine_input, self._sampling(args, RequestOutputKind.DELTA, prompt.request.reply_format), args.lora_adapter):
+        params = self._sampling(args, RequestOutputKind.DELTA, prompt.request.reply_format)
+        async for output in self._generate(engine_input, params, args.lora_adapter):
             [completion] = output.outputs
             length += len(completion.token_ids)
             for token in self._logprobs(completion, args) or ():
