@@ -66,3 +66,9 @@ def shown(message: dict[str, Any]) -> str:
 def error(message: dict[str, Any]) -> str | None:
     """What the page was told went wrong, if anything."""
     return message.get("detail") or (message.get("output") or {}).get("error")
+
+
+def browser_kept(message: dict[str, Any]) -> dict[str, str]:
+    """What a completed ``restore`` (the page opening) hands the browser to keep: its id and the chat shown."""
+    [kept] = [value for value in message["output"]["data"] if isinstance(value, dict) and set(value) == {"id", "current"}]
+    return kept

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from harness.browser import AppProcess
-from tests.page_client import PageClient, error, shown
+from tests.page_client import PageClient, browser_kept, error, shown
 
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
 SECRET = "My locker code is 4711."
@@ -40,9 +40,9 @@ def tabs(app):
 
 def opened(tab, storage=None, old=None):
     """Open the tab's page, as its load event does; the chat it shows."""
-    output = tab.call("restore", [storage, old])["output"]
-    assert "error" not in output, output
-    return output["data"][-1]["current"]  # what the browser keeps: its id and the chat shown
+    opening = tab.call("restore", [storage, old])
+    assert error(opening) is None, opening
+    return browser_kept(opening)["current"]
 
 
 def chat_ids(tab, query=""):
@@ -102,7 +102,7 @@ def test_without_logins_each_browser_has_its_own_chats(tmp_path_factory):
     app = AppProcess(tmp_path_factory.mktemp("open"))
     one, two = PageClient(app.url), PageClient(app.url)
     try:
-        browser = one.call("restore", [None, None])["output"]["data"][-1]["id"]
+        browser = browser_kept(one.call("restore", [None, None]))["id"]
         first = opened(one, {"id": browser})
         assert error(one.chat(SECRET)) is None
         assert chat_ids(one) == [first]
@@ -112,7 +112,7 @@ def test_without_logins_each_browser_has_its_own_chats(tmp_path_factory):
         assert opened(two, {"id": browser, "current": first}) == first and chat_ids(two) == [first]
         # What the browser sends as its id is taken only where it is one.
         for storage in ({"id": "../" * 20}, {"id": 7}, "garbage", [1, 2], {"id": "A" * 32}):
-            kept = two.call("restore", [storage, None])["output"]["data"][-1]
+            kept = browser_kept(two.call("restore", [storage, None]))
             assert re.fullmatch("[0-9a-f]{32}", kept["id"]) and kept["id"] != browser and chat_ids(two) == []
     finally:
         one.close()

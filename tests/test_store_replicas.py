@@ -6,7 +6,7 @@ import pytest
 
 from harness.browser import AppProcess
 from harness.postgres import fresh_database
-from tests.page_client import PageClient, error, shown
+from tests.page_client import PageClient, browser_kept, error, shown
 
 PASSWORD = "alice-pw"
 
@@ -27,7 +27,7 @@ def replicas(postgres, tmp_path):
 
 
 def opened(tab):
-    return tab.call("restore", [None, None])["output"]["data"][-1]["current"]
+    return browser_kept(tab.call("restore", [None, None]))["current"]
 
 
 def chats(tab):
