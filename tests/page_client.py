@@ -49,7 +49,7 @@ class PageClient:
 
     def chat(self, text: str, files: list[dict] = (), system: Any = "") -> dict[str, Any]:
         """Send a message, as Enter in the page does (greedy, a few tokens)."""
-        return self.call("chat", [None, {"text": text, "files": list(files)}, system, "", *GREEDY.values()])
+        return self.call("chat", [None, {"text": text, "files": list(files)}, system, "", "text", "", *GREEDY.values()])
 
     def upload(self, name: str, data: bytes) -> str:
         """Put a file on the page, as its upload button does; its path on the server."""
