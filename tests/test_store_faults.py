@@ -4,7 +4,7 @@ and goes on, the page says what is not saved, and the store catches up once it c
 
 import pytest
 
-from harness.postgres import PostgresServer
+from harness.postgres import postgres_server
 from store import open_store
 from tests.page_input import CONTROLS, message, run, settings
 from webui import chat_sidebar
@@ -14,12 +14,8 @@ from webui.saved_chats import SavedChats
 
 @pytest.fixture
 def server():
-    server = PostgresServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.remove()
+    with postgres_server() as running:
+        yield running
 
 
 async def test_a_database_gone_mid_session_is_said_and_nothing_is_lost_once_it_is_back(slot, server, upload_folder):
