@@ -223,18 +223,26 @@ async def test_a_request_joins_the_running_batch_and_stop_frees_only_its_own(bat
 
 
 async def test_a_hundred_streams_closed_mid_reply_leave_memory_flat(batched_model):
+    closed = 0
+
     async def close_after(messages, pieces):
+        nonlocal closed
         stream = batched_model.astream_chat(messages, temperature=0.8, max_new_tokens=200)
-        for _ in range(pieces):
-            await anext(stream)
+        # Sampled, a reply of this small model now and then ends by itself within a few tokens.
+        async for _ in stream:
+            pieces -= 1
+            if not pieces:
+                closed += 1
+                break
         await stream.aclose()
 
     await asyncio.gather(*(close_after(chat, 3) for chat in CHATS))
-    before = rss()
+    before, closed = rss(), 0
     for cycle in range(100 // len(CHATS)):
         await asyncio.gather(*(close_after(chat, 2 + (cycle + index) % 5) for index, chat in enumerate(CHATS)))
     after = rss()
-    print(f"\nRSS before {before / 2**20:.0f} MiB, after 96 closed streams {after / 2**20:.0f} MiB")
+    print(f"\nRSS before {before / 2**20:.0f} MiB, after {closed} streams closed mid-reply {after / 2**20:.0f} MiB")
+    assert closed >= 90
     assert batched_model.line.running == 0
     assert after - before < 20 * 2**20
     [reply] = await batched_model.achat(QUESTION, temperature=0, max_new_tokens=4)
