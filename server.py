@@ -55,7 +55,7 @@ def web_app(slot, args: argparse.Namespace):
     try:
         store = open_store(args.database_url, limits.max_user_media_size)
     except StoreError as error:
-        raise SystemExit(f"--database-url: {error}") from None
+        raise SystemExit(str(error)) from None
     print(f"Chats kept in {shown_url(args.database_url)}", flush=True)
     demo = build_demo(slot, rights, limits, models_dir(args), store).queue(max_size=limits.max_queue_size)
     files = FileCache(Path(get_upload_folder()), limits.max_file_age, limits.max_cache_size)

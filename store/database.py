@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from pydantic import BaseModel, Field
-from sqlalchemy import Engine, create_engine, event, make_url, text
+from sqlalchemy import URL, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from .chats import ChatStore, StoreError
@@ -68,8 +68,19 @@ def open_store(url: str | None = None, media_quota: int | None = None, data: Pat
         migrate(engine)
     except SQLAlchemyError as error:
         engine.dispose()
-        raise StoreError(f"Could not open the chat store at {parsed.render_as_string(hide_password=True)}: {error.orig or error}") from None
+        raise StoreError(f"Could not open the chat store at {parsed.render_as_string(hide_password=True)}: {error.orig or error}. "
+                         f"{_advice(parsed)}") from None
     return ChatStore(engine, MediaFiles((data or data_dir()) / "media"), media_quota)
+
+
+def _advice(url: URL) -> str:
+    if url.get_backend_name() != "sqlite":
+        return "Check that the database server is running and that the URL's host, user, password and database name are right."
+    if not url.database:
+        return "Name an SQLite file: sqlite:///PATH."
+    return (f"If the file is damaged, move {url.database} aside (the app then starts an empty store; sqlite3's .recover "
+            "may rescue the chats from the old one), or name another file with --database-url. If its folder cannot be "
+            "written, make it writable or set ANYCHAT_DATA_DIR.")
 
 
 def shown_url(url: str | None = None) -> str:

@@ -1,11 +1,13 @@
 """The store failing under a conversation: PostgreSQL stopped mid-session (as a crash stops it)
-and started again, with the page's handlers on the real default model. The conversation stays
-and goes on, the page says what is not saved, and the store catches up once it can."""
+and started again, an SQLite disk full, an SQLite file broken, with the page's handlers on the real
+default model. The conversation stays and goes on, the page says what is not saved, and the store
+catches up once it can."""
 
 import pytest
+from sqlalchemy import event
 
 from harness.postgres import postgres_server
-from store import open_store
+from store import StoreError, open_store
 from tests.page_input import CONTROLS, message, run, settings
 from webui import chat_sidebar
 from webui.handlers import ChatHandlers
@@ -43,3 +45,70 @@ async def test_a_database_gone_mid_session_is_said_and_nothing_is_lost_once_it_i
         assert session.keeper.problem == ""
     finally:
         store.close()
+
+
+def full_at(engine, pages):
+    """SQLite's "database or disk is full" from ``pages`` on, on every connection (a full disk,
+    reached the way SQLite reaches it: a write that needs a page it cannot have)."""
+    def limit(connection, _record):
+        connection.execute(f"PRAGMA max_page_count={pages}")
+    event.listen(engine, "connect", limit)
+    engine.dispose()
+    return lambda: event.remove(engine, "connect", limit) or engine.dispose()
+
+
+async def test_a_full_disk_is_said_the_conversation_goes_on_and_the_store_catches_up(slot, tmp_path, upload_folder):
+    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", data=tmp_path)
+    try:
+        handlers = ChatHandlers(slot, CONTROLS)
+        chats = SavedChats(store, "browser:b1")
+        session = chats.new_session()
+        await run(handlers.send(session, message("Say apple."), **settings(4)))
+        with store.engine.connect() as connection:
+            pages = connection.exec_driver_sql("PRAGMA page_count").scalar()
+        room_again = full_at(store.engine, pages)
+
+        with pytest.warns(UserWarning, match=r"⚠ This chat could not be saved \(database or disk is full\)"):
+            await run(handlers.send(session, message("Say banana. " + "And more. " * 2000), **settings(4)))
+        assert session.turns[-1].role == "assistant" and session.turns[-1].stats is not None, "the model answered all the same"
+        assert "not saved now" in chat_sidebar.keep_chat(chats, session, session.chat_id, "", "")["note"]
+        assert len(store.messages("browser:b1", session.chat_id)) == 2, "what was saved before is still there"
+
+        room_again()
+        await run(handlers.send(session, message("Say cherry."), **settings(4)))
+        stored = store.messages("browser:b1", session.chat_id)
+        assert [m.data["content"] for m in stored] == [t.content for t in session.turns], "the store caught up"
+        assert session.keeper.problem == ""
+    finally:
+        store.close()
+
+
+async def test_a_database_file_broken_under_a_session_is_said_and_the_conversation_goes_on(slot, tmp_path, upload_folder):
+    path = tmp_path / "chats.db"
+    store = open_store(f"sqlite:///{path}", data=tmp_path)
+    try:
+        handlers = ChatHandlers(slot, CONTROLS)
+        chats = SavedChats(store, "browser:b1")
+        session = chats.new_session()
+        await run(handlers.send(session, message("Say apple."), **settings(4)))
+        store.engine.dispose()
+        for leftover in tmp_path.glob("chats.db-*"):  # the write-ahead log would otherwise still hold the chat
+            leftover.unlink()
+        path.write_bytes(b"this is not a database " * 200)
+
+        with pytest.warns(UserWarning, match=r"⚠ This chat could not be saved \(file is not a database\)\. It stays on the page and goes on"):
+            await run(handlers.send(session, message("Say banana."), **settings(4)))
+        assert [t.content for t in session.turns if t.role == "user"] == ["Say apple.", "Say banana."]
+        assert session.turns[-1].stats is not None
+        with pytest.raises(Exception, match="The saved chats cannot be reached now .*The conversation on screen stays"):
+            chat_sidebar.search_chats(chats, "")
+    finally:
+        store.close()
+
+
+def test_a_broken_database_file_at_start_says_what_to_do(tmp_path):
+    path = tmp_path / "chats.db"
+    path.write_bytes(b"\x00garbage" * 1000)
+    with pytest.raises(StoreError, match=r"file is not a database.* move .*chats\.db aside"):
+        open_store(f"sqlite:///{path}", data=tmp_path)
+    assert path.read_bytes() == b"\x00garbage" * 1000, "a broken file is left as it was, for its owner to rescue"
