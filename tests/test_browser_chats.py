@@ -140,13 +140,18 @@ def test_each_chat_keeps_its_messages_system_prompt_and_tools(page):
     expect(user_messages(page)).to_have_count(1)
 
 
-def test_rename_search_and_delete(page):
+def test_rename_search_and_delete(page, context, app):
+    other_tab = context.new_page()
+    open_chat(other_tab, app.url)
     reply_length(page, 4)
     for fruit in ("apple", "banana", "cherry"):
         page.locator("#new-chat-btn").click()
         expect(user_messages(page)).to_have_count(0)
         ask(page, f"Say {fruit}.")
     expect(chat_list(page)).to_have_text(["Say cherry.", "Say banana.", "Say apple."])
+    # Listed in the browser's other tab too, without a reload.
+    expect(chat_list(other_tab)).to_have_text(["Say cherry.", "Say banana.", "Say apple."], timeout=20_000)
+    other_tab.close()
 
     choose_chat(page, "Say banana.")
     textbox(page, "chat-title").fill("Yellow fruit")

@@ -9,6 +9,7 @@ import os
 import zipfile
 from pathlib import Path
 
+import gradio as gr
 import pytest
 from PIL import Image
 
@@ -118,6 +119,18 @@ def test_two_tabs_of_one_chat_never_drop_each_others_messages(chat_store):
     contents = [t.content for t in chats.open(first.chat_id, "").turns]
     assert contents == ["Hi", "Hello", "From tab one", "From tab two"]
     assert len(chats.choices()) == 2
+
+
+def test_a_tabs_list_shows_the_chats_other_tabs_write_and_is_left_alone_otherwise(chat_store):
+    here, there = user_chats(chat_store), user_chats(chat_store)
+    chat_sidebar.list_update(here)
+    assert chat_sidebar.refresh_list(here, "") == gr.skip()
+    written = chat_session(there, "Written in another tab")
+    there.keep(written, written.chat_id, "", "")
+    assert chat_sidebar.refresh_list(here, "")["choices"] == [("Written in another tab", written.chat_id)]
+    assert chat_sidebar.refresh_list(here, "") == gr.skip(), "nothing new: the list is left as the person sees it"
+    assert chat_sidebar.refresh_list(here, "apples") == {"__type__": "update", "choices": [], "value": None}
+    assert chat_sidebar.refresh_list(None, "") == gr.skip()
 
 
 def picture(path, color):

@@ -45,6 +45,8 @@ SIDEBAR_HEAD = """<style>
 
 # How long a switch waits for a stopped reply to end before it saves what there is.
 STOP_WAIT_SECONDS = 10.0
+# How often an open page looks for chats its user's other tabs and devices have written.
+LIST_REFRESH_SECONDS = 5.0
 NOT_OPENED = "This page has not finished opening: reload it."
 STORE_DOWN = "The saved chats cannot be reached now ({problem}). The conversation on screen stays and goes on; try again in a moment."
 
@@ -97,6 +99,7 @@ class ChatSidebar:
                 self.delete_btn = gr.Button("Delete chat", elem_id="delete-chat-btn", variant="stop", size="sm")
             self.export_btn = gr.Button("Export all chats", elem_id="export-chats-btn", size="sm")
             self.exported = gr.File(label="All chats (a conversation file each)", elem_id="exported-chats", visible=False)
+            self.refresh = gr.Timer(LIST_REFRESH_SECONDS)
 
     def wire(self, demo: gr.Blocks, session: gr.State, chatbot: gr.Chatbot, system: gr.Textbox, tools: gr.Textbox,
              generation: dict[str, gr.components.Component], replies: list[Dependency], changes: list[Dependency],
@@ -121,6 +124,7 @@ class ChatSidebar:
         gr.on([self.title.submit, self.rename_btn.click], inputs=[self.chats, session, self.title],
               **by_name(rename_chat, renamed), **private)
         self.search.change(search_chats, [self.chats, self.search], self.list, trigger_mode="always_last", **private)
+        self.refresh.tick(refresh_list, [self.chats, self.search], self.list, show_progress="hidden", **private)
         for event in replies:
             event.success(inputs=shown, inputs_kwargs=generation, **by_name(keep_chat, {**renamed, "note": self.note}), **private)
         for event in changes:
@@ -220,6 +224,19 @@ def search_chats(chats: SavedChats | None, query: str) -> dict[str, Any]:
     return list_update(opened(chats), query)
 
 
+def refresh_list(chats: SavedChats | None, query: str) -> dict[str, Any]:
+    """The list with what the user's other tabs and devices have written meanwhile; left as it
+    is when nothing changed, and while the store cannot be reached (the page says so elsewhere)."""
+    if chats is None:
+        return gr.skip()
+    listed = chats.listed
+    try:
+        choices = chats.choices(query)
+    except (SQLAlchemyError, StoreError, OSError):
+        return gr.skip()
+    return shown_list(chats, choices) if choices != listed else gr.skip()
+
+
 @store_errors
 def keep_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str, **generation: Any) -> dict[str, Any]:
     """After a reply (which brings the ``generation`` settings it was written with) or another change."""
@@ -270,5 +287,8 @@ def show(chats: SavedChats, session: ChatSession, problem: str = "") -> dict[str
 
 
 def list_update(chats: SavedChats, query: str = "") -> dict[str, Any]:
-    choices = chats.choices(query)
+    return shown_list(chats, chats.choices(query))
+
+
+def shown_list(chats: SavedChats, choices: list[tuple[str, str]]) -> dict[str, Any]:
     return gr.update(choices=choices, value=chats.current if any(chat_id == chats.current for _, chat_id in choices) else None)

@@ -26,6 +26,8 @@ class SavedChats:
         self.browser = browser
         self.current = current
         self.setting_names = setting_names
+        # The list as the page last showed it, to tell when other tabs have changed it.
+        self.listed: list[tuple[str, str]] = []
 
     def for_browser(self) -> dict[str, str]:
         """What the browser keeps: its id, and the chat it shows."""
@@ -91,7 +93,8 @@ class SavedChats:
 
     def choices(self, query: str = "") -> list[tuple[str, str]]:
         """(title, id) of the chats whose title or messages hold ``query``, whatever its case."""
-        return [(chat.title, chat.id) for chat in self.store.chats(self.owner, query)]
+        self.listed = [(chat.title, chat.id) for chat in self.store.chats(self.owner, query)]
+        return self.listed
 
     def note(self) -> str:
         count = self.store.count(self.owner)
