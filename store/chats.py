@@ -110,8 +110,8 @@ class ChatStore:
             return Tree(_rows(session, owner, chat_id)).branch(chat.shown) if chat else []
 
     def show(self, owner: str, chat_id: str, message_id: int) -> list[StoredMessage]:
-        """Show version ``message_id`` in the chat: the branch through it, down its newest
-        messages, which the chat shows from now on. A chat not ``owner``'s, or a message not the chat's, is refused."""
+        """Show version ``message_id`` in the chat: the branch through it and on to the latest
+        message written after it, which the chat shows from now on. A chat not ``owner``'s, or a message not the chat's, is refused."""
         with Session(self.engine) as session, session.begin():
             chat = _owned(session, owner, chat_id)
             if chat is None:
@@ -212,8 +212,8 @@ class Tree:
         return row.parent if row.parent in self.rows else None
 
     def branch(self, last: int | None = None, through: int | None = None) -> list[StoredMessage]:
-        """The branch that ends at message ``last``; or that goes ``through`` a message and on
-        down the newest of each message's next versions (the newest branch, without either)."""
+        """The branch that ends at message ``last``; or that goes ``through`` a message, on to
+        the message written last after it (the branch of the message written last, without either)."""
         node = self.rows[last] if through is None and last in self.rows else self._newest_below(through)
         path = []
         while node is not None:
@@ -222,9 +222,9 @@ class Tree:
         return [_stored(row, tuple(self.children[self._parent(row)])) for row in reversed(path)]
 
     def _newest_below(self, start: int | None) -> Message | None:
-        while self.children.get(start):
-            start = self.children[start][-1]
-        return self.rows.get(start)
+        """The message written last among ``start`` and those after it (among all, for None)."""
+        below = self.below([start]) if start is not None else self.rows
+        return self.rows[max(below)] if below else None
 
     def versions(self) -> dict[int, tuple[int, ...]]:
         return {row.id: tuple(self.children[self._parent(row)]) for row in self.rows.values()}

@@ -123,7 +123,7 @@ def test_versions_are_a_tree_and_the_branch_shown_survives_reopening(url):
                                                                         (third, question), (edited, None)]
     assert store.versions("alice", "c1")[second] == (first, second, third)
     assert [(m.data["content"], m.versions) for m in store.branch("alice", "c1")] == [("Name a vegetable", (question, edited))]
-    # Showing a version shows the branch through it, down its newest replies.
+    # Showing a version shows the branch through it, on to the latest message written after it.
     shown = store.show("alice", "c1", question)
     assert [(m.data["content"], m.versions) for m in shown] == [("Name a fruit", (question, edited)), ("Kiwi.", (first, second, third))]
     assert [m.id for m in store.show("alice", "c1", first)] == [question, first]
