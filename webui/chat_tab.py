@@ -106,8 +106,8 @@ class ChatTab:
         self.message_box.change(handlers.attachments_note, [session, self.message_box], self.attachments_note,
                                 inputs_kwargs={"system": self.system, "tools": self.tools}, trigger_mode="always_last",
                                 show_progress="hidden", concurrency_limit=None, api_visibility="private")
-        self.version_pick.input(inputs=[session, self.version_pick], **by_name(handlers.switch_version, {"chatbot": self.chatbot, "version_pick": self.version_pick}),
-                                api_name="switch_version")
+        self.version_pick.change(inputs=[session, self.version_pick], **by_name(handlers.switch_version, {"chatbot": self.chatbot}),
+                                 api_name="switch_version")
         self.changes = [
             self.undo_btn.click(inputs=[session], **by_name(handlers.undo, chat), api_name="undo"),
             self.clear_btn.click(inputs=[session], **by_name(handlers.clear, chat), api_name="clear"),

@@ -182,9 +182,9 @@ class ChatHandlers:
         return {"chatbot": [], "message_box": box(True)}
 
     def switch_version(self, session: ChatSession, picked_row: str) -> dict[str, Any]:
-        """Show another version of a message (``picked_row``: its id, from the ‹k/n› arrows) and
+        """Show another version of a message (``picked_row``: its id, as the ‹k/n› arrows set it) and
         the newest conversation after it; the next message continues that branch."""
-        unchanged = {"chatbot": render(session.turns), "version_pick": ""}
+        unchanged = {"chatbot": render(session.turns)}
         row = picked(picked_row)
         if session.answering:
             gr.Warning(BUSY)
@@ -205,7 +205,7 @@ class ChatHandlers:
                        "the conversation on screen stays as it is.")
             return unchanged
         session.turns[:] = turns
-        return {"chatbot": render(session.turns), "version_pick": ""}
+        return {"chatbot": render(session.turns)}
 
     async def _answer(self, session: ChatSession, settings: dict[str, Any], request: gr.Request | None,
                       emptied: dict[str, Any] | None = None) -> AsyncIterator[dict[str, Any]]:

@@ -3,7 +3,8 @@ message edited): its arrows show the version before or after it.
 
 The line is HTML in the Chatbot, which sanitizes away scripts and handlers but keeps classes:
 each arrow names the message it shows in a class (``v-<id>``), and a script the page runs once
-puts that id into a hidden field whose input event asks the server for that version."""
+puts that id into a hidden field (with the time, so that each click changes it), whose change
+event asks the server for that version."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ def version_line(row: int | None, versions: list[int]) -> dict[str, Any] | None:
 
 
 def picked(value: Any) -> int | None:
-    """The message id the hidden field names (None for anything else)."""
-    text = str(value or "").strip()
+    """The message id the hidden field names, before its time (None for anything else)."""
+    text = (str(value or "").split() or [""])[0]
     return int(text) if text.isdigit() and len(text) < 19 else None
 
 
@@ -39,7 +40,7 @@ VERSION_ARROWS = """() => {
         const field = document.querySelector("#%s textarea, #%s input");
         const name = arrow ? [...arrow.classList].find((name) => name.startsWith("v-")) : null;
         if (!name || !field) return;
-        field.value = name.slice(2);
+        field.value = `${name.slice(2)} ${Date.now()}`;
         field.dispatchEvent(new Event("input", {bubbles: true}));
     });
 }""" % (PICK_ID, PICK_ID)
