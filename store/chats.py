@@ -125,8 +125,9 @@ class ChatStore:
 
     def versions(self, owner: str, chat_id: str) -> dict[int, tuple[int, ...]]:
         """The versions of each of the chat's messages, by message id."""
+        statement = select(Message.id, Message.parent).join(Chat).where(Chat.owner == owner, Message.chat_id == chat_id)
         with Session(self.engine) as session:
-            return Tree(_rows(session, owner, chat_id)).versions()
+            return Tree(session.execute(statement)).versions()
 
     def write(self, owner: str, chat_id: str, changes: MessageChanges, created: dict[str, str], media: dict[str, int] | None = None) -> list[int]:
         """Write ``changes`` into the chat, made with ``created`` (its title, system and tools) if
@@ -142,7 +143,7 @@ class ChatStore:
                 raise NotYours(f"Chat {chat_id} is not yours.")
             chat.updated = now
             if changes.removed:
-                tree = Tree(session.scalars(select(Message).where(Message.chat_id == chat_id)))
+                tree = Tree(session.execute(select(Message.id, Message.parent).where(Message.chat_id == chat_id)))
                 session.execute(delete(Message).where(Message.chat_id == chat_id, Message.id.in_(tree.below(changes.removed))))
             for row_id, message in changes.changed.items():
                 session.execute(update(Message).where(Message.chat_id == chat_id, Message.id == row_id).values(**_columns(message, now)))
@@ -200,7 +201,8 @@ class ChatStore:
 
 
 class Tree:
-    """A chat's messages as the tree their parents make. A message whose parent is gone counts as a first message."""
+    """A chat's messages (rows with an ``id`` and ``parent``, at least) as the tree their parents
+    make. A message whose parent is gone counts as a first message."""
 
     def __init__(self, rows: Any) -> None:
         self.rows = {row.id: row for row in sorted(rows, key=lambda row: row.id)}
