@@ -387,6 +387,17 @@ async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_
         handlers.switch_version(reopened, str(other.turns[0].row))
     assert [t.content for t in reopened.turns] == [t.content for t in session.turns]
 
+    # Stopped mid-regenerate, the partial reply is a version of its own, saved as stopped.
+    task = asyncio.create_task(run(handlers.regenerate(reopened, **settings(600))))
+    while not (reopened.turns[-1].writing and len(reopened.turns[-1].content) > 10):
+        assert not task.done(), "the reply ended before it could be stopped"
+        await asyncio.sleep(0.01)
+    handlers.stop(reopened)
+    await task
+    stopped = reopened.turns[-1]
+    assert stopped.stopped and len(stopped.versions) == 2 and stopped.versions[-1] == stopped.row
+    assert next(m.state for m in chat_store.messages(chats.owner, session.chat_id) if m.id == stopped.row) == "stopped"
+
     # Undo takes the last exchange away, with the other versions after it; Clear, every version.
     handlers.undo(reopened)
     chats.keep(reopened, reopened.chat_id, "", "")
