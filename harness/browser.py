@@ -160,8 +160,8 @@ def wait_until_answered(page, replies_before: int) -> None:
 
 
 def bot_messages(page):
-    """The assistant's messages, without the stats line under each reply."""
-    return page.locator("#chatbot [data-testid=bot]").filter(has_not=page.locator(".reply-stats"))
+    """The assistant's messages, without the stats line under each reply or the ‹k/n› line under a message that has versions."""
+    return page.locator("#chatbot [data-testid=bot]").filter(has_not=page.locator(".reply-stats, .versions"))
 
 
 def user_messages(page):

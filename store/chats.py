@@ -6,6 +6,7 @@ so two tabs, or two app processes, never overwrite each other's rows."""
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,10 @@ class NotYours(StoreError):
     """A chat id that belongs to another owner."""
 
 
+class NoSuchMessage(StoreError):
+    """A message id that is not one of the chat's."""
+
+
 @dataclass(frozen=True)
 class ChatInfo:
     id: str
@@ -37,22 +42,29 @@ class ChatInfo:
 
 @dataclass(frozen=True)
 class StoredMessage:
-    """``data``: the message as the page keeps it, ``role`` and ``content`` included."""
+    """``data``: the message as the page keeps it, ``role`` and ``content`` included;
+    ``versions``: the ids of its versions (itself among them), oldest first."""
 
     id: int
     data: dict[str, Any]
     state: str
+    parent: int | None = None
+    versions: tuple[int, ...] = ()
 
 
 @dataclass
 class MessageChanges:
-    """What one save writes into a chat: messages ``added`` (in order), ``changed`` by id, and
-    the ids of those ``removed``. A message is a dict with its ``role`` and ``content``, and its
-    ``state`` (see tables.Message)."""
+    """What one save writes into a chat: messages ``added`` (in order, one branch: the first
+    after message ``after``, None for a first message), ``changed`` by id, and the ids of those
+    ``removed`` (each with the messages after it, in every branch). A message is a dict with its
+    ``role`` and ``content``, and its ``state`` (see tables.Message). ``shown``: the last
+    message of the branch the page shows, where nothing is added (else the last added)."""
 
     added: list[dict[str, Any]]
     changed: dict[int, dict[str, Any]]
     removed: list[int]
+    after: int | None = None
+    shown: int | None = None
 
     def __bool__(self) -> bool:
         return bool(self.added or self.changed or self.removed)
@@ -86,11 +98,36 @@ class ChatStore:
             return _info(chat) if chat else None
 
     def messages(self, owner: str, chat_id: str) -> list[StoredMessage]:
-        """The chat's messages in order (none for a chat that is not ``owner``'s)."""
-        statement = (select(Message).join(Chat).where(Chat.owner == owner, Message.chat_id == chat_id).order_by(Message.id))
+        """All the chat's messages, every version, in the order written (none for a chat that is not ``owner``'s)."""
         with Session(self.engine) as session:
-            return [StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state)
-                    for row in session.scalars(statement)]
+            return [_stored(row) for row in _rows(session, owner, chat_id)]
+
+    def branch(self, owner: str, chat_id: str) -> list[StoredMessage]:
+        """The branch the chat shows, first message first, each with its versions (none for a
+        chat that is not ``owner``'s)."""
+        with Session(self.engine) as session:
+            chat = _owned(session, owner, chat_id)
+            return Tree(_rows(session, owner, chat_id)).branch(chat.shown) if chat else []
+
+    def show(self, owner: str, chat_id: str, message_id: int) -> list[StoredMessage]:
+        """Show version ``message_id`` in the chat: the branch through it and on to the latest
+        message written after it, which the chat shows from now on. A chat not ``owner``'s, or a message not the chat's, is refused."""
+        with Session(self.engine) as session, session.begin():
+            chat = _owned(session, owner, chat_id)
+            if chat is None:
+                raise NotYours(f"Chat {chat_id} is not yours.")
+            tree = Tree(_rows(session, owner, chat_id))
+            if message_id not in tree.rows:
+                raise NoSuchMessage(f"Message {message_id} is not one of this chat's: reload the page to see the chat as it is now.")
+            branch = tree.branch(through=message_id)
+            chat.shown = branch[-1].id
+            return branch
+
+    def versions(self, owner: str, chat_id: str) -> dict[int, tuple[int, ...]]:
+        """The versions of each of the chat's messages, by message id."""
+        statement = select(Message.id, Message.parent).join(Chat).where(Chat.owner == owner, Message.chat_id == chat_id)
+        with Session(self.engine) as session:
+            return Tree(session.execute(statement)).versions()
 
     def write(self, owner: str, chat_id: str, changes: MessageChanges, created: dict[str, str], media: dict[str, int] | None = None) -> list[int]:
         """Write ``changes`` into the chat, made with ``created`` (its title, system and tools) if
@@ -106,11 +143,16 @@ class ChatStore:
                 raise NotYours(f"Chat {chat_id} is not yours.")
             chat.updated = now
             if changes.removed:
-                session.execute(delete(Message).where(Message.chat_id == chat_id, Message.id.in_(changes.removed)))
+                tree = Tree(session.execute(select(Message.id, Message.parent).where(Message.chat_id == chat_id)))
+                session.execute(delete(Message).where(Message.chat_id == chat_id, Message.id.in_(tree.below(changes.removed))))
             for row_id, message in changes.changed.items():
                 session.execute(update(Message).where(Message.chat_id == chat_id, Message.id == row_id).values(**_columns(message, now)))
             rows = [Message(chat_id=chat_id, **_columns(message, now)) for message in changes.added]
             session.add_all(rows)
+            session.flush()
+            for parent, row in zip([changes.after, *(row.id for row in rows)], rows):
+                row.parent = parent
+            chat.shown = rows[-1].id if rows else changes.shown
             session.flush()
             if media:
                 insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
@@ -156,6 +198,55 @@ class ChatStore:
     def _update(self, owner: str, chat_id: str, **values: Any) -> bool:
         with Session(self.engine) as session, session.begin():
             return session.execute(update(Chat).where(Chat.owner == owner, Chat.id == chat_id).values(**values)).rowcount > 0
+
+
+class Tree:
+    """A chat's messages (rows with an ``id`` and ``parent``, at least) as the tree their parents
+    make. A message whose parent is gone counts as a first message."""
+
+    def __init__(self, rows: Any) -> None:
+        self.rows = {row.id: row for row in sorted(rows, key=lambda row: row.id)}
+        self.children: dict[int | None, list[int]] = defaultdict(list)
+        for row in self.rows.values():
+            self.children[self._parent(row)].append(row.id)
+
+    def _parent(self, row: Message) -> int | None:
+        return row.parent if row.parent in self.rows else None
+
+    def branch(self, last: int | None = None, through: int | None = None) -> list[StoredMessage]:
+        """The branch that ends at message ``last``; or that goes ``through`` a message, on to
+        the message written last after it (the branch of the message written last, without either)."""
+        node = self.rows[last] if through is None and last in self.rows else self._newest_below(through)
+        path = []
+        while node is not None:
+            path.append(node)
+            node = self.rows.get(self._parent(node))
+        return [_stored(row, tuple(self.children[self._parent(row)])) for row in reversed(path)]
+
+    def _newest_below(self, start: int | None) -> Message | None:
+        """The message written last among ``start`` and those after it (among all, for None)."""
+        below = self.below([start]) if start is not None else self.rows
+        return self.rows[max(below)] if below else None
+
+    def versions(self) -> dict[int, tuple[int, ...]]:
+        return {row.id: tuple(self.children[self._parent(row)]) for row in self.rows.values()}
+
+    def below(self, ids: list[int]) -> list[int]:
+        """``ids`` (those of this chat) and every message after them."""
+        found, todo = [], [i for i in ids if i in self.rows]
+        while todo:
+            found.append(todo.pop())
+            todo += self.children.get(found[-1], [])
+        return found
+
+
+def _rows(session: Session, owner: str, chat_id: str) -> list[Message]:
+    statement = select(Message).join(Chat).where(Chat.owner == owner, Message.chat_id == chat_id).order_by(Message.id)
+    return list(session.scalars(statement))
+
+
+def _stored(row: Message, versions: tuple[int, ...] = ()) -> StoredMessage:
+    return StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state, row.parent, versions)
 
 
 def _owned(session: Session, owner: str, chat_id: str) -> Chat | None:

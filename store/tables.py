@@ -28,6 +28,8 @@ class Chat(Base):
     tools: Mapped[str] = mapped_column(Text, default="")
     # The generation settings the chat was last written with, by name (None: the tab's own).
     generation: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # The last message of the branch the chat shows (None, or a message since deleted: the newest branch).
+    shown: Mapped[int | None] = mapped_column(ROW_ID, nullable=True)
     created: Mapped[float] = mapped_column(Float)
     updated: Mapped[float] = mapped_column(Float)
 
@@ -35,7 +37,10 @@ class Chat(Base):
 
 
 class Message(Base):
-    """One message of a chat, in the order written (``id``). ``content`` is its text, apart so
+    """One message of a chat, in the order written (``id``), after its ``parent`` (the message
+    before it in its branch; None for a first message). A regenerated reply or an edited message
+    is a new row with the same parent as the one it replaces, which stays as an earlier version.
+    ``content`` is its text, apart so
     that search can read it; ``data`` the rest of it as the page keeps it (files, reasoning, tool
     calls, stats, error); ``state`` where its reply stands: writing, done, stopped, length (cut at
     max_new_tokens) or error."""
@@ -43,6 +48,8 @@ class Message(Base):
     __tablename__ = "messages"
     id: Mapped[int] = mapped_column(ROW_ID, primary_key=True, autoincrement=True)
     chat_id: Mapped[str] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
+    # No foreign key: a message's later ones are deleted with it by the store, and SQLite cannot add one to a table.
+    parent: Mapped[int | None] = mapped_column(ROW_ID, nullable=True)
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str] = mapped_column(Text, default="")
     data: Mapped[dict] = mapped_column(JSON, default=dict)

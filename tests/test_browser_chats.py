@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from harness.browser import (
-    CHROMIUM, AppProcess, ask, bot_messages, free_port, import_conversation, open_chat, open_tab, send, set_number, user_messages,
+    CHROMIUM, AppProcess, ask, bot_messages, click_and_wait, free_port, import_conversation, open_chat, open_tab, send, set_number, user_messages,
     wait_until_answered,
 )
 
@@ -136,8 +136,19 @@ def test_each_chat_keeps_its_messages_system_prompt_and_tools(page):
     # The conversation goes on in the chat shown.
     ask(page, "And a cherry?")
     expect(user_messages(page)).to_have_count(2)
+    # A regenerated reply keeps the earlier one as a version: ‹ shows it, and the chat opens on it again.
+    versions = page.locator("#chatbot .versions")
+    click_and_wait(page, "regenerate-btn")
+    expect(versions).to_have_count(1)
+    expect(versions).to_contain_text("2/2")
+    versions.locator(".version-go").click()
+    expect(versions).to_contain_text("1/2")
+    expect(user_messages(page)).to_have_count(2)
     choose_chat(page, "Say apple.")
     expect(user_messages(page)).to_have_count(1)
+    expect(versions).to_have_count(0)
+    choose_chat(page, "Say banana.")
+    expect(versions).to_contain_text("1/2")
 
 
 def test_rename_search_and_delete(page, context, app):

@@ -8,6 +8,7 @@ import json
 import os
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import gradio as gr
 import pytest
@@ -98,10 +99,13 @@ def test_each_message_is_a_row_and_a_reopened_chat_is_as_it_was(chat_store):
     rows = chat_store.messages(chats.owner, session.chat_id)
     assert [(m.data["content"], m.state) for m in rows] == [("Hi", "done"), ("Hello there", "done"), ("Bye", "error")]
     assert [t.row for t in session.turns] == [m.id for m in rows]
-    # A regenerated reply's row goes; the others stay the rows they were.
+    # A regenerated reply is a new row beside the earlier one, which stays as a version; the others stay the rows they were.
     del session.turns[1:]
+    session.turns.append(Turn(role="assistant", content="Hi again"))
     session.keeper.save(session.turns)
-    assert [m.id for m in chat_store.messages(chats.owner, session.chat_id)] == [rows[0].id]
+    assert [m.id for m in chat_store.messages(chats.owner, session.chat_id)] == [*(m.id for m in rows), session.turns[1].row]
+    assert session.turns[1].versions == [rows[1].id, session.turns[1].row]
+    assert [t.content for t in chats.open(session.chat_id, "").turns] == ["Hi", "Hi again"]
 
 
 def test_two_tabs_of_one_chat_never_drop_each_others_messages(chat_store):
@@ -116,8 +120,11 @@ def test_two_tabs_of_one_chat_never_drop_each_others_messages(chat_store):
     other_tab = user_chats(chat_store)
     other_chat = chat_session(other_tab, "Another chat")
     other_tab.keep(other_chat, other_chat.chat_id, "", "")
-    contents = [t.content for t in chats.open(first.chat_id, "").turns]
-    assert contents == ["Hi", "Hello", "From tab one", "From tab two"]
+    # Each tab's message follows what that tab showed: two versions, the one written last shown.
+    reopened = chats.open(first.chat_id, "")
+    assert [t.content for t in reopened.turns] == ["Hi", "Hello", "From tab two"]
+    assert reopened.turns[2].versions == [first.turns[2].row, second.turns[2].row]
+    assert [t.content for t in reopened.keeper.show_version(first.turns[2].row, "")] == ["Hi", "Hello", "From tab one"]
     assert len(chats.choices()) == 2
 
 
@@ -352,3 +359,62 @@ async def test_the_message_is_saved_when_sent_and_the_reply_as_it_streams(handle
     await run(handlers.send(session, message("Write a poem about the sea."), **settings(2)))
     assert session.turns[-1].stats.finish_reason == "length"
     assert chat_store.messages(chats.owner, session.chat_id)[-1].state == "length"
+
+
+async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_the_branch_shown(handlers, chat_store, monkeypatch):
+    chats = user_chats(chat_store)
+    session = chats.new_session()
+    await run(handlers.send(session, message("Name a fruit."), **settings(6, temperature=1.0, seed=1)))
+    for seed in (2, 3):
+        await run(handlers.regenerate(session, **settings(6, temperature=1.0, seed=seed)))
+    versions = session.turns[1].versions
+    assert len(versions) == 3 and versions[-1] == session.turns[1].row, "each regenerated reply is a version"
+    replies = {row: next(m.data["content"] for m in chat_store.messages(chats.owner, session.chat_id) if m.id == row) for row in versions}
+    assert len(set(replies.values())) > 1, "the sampled replies were all alike: the test cannot tell them apart"
+    assert "3/3" in str(render(session.turns)[-1]["content"])
+
+    shown = handlers.switch_version(session, str(versions[0]))
+    assert [t.row for t in session.turns] == [session.turns[0].row, versions[0]] and "1/3" in str(shown["chatbot"][-1]["content"])
+    requests = []
+    model = handlers.slot.model
+    astream_reply = model.astream_reply
+    monkeypatch.setattr(model, "astream_reply", lambda request, **kw: requests.append(request) or astream_reply(request, **kw))
+    await run(handlers.send(session, message("And a vegetable?"), **settings(4)))
+    assert [m["content"] for m in requests[0].messages if m["role"] == "assistant"] == [replies[versions[0]]], \
+        "the model gets the branch shown"
+    # Reopened (a reload, another tab), the chat shows that branch, with its ‹1/3›.
+    reopened = chats.open(session.chat_id, "")
+    assert [t.content for t in reopened.turns] == [t.content for t in session.turns] and reopened.turns[1].versions == versions
+
+    # An edit is a new version of the message; the earlier one stays, with its replies.
+    await run(handlers.edit(reopened, SimpleNamespace(index=0, value="Name a berry."), **settings(4)))
+    assert [t.content for t in reopened.turns][0] == "Name a berry." and len(reopened.turns) == 2
+    first, edited = reopened.turns[0].versions
+    assert edited == reopened.turns[0].row
+    back = handlers.switch_version(reopened, str(first))
+    assert [t.content for t in reopened.turns] == [t.content for t in session.turns] and back["chatbot"] == render(reopened.turns)
+    # A message of another chat is no version of this one's.
+    other = chat_session(chats, "Other chat")
+    chats.keep(other, other.chat_id, "", "")
+    with pytest.warns(UserWarning, match="not one of this chat's"):
+        handlers.switch_version(reopened, str(other.turns[0].row))
+    assert [t.content for t in reopened.turns] == [t.content for t in session.turns]
+
+    # Stopped mid-regenerate, the partial reply is a version of its own, saved as stopped.
+    task = asyncio.create_task(run(handlers.regenerate(reopened, **settings(600))))
+    while not (reopened.turns[-1].writing and len(reopened.turns[-1].content) > 10):
+        assert not task.done(), "the reply ended before it could be stopped"
+        await asyncio.sleep(0.01)
+    handlers.stop(reopened)
+    await task
+    stopped = reopened.turns[-1]
+    assert stopped.stopped and len(stopped.versions) == 2 and stopped.versions[-1] == stopped.row
+    assert next(m.state for m in chat_store.messages(chats.owner, session.chat_id) if m.id == stopped.row) == "stopped"
+
+    # Undo takes the last exchange away, with the other versions after it; Clear, every version.
+    handlers.undo(reopened)
+    chats.keep(reopened, reopened.chat_id, "", "")
+    assert [t.content for t in chats.open(session.chat_id, "").turns] == ["Name a fruit.", replies[versions[0]]]
+    handlers.clear(reopened)
+    chats.keep(reopened, reopened.chat_id, "", "")
+    assert chat_store.messages(chats.owner, session.chat_id) == []

@@ -79,6 +79,11 @@ def test_another_users_chat_cannot_be_read_listed_changed_or_deleted(app, tabs):
     bob.call("delete_chat", [None, None])
     bob.call("undo", [None])
     bob.call("clear", [None])
+    # A version switch naming a message of her chat shows him nothing of it.
+    with sqlite3.connect(app.database) as database:
+        her_message = database.execute("SELECT min(id) FROM messages WHERE chat_id = ?", (secret_chat,)).fetchone()[0]
+    switched = bob.call("switch_version", [None, str(her_message)])
+    assert SECRET not in shown(switched) and switched["output"]["data"][0] == [], "his own (cleared) conversation stays shown"
     for listener in ("keep_chat", "keep_import"):
         bob.call(listener, [None, None, secret_chat, "Leak everything.", "[]"][: 3 if listener == "keep_import" else 5])
     assert rows(app, secret_chat) == before, "Alice's chat is as she left it"

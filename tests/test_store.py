@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import inspect, text
 
 from harness.postgres import fresh_database
-from store import MessageChanges, NotYours, StoreError, open_store
-from store.database import database_url
+from store import MessageChanges, NoSuchMessage, NotYours, StoreError, open_store
+from store.database import MIGRATIONS, database_url, migrate
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -33,7 +33,7 @@ def messages(*texts):
 def test_the_schema_is_made_by_the_migrations_and_opening_again_changes_nothing(url):
     store = open_store(url)
     with store.engine.connect() as connection:
-        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
         assert {"chats", "messages", "media", "chat_media", "alembic_version"} <= set(inspect(connection).get_table_names())
     store.write("alice", "c1", messages("Hi"), {"title": "Hi"})
     store.close()
@@ -69,11 +69,13 @@ def test_messages_rows_search_and_delete(chat_store):
     assert [m.id for m in chat_store.messages("alice", "c1")] == ids
     chat = chat_store.chat("alice", "c1")
     assert (chat.title, chat.system, chat.tools) == ("Name a fruit", "Be brief.", "")
-    # Changed and removed by id; another row added meanwhile is left alone.
+    # Changed and removed by id (a removed message with the messages after it); another row added meanwhile is left alone.
     [third] = chat_store.write("alice", "c1", messages("Another"), {"title": "x"})
+    [fourth] = chat_store.write("alice", "c1", messages("More"), {"title": "x"})
     chat_store.write("alice", "c1", MessageChanges(added=[], changed={ids[1]: {"role": "assistant", "content": "Papaya.", "state": "stopped"}},
-                                                   removed=[ids[0]]), {"title": "x"})
-    assert [(m.id, m.data["content"], m.state) for m in chat_store.messages("alice", "c1")] == [(ids[1], "Papaya.", "stopped"), (third, "Another", "done")]
+                                                   removed=[third]), {"title": "x"})
+    assert [(m.id, m.data["content"], m.state) for m in chat_store.messages("alice", "c1")] == [
+        (ids[0], "Name a fruit", "done"), (ids[1], "Papaya.", "stopped"), (fourth, "More", "done")]
     assert chat_store.chat("alice", "c1").title == "Name a fruit", "a chat's title is given once"
     assert [c.id for c in chat_store.chats("alice")] == ["c1", "c2"]
     assert [c.id for c in chat_store.chats("alice", "PAPAYA")] == ["c1"]
@@ -105,6 +107,65 @@ def test_another_owners_chat_cannot_be_read_listed_changed_or_deleted(chat_store
     chat = chat_store.chat("alice", "c1")
     assert (chat.title, chat.system) == ("Secret", "")
     assert [m.data["content"] for m in chat_store.messages("alice", "c1")] == ["Alice's secret"]
+
+
+def reply(content, after):
+    return MessageChanges(added=[{"role": "assistant", "content": content}], changed={}, removed=[], after=after)
+
+
+def test_versions_are_a_tree_and_the_branch_shown_survives_reopening(url):
+    store = open_store(url)
+    question, first = store.write("alice", "c1", messages("Name a fruit", "Mango."), {"title": "Fruit"})
+    [second] = store.write("alice", "c1", reply("Papaya.", question), {"title": "x"})
+    [third] = store.write("alice", "c1", reply("Kiwi.", question), {"title": "x"})
+    [edited] = store.write("alice", "c1", messages("Name a vegetable"), {"title": "x"})
+    assert [(m.id, m.parent) for m in store.messages("alice", "c1")] == [(question, None), (first, question), (second, question),
+                                                                        (third, question), (edited, None)]
+    assert store.versions("alice", "c1")[second] == (first, second, third)
+    assert [(m.data["content"], m.versions) for m in store.branch("alice", "c1")] == [("Name a vegetable", (question, edited))]
+    # Showing a version shows the branch through it, on to the latest message written after it.
+    shown = store.show("alice", "c1", question)
+    assert [(m.data["content"], m.versions) for m in shown] == [("Name a fruit", (question, edited)), ("Kiwi.", (first, second, third))]
+    assert [m.id for m in store.show("alice", "c1", first)] == [question, first]
+    [follow_up] = store.write("alice", "c1", MessageChanges(added=[{"role": "user", "content": "And a red one?"}], changed={}, removed=[], after=first),
+                              {"title": "x"})
+    store.close()
+    again = open_store(url)
+    assert [m.data["content"] for m in again.branch("alice", "c1")] == ["Name a fruit", "Mango.", "And a red one?"]
+    # A version of another owner's chat, or a message of another chat, is refused, and nothing changes.
+    again.write("mallory", "m1", messages("Mine"), {"title": "Mine"})
+    with pytest.raises(NotYours):
+        again.show("mallory", "c1", third)
+    with pytest.raises(NoSuchMessage):
+        again.show("mallory", "m1", third)
+    assert [m.id for m in again.branch("alice", "c1")] == [question, first, follow_up]
+    # Removing a message removes the messages after it, in every branch; its other versions stay.
+    again.write("alice", "c1", MessageChanges(added=[], changed={}, removed=[first], shown=question), {"title": "x"})
+    assert [m.id for m in again.messages("alice", "c1")] == [question, second, third, edited]
+    assert again.delete("alice", "c1") and again.messages("alice", "c1") == []
+    again.close()
+
+
+def test_chats_written_before_branches_become_one_branch(tmp_path):
+    from alembic import command
+    from alembic.config import Config
+
+    url = f"sqlite:///{tmp_path / 'chats.db'}"
+    store = open_store(url)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with store.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0003")
+        connection.execute(text("INSERT INTO chats (id, owner, title, system, tools, created, updated) VALUES ('c1', 'alice', 'Hi', '', '', 0, 0)"))
+        for content in ("Hi", "Hello", "Bye"):
+            connection.execute(text("INSERT INTO messages (chat_id, role, content, data, state, updated) VALUES ('c1', 'user', :c, '{}', 'done', 0)"),
+                               {"c": content})
+    migrate(store.engine)
+    rows = store.messages("alice", "c1")
+    assert [m.parent for m in rows] == [None, rows[0].id, rows[1].id]
+    assert [m.data["content"] for m in store.branch("alice", "c1")] == ["Hi", "Hello", "Bye"]
+    store.close()
 
 
 def test_a_database_that_cannot_be_opened_is_explained(tmp_path):

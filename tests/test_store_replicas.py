@@ -2,6 +2,8 @@
 replicas of the app. Real processes (`python app.py --database-url …`), a real PostgreSQL
 server (a throwaway cluster), the page's endpoints called as its tabs call them."""
 
+import re
+
 import pytest
 
 from harness.browser import AppProcess
@@ -44,16 +46,20 @@ def test_two_app_processes_over_one_postgresql_serve_the_same_users_chats(replic
         assert chats(two) == [["Say apple.", first]], "the other process lists the chat"
         switched = two.call("switch_chat", [None, None, "", "", "", first])
         assert "Say apple." in shown(switched)
-        # Going on in the second process: each message its own row, nothing overwritten.
+        # Going on in both processes from the same reply: each message its own row, nothing
+        # overwritten; the two are versions of one message, the one written last shown.
         assert error(two.chat("Say banana.")) is None
         assert error(one.chat("Say cherry.")) is None
         again = PageClient(replicas[0].url, "alice", PASSWORD)
         try:
             opened(again)
             seen = shown(again.call("switch_chat", [None, None, "", "", "", first]))
+            assert "Say apple." in seen and "Say cherry." in seen and "2/2" in seen, seen
+            [earlier] = re.findall(r"version-go v-(\d+)", seen)
+            seen = shown(again.call("switch_version", [None, earlier]))
         finally:
             again.close()
-        assert all(fruit in seen for fruit in ("Say apple.", "Say banana.", "Say cherry.")), seen
+        assert "Say apple." in seen and "Say banana." in seen and "1/2" in seen, seen
     finally:
         one.close()
         two.close()

@@ -2,9 +2,10 @@
 while it streams (every few seconds) and when it ends, each message a row of its own.
 
 A ChatKeeper belongs to one tab's session of one chat. It remembers each message as it last
-wrote it, and a save writes only what changed since: new messages, changed ones, and the ones
-the session no longer has (a regenerated reply, an undone message). Rows another tab added to
-the same chat are never touched. Where the store cannot be written, the conversation goes on
+wrote it, and a save writes only what changed since: new messages, each after the one before it
+in the session (a regenerated reply or an edited message is a new version beside the earlier
+one, which stays), changed ones, and the ones discarded (an undone exchange). Rows another tab
+added to the same chat are never overwritten. Where the store cannot be written, the conversation goes on
 in the page, which says so once, and the next save writes everything still unsaved.
 """
 
@@ -15,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import gradio as gr
@@ -25,7 +27,7 @@ from limits import size_text
 from store import ChatStore, MessageChanges, StoredMessage, StoreError
 from store.media import file_hash
 
-from .conversation import ChatSession, Turn
+from .conversation import ChatSession, Turn, kept_media
 
 logger = logging.getLogger(__name__)
 
@@ -36,11 +38,14 @@ TITLE_LENGTH = 60
 
 class ChatKeeper:
     def __init__(self, store: ChatStore, owner: str, chat_id: str, written: dict[int, dict[str, Any]] | None = None,
-                 known: dict[str, str] | None = None) -> None:
+                 known: dict[str, str] | None = None, shown: int | None = None) -> None:
+        """``shown``: the last message of the branch the store has as shown."""
         self.store = store
         self.owner = owner
         self.chat_id = chat_id
         self.written = written or {}
+        self.shown = shown
+        self.discarded: set[int] = set()
         self.last_save = time.monotonic()
         self.problem = ""
         self._lock = threading.Lock()
@@ -56,28 +61,52 @@ class ChatKeeper:
             try:
                 media = self._kept_media(turns)
                 messages = [as_message(turn, media) for turn in turns]
-                rows = {turn.row for turn in turns}
+                new = [index for index, turn in enumerate(turns) if turn.row is None]
                 changes = MessageChanges(
-                    added=[message for turn, message in zip(turns, messages) if turn.row is None],
+                    added=[messages[index] for index in new],
                     changed={turn.row: message for turn, message in zip(turns, messages)
                              if turn.row is not None and self.written.get(turn.row) != message},
-                    removed=[row for row in self.written if row not in rows],
+                    removed=sorted(self.discarded),
+                    after=turns[new[0] - 1].row if new and new[0] > 0 else None,
+                    shown=turns[-1].row if turns else None,
                 )
-                if not changes:
+                if not changes and changes.shown == self.shown:
                     return
                 ids = self.store.write(self.owner, self.chat_id, changes, {"title": title_of(turns), "system": system, "tools": tools},
                                        dict(media.values()))
+                for index, row in zip(new, ids):
+                    turns[index].row = row
+                if ids or changes.removed:
+                    versions = self.store.versions(self.owner, self.chat_id)
+                    for turn in turns:
+                        turn.versions = list(versions.get(turn.row, ()))
             except (SQLAlchemyError, StoreError, OSError) as error:
                 self._failed(error)
                 return
-            for turn, row in zip([turn for turn in turns if turn.row is None], ids):
-                turn.row = row
             for row in changes.removed:
-                del self.written[row]
+                self.written.pop(row, None)
+            self.discarded -= set(changes.removed)
             self.written.update({turn.row: message for turn, message in zip(turns, messages)})
+            self.shown = turns[-1].row if turns else None
             if self.problem:
                 self.problem = ""
                 gr.Info("The chat is saved again.")
+
+    def discard(self, rows: Iterable[int | None]) -> None:
+        """Delete messages ``rows`` (and what follows them, in every branch) from the store at the next save."""
+        self.discarded.update(row for row in rows if row is not None)
+
+    def show_version(self, row: int, upload_folder: str) -> list[Turn]:
+        """The turns of the branch through message ``row`` of this chat, which the chat shows
+        from now on (a message of another chat is refused: NoSuchMessage)."""
+        stored = self.store.show(self.owner, self.chat_id, row)
+        self.shown = stored[-1].id
+        return self.turns_of(stored, upload_folder)
+
+    def turns_of(self, stored: list[StoredMessage], upload_folder: str) -> list[Turn]:
+        """Stored messages as the session's turns, noted as written, their media shown from ``upload_folder``."""
+        self.written.update({message.id: {**message.data, "state": message.state} for message in stored})
+        return [kept_media(as_turn(message, self.store, upload_folder, self.known), upload_folder) for message in stored]
 
     def _kept_media(self, turns: list[Turn]) -> dict[str, tuple[str, int]]:
         """The hash and size of each file of ``turns`` that is kept with the chat, by path: put
@@ -178,7 +207,7 @@ def as_turn(message: StoredMessage, store: ChatStore, upload_folder: str, known:
         else:
             files.append(file)
     turn = Turn.model_validate({**message.data, "files": files})
-    turn.row = message.id
+    turn.row, turn.versions = message.id, list(message.versions)
     turn.stopped = turn.stopped or message.state == "writing"
     return turn
 

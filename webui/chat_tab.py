@@ -15,6 +15,7 @@ from . import replying
 from .by_name import by_name
 from .controls import control
 from .handlers import MEDIA_KINDS, ChatHandlers, control_value
+from .versions import PICK_ID
 
 TOOLS_EXAMPLE = """[{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]"""
@@ -47,6 +48,8 @@ class ChatTab:
                     autofocus=True,
                     max_lines=12,
                 )
+                # Set by the ‹k/n› arrows in the Chatbot (webui/versions.py).
+                self.version_pick = gr.Textbox(elem_id=PICK_ID, visible="hidden")
                 self.attachments_note = gr.Markdown("", elem_id="attachments-note")
                 self.pdfs_as_images = gr.Checkbox(False, label="Send PDFs as page images (for scans, figures, layout)",
                                                   elem_id="pdfs-as-images", visible=False, container=False)
@@ -103,6 +106,8 @@ class ChatTab:
         self.message_box.change(handlers.attachments_note, [session, self.message_box], self.attachments_note,
                                 inputs_kwargs={"system": self.system, "tools": self.tools}, trigger_mode="always_last",
                                 show_progress="hidden", concurrency_limit=None, api_visibility="private")
+        self.version_pick.change(inputs=[session, self.version_pick], **by_name(handlers.switch_version, {"chatbot": self.chatbot}),
+                                 api_name="switch_version")
         self.changes = [
             self.undo_btn.click(inputs=[session], **by_name(handlers.undo, chat), api_name="undo"),
             self.clear_btn.click(inputs=[session], **by_name(handlers.clear, chat), api_name="clear"),

@@ -16,6 +16,7 @@ from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest
 
 from .attachments import AttachedDocument, chip
 from .reply_stats import ReplyStats
+from .versions import version_line
 
 if TYPE_CHECKING:
     from .chat_keeper import ChatKeeper
@@ -44,7 +45,8 @@ class Turn(BaseModel):
     says how a finished reply was written. ``missing_files`` names the files
     that the server no longer has (shown as missing, not sent). ``writing``,
     ``tool_text`` and ``waiting`` (how many requests must finish before this reply starts) exist
-    only while the reply streams. ``row``: its message's id in the chat store, once written there."""
+    only while the reply streams. ``row``: its message's id in the chat store, once written there;
+    ``versions``: the ids of its versions there (itself among them), oldest first."""
 
     role: Literal["user", "assistant"]
     content: str = ""
@@ -60,6 +62,7 @@ class Turn(BaseModel):
     tool_text: str = Field("", exclude=True)
     waiting: int | None = Field(None, exclude=True)
     row: int | None = Field(None, exclude=True)
+    versions: list[int] = Field([], exclude=True)
 
 
 @dataclass
@@ -134,7 +137,13 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
 
 
 def render_turn(turn: Turn) -> list[dict[str, Any]]:
-    """The Chatbot messages for one turn: thinking and tool calls as collapsible blocks."""
+    """The Chatbot messages for one turn: thinking and tool calls as collapsible blocks, and
+    under a message that has other versions, which one it is."""
+    line = version_line(turn.row, turn.versions)
+    return _messages(turn) + ([line] if line else [])
+
+
+def _messages(turn: Turn) -> list[dict[str, Any]]:
     if turn.role == "user":
         content: list[Any] = [{"path": path} for path in turn.files] + [chip(document) for document in turn.documents]
         if turn.content:

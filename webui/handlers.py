@@ -22,11 +22,13 @@ from typing import Any
 import gradio as gr
 import psutil
 from gradio.utils import get_upload_folder
+from sqlalchemy.exc import SQLAlchemyError
 
 from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk, Response, line_user
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
 from limits import Limits
+from store import NoSuchMessage, StoreError
 
 from .attachments import is_chip, page_images, read_documents, split_files, tokens_note
 from .chat_keeper import SAVE_INTERVAL, kept, kept_now
@@ -34,8 +36,9 @@ from .conversation import ChatSession, SavedToolCall, Turn, kept_media, model_re
 from .conversation_file import read_conversation, write_conversation
 from .model_rights import ModelRights
 from .reply_stats import ReplyClock
-from .replying import one_reply_at_a_time
+from .replying import BUSY, one_reply_at_a_time
 from .streaming import throttled
+from .versions import picked
 
 ENGINE_MODES = {"auto": None, "eager": True, "compiled": False}
 
@@ -152,8 +155,8 @@ class ChatHandlers:
             yield {"chatbot": render(session.turns)}
             return
         del session.turns[index + 1:]
-        turn.content = edited_text(edit.value)
-        turn.error = None
+        # A new version of the message: the one edited stays in the chat's store, with its replies.
+        session.turns[index] = turn.model_copy(update={"content": edited_text(edit.value), "error": None, "row": None}, deep=True)
         async for update in self._answer(session, settings, request):
             yield update
 
@@ -166,13 +169,43 @@ class ChatHandlers:
         if last_user is None:
             return {"chatbot": render(session.turns)}
         turn = session.turns[last_user]
+        if session.keeper is not None:
+            session.keeper.discard(gone.row for gone in session.turns[last_user:])
         del session.turns[last_user:]
         documents = [document.path for document in turn.documents if document.path and os.path.isfile(document.path)]
         return {"chatbot": render(session.turns), "message_box": box(True, turn.content, turn.files + documents)}
 
     def clear(self, session: ChatSession) -> dict[str, Any]:
+        if session.keeper is not None and session.turns:  # every version of the first message, and all after them
+            session.keeper.discard(session.turns[0].versions or [session.turns[0].row])
         session.turns.clear()
         return {"chatbot": [], "message_box": box(True)}
+
+    def switch_version(self, session: ChatSession, picked_row: str) -> dict[str, Any]:
+        """Show another version of a message (``picked_row``: its id, as the ‹k/n› arrows set it) and
+        the newest conversation after it; the next message continues that branch."""
+        unchanged = {"chatbot": render(session.turns)}
+        row = picked(picked_row)
+        if session.answering:
+            gr.Warning(BUSY)
+            return unchanged
+        if row is None or session.keeper is None:
+            gr.Warning("There is no such version of a message in this chat.")
+            return unchanged
+        if session.keeper.problem:
+            gr.Warning("This chat is not saved now, so its other versions cannot be shown: try again once it is saved.")
+            return unchanged
+        try:
+            turns = session.keeper.show_version(row, get_upload_folder())
+        except NoSuchMessage as error:
+            gr.Warning(str(error))
+            return unchanged
+        except (SQLAlchemyError, StoreError, OSError) as error:
+            gr.Warning(f"The other version could not be read ({str(getattr(error, 'orig', None) or error).splitlines()[0]}); "
+                       "the conversation on screen stays as it is.")
+            return unchanged
+        session.turns[:] = turns
+        return {"chatbot": render(session.turns)}
 
     async def _answer(self, session: ChatSession, settings: dict[str, Any], request: gr.Request | None,
                       emptied: dict[str, Any] | None = None) -> AsyncIterator[dict[str, Any]]:

@@ -19,6 +19,7 @@ from .model_rights import ModelRights
 from .settings_tab import SettingsTab
 from .long_paste import LONG_PASTE_ATTACHES
 from .read_aloud import READ_ALOUD
+from .versions import VERSION_ARROWS
 from .shortcuts import ESCAPE_STOPS
 
 # System fonts only: the page must not fetch anything from outside this machine.
@@ -39,6 +40,10 @@ CSS = """
 #chat-buttons button { min-width: 0; }
 #chatbot .message:has(.reply-stats) { background: none; border: none; box-shadow: none; padding-top: 0; }
 .reply-stats { font-size: 0.78em; opacity: 0.65; }
+#chatbot .message:has(.versions) { background: none; border: none; box-shadow: none; padding-top: 0; padding-bottom: 0; }
+.versions { font-size: 0.85em; opacity: 0.75; user-select: none; }
+.version-go { cursor: pointer; padding: 0 0.4em; }
+.version-end { opacity: 0.3; padding: 0 0.4em; }
 .read-aloud { font-size: 0.78em; opacity: 0.75; margin-left: 0.8em; background: none; border: none; cursor: pointer; padding: 0; }
 .document-chip summary { cursor: pointer; }
 .document-chip pre { max-height: 20em; overflow: auto; white-space: pre-wrap; font-size: 0.85em; }
@@ -65,7 +70,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         chat.wire(handlers, session, generation)
         sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, generation, replies=chat.replies, changes=chat.changes,
                      imported=chat.imported)
-        for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD):
+        for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS):
             demo.load(None, js=script)
         settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, generation)
     return demo

@@ -20,7 +20,7 @@ READ_ALOUD = """() => {
         speechSynthesis.cancel();
     };
     const replyText = (row) => [...row.querySelectorAll("[data-testid=bot]")]
-        .filter((message) => !message.querySelector(".reply-stats") && !message.closest(".thought-group, .thought"))
+        .filter((message) => !message.querySelector(".reply-stats, .versions") && !message.closest(".thought-group, .thought"))
         .map((message) => message.innerText.trim()).filter(Boolean).join("\\n\\n");
     const read = (button, row) => {
         const again = reading === button;

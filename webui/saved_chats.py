@@ -14,8 +14,8 @@ from typing import Any
 
 from store import ChatInfo, ChatStore
 
-from .chat_keeper import ChatKeeper, as_turn
-from .conversation import ChatSession, Turn, kept_media
+from .chat_keeper import ChatKeeper
+from .conversation import ChatSession, Turn
 
 
 class SavedChats:
@@ -37,16 +37,13 @@ class SavedChats:
         return self.store.chat(self.owner, chat_id) if chat_id else None
 
     def open(self, chat_id: str, media_root: str) -> ChatSession:
-        """A session showing saved chat ``chat_id`` (a new, empty chat if this user has none such)."""
-        stored = self.store.messages(self.owner, chat_id) if chat_id else []
+        """A session showing the branch saved chat ``chat_id`` last showed (a new, empty chat if this user has none such)."""
+        stored = self.store.branch(self.owner, chat_id) if chat_id else []
         if not stored and self.find(chat_id) is None:
             return self.new_session()
         self.current = chat_id
-        known: dict[str, str] = {}
-        turns = [as_turn(message, self.store, media_root, known) for message in stored]
-        written = {message.id: {**message.data, "state": message.state} for message in stored}
-        return ChatSession(turns=[kept_media(turn, media_root) for turn in turns], chat_id=chat_id,
-                           keeper=ChatKeeper(self.store, self.owner, chat_id, written, known))
+        keeper = ChatKeeper(self.store, self.owner, chat_id, shown=stored[-1].id if stored else None)
+        return ChatSession(turns=keeper.turns_of(stored, media_root), chat_id=chat_id, keeper=keeper)
 
     def new_session(self) -> ChatSession:
         """A new chat: listed once it has a message."""
