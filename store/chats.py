@@ -1,7 +1,10 @@
 """What the page asks of the store. Every call names the owner it acts for, and touches only that
 owner's chats: a chat id of someone else's reads as no chat at all, and writing to one is refused
 (ids come from the page, and an attacker can send any). Each call is one short transaction,
-so two tabs, or two app processes, never overwrite each other's rows."""
+so two tabs, or two app processes, never overwrite each other's rows.
+
+A deleted chat is only marked deleted at first, and reads as no chat at all: its owner can undo
+the delete until it is purged (``purge``), which removes its rows and its media for good."""
 
 from __future__ import annotations
 
@@ -72,7 +75,7 @@ class ChatStore:
 
     def chats(self, owner: str, query: str = "") -> list[ChatInfo]:
         """``owner``'s chats, newest first; with ``query``, those whose title or any message holds it, whatever its case."""
-        statement = select(Chat).where(Chat.owner == owner).order_by(Chat.updated.desc())
+        statement = select(Chat).where(Chat.owner == owner, Chat.deleted.is_(None)).order_by(Chat.updated.desc())
         query = query.strip()
         if query:
             in_messages = exists().where(Message.chat_id == Chat.id, Message.content.icontains(query, autoescape=True))
@@ -87,7 +90,8 @@ class ChatStore:
 
     def messages(self, owner: str, chat_id: str) -> list[StoredMessage]:
         """The chat's messages in order (none for a chat that is not ``owner``'s)."""
-        statement = (select(Message).join(Chat).where(Chat.owner == owner, Message.chat_id == chat_id).order_by(Message.id))
+        statement = (select(Message).join(Chat).where(Chat.owner == owner, Chat.deleted.is_(None), Message.chat_id == chat_id)
+                     .order_by(Message.id))
         with Session(self.engine) as session:
             return [StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state)
                     for row in session.scalars(statement)]
@@ -136,12 +140,26 @@ class ChatStore:
         return self._update(owner, chat_id, title=_without_nul(title))
 
     def delete(self, owner: str, chat_id: str) -> bool:
-        """Delete the chat, its messages, and the media no other chat uses."""
+        """Mark the chat deleted: it is gone from every listing, until ``undelete`` or ``purge``."""
+        return self._update(owner, chat_id, deleted=time.time())
+
+    def undelete(self, owner: str, chat_id: str, since: float) -> bool:
+        """Bring back ``owner``'s chat deleted at ``since`` or later, if it is not purged yet."""
         with Session(self.engine) as session, session.begin():
-            deleted = session.execute(delete(Chat).where(Chat.owner == owner, Chat.id == chat_id)).rowcount > 0
-        if deleted:
+            statement = update(Chat).where(Chat.owner == owner, Chat.id == chat_id, Chat.deleted >= since).values(deleted=None)
+            return session.execute(statement).rowcount > 0
+
+    def purge(self, deleted_before: float, owner: str | None = None) -> int:
+        """Remove for good the chats deleted before ``deleted_before`` (only ``owner``'s where
+        named): their messages, and the media no other chat uses. How many chats went."""
+        statement = delete(Chat).where(Chat.deleted < deleted_before)
+        if owner is not None:
+            statement = statement.where(Chat.owner == owner)
+        with Session(self.engine) as session, session.begin():
+            purged = session.execute(statement).rowcount
+        if purged:
             self._sweep()
-        return deleted
+        return purged
 
     def _sweep(self) -> None:
         with Session(self.engine) as session, session.begin():
@@ -151,16 +169,17 @@ class ChatStore:
 
     def count(self, owner: str) -> int:
         with Session(self.engine) as session:
-            return session.scalar(select(func.count()).select_from(Chat).where(Chat.owner == owner)) or 0
+            return session.scalar(select(func.count()).select_from(Chat).where(Chat.owner == owner, Chat.deleted.is_(None))) or 0
 
     def _update(self, owner: str, chat_id: str, **values: Any) -> bool:
         with Session(self.engine) as session, session.begin():
-            return session.execute(update(Chat).where(Chat.owner == owner, Chat.id == chat_id).values(**values)).rowcount > 0
+            statement = update(Chat).where(Chat.owner == owner, Chat.id == chat_id, Chat.deleted.is_(None)).values(**values)
+            return session.execute(statement).rowcount > 0
 
 
 def _owned(session: Session, owner: str, chat_id: str) -> Chat | None:
     chat = session.get(Chat, chat_id)
-    return chat if chat is not None and chat.owner == owner else None
+    return chat if chat is not None and chat.owner == owner and chat.deleted is None else None
 
 
 def _info(chat: Chat) -> ChatInfo:

@@ -30,6 +30,9 @@ class Chat(Base):
     generation: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     created: Mapped[float] = mapped_column(Float)
     updated: Mapped[float] = mapped_column(Float)
+    # When it was deleted, while that can still be undone (None: not deleted); ChatStore.purge
+    # removes it for good, its media with it.
+    deleted: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (Index("ix_chats_owner_updated", "owner", "updated"),)
 

@@ -170,6 +170,14 @@ def test_rename_search_and_delete(page):
     page.locator("#delete-chat-btn").click()
     expect(chat_list(page)).to_have_text(["Say cherry.", "Say apple."])
     expect(user_messages(page).first).to_contain_text("Say cherry.")
+    page.locator("#undo-delete-btn").click()
+    expect(chat_list(page)).to_have_text(["Say cherry.", "Yellow fruit", "Say apple."])
+    expect(user_messages(page).first).to_contain_text("Say banana.")
+    expect(page.locator("#undo-delete-btn")).to_be_hidden()
+    page.locator("#delete-chat-btn").click()
+    expect(page.locator("#undo-delete-btn")).to_be_visible()
+    expect(page.locator("#undo-delete-btn")).to_be_hidden(timeout=20_000)  # its time is over
+    expect(chat_list(page)).to_have_text(["Say cherry.", "Say apple."])
 
 
 def test_switching_away_from_a_streaming_reply_stops_it_in_its_own_chat(page):

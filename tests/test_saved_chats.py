@@ -6,6 +6,7 @@ while a reply streams, on the real default model."""
 import asyncio
 import json
 import os
+import time
 import zipfile
 from pathlib import Path
 
@@ -168,6 +169,7 @@ def test_media_are_kept_with_the_chat_once_by_content_and_go_with_the_last_chat(
     assert Image.open(fresh.turns[0].files[0]).getpixel((0, 0)) == (0, 128, 0)
     assert isinstance(chat_store.messages(chats.owner, fresh.chat_id)[0].data["files"][0], dict), "still kept as a medium"
     chats.delete(fresh.chat_id)
+    chat_store.purge(time.time())  # as it is once Undo's time is over
 
     # The same picture in another chat (under another name) is kept once, and goes with the last chat using it.
     again = chats.add([Turn(role="user", content="Again", files=[str(picture(upload_folder / "x" / "same.png", "red"))])])
@@ -175,7 +177,39 @@ def test_media_are_kept_with_the_chat_once_by_content_and_go_with_the_last_chat(
     chats.delete(a.chat_id)
     assert chat_store.media.file(medium).exists()
     chats.delete(again.chat_id)
+    assert chat_store.media.file(medium).exists(), "kept while the delete can be undone"
+    chat_store.purge(time.time())
     assert not chat_store.media.file(medium).exists() and chat_store.media_of(chats.owner) == {}
+
+
+async def test_a_delete_is_undone_within_its_time_and_until_the_next_delete(chat_store, upload_folder, monkeypatch):
+    chats = user_chats(chat_store)
+    a = chats.add([Turn(role="user", content="Apple?"), Turn(role="assistant", content="Red.")], system="Be brief.")
+    b = chats.add([Turn(role="user", content="Banana?")])
+    shown = chats.open(b.chat_id, str(upload_folder))
+    view = await chat_sidebar.delete_chat(chats, shown)
+    assert view["undo"]["visible"] and "Deleted “Banana?”" in view["note"] and view["shown"] == a.chat_id
+    assert [chat_id for _, chat_id in chats.choices()] == [a.chat_id]
+    view = await chat_sidebar.undo_delete(chats, view["session"], a.chat_id, "Be brief.", "")
+    assert view["shown"] == b.chat_id and [t.content for t in view["session"].turns] == ["Banana?"] and not view["undo"]["visible"]
+    assert sorted(chat_id for _, chat_id in chats.choices()) == sorted([a.chat_id, b.chat_id])
+    with pytest.warns(UserWarning, match="can no longer be undone"):
+        assert "session" not in await chat_sidebar.undo_delete(chats, view["session"], b.chat_id, "", ""), "nothing to undo twice"
+
+    # The next delete purges the one before: only the last can be undone, and a tab's Undo names no chat but its own.
+    await chat_sidebar.delete_chat(chats, chats.open(a.chat_id, str(upload_folder)))
+    other_tab = user_chats(chat_store)
+    await chat_sidebar.delete_chat(other_tab, other_tab.open(b.chat_id, str(upload_folder)))
+    with pytest.warns(UserWarning, match="can no longer be undone"):
+        await chat_sidebar.undo_delete(chats, chats.new_session(), "", "", "")
+    assert chats.choices() == []
+    # Past its time, a delete is purged by whoever comes next, and Undo says it is too late.
+    monkeypatch.setattr(time, "time", lambda real=time.time: real() + 11)
+    chats.purge_expired()
+    with pytest.warns(UserWarning, match="can no longer be undone"):
+        await chat_sidebar.undo_delete(other_tab, other_tab.new_session(), "", "", "")
+    with chat_store.engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT count(*) FROM chats").scalar() == 0
 
 
 def noise(path):

@@ -118,3 +118,17 @@ def test_without_logins_each_browser_has_its_own_chats(tmp_path_factory):
         one.close()
         two.close()
         app.stop()
+
+
+def test_another_users_delete_cannot_be_undone(app, tabs):
+    alice = tabs("alice")
+    opened(alice)
+    assert error(alice.chat("Delete me, then bring me back.")) is None
+    [chat] = chat_ids(alice, "bring me back")
+    assert error(alice.call("delete_chat", [None, None])) is None and chat not in chat_ids(alice)
+    bob = tabs("bob")
+    opened(bob)
+    # His Undo brings back only what his own tab deleted: nothing; the chat id he sends is not read.
+    undone = bob.call("undo_delete", [None, None, chat, "", ""])
+    assert "bring me back" not in shown(undone) and chat_ids(bob) == [] and chat not in chat_ids(alice)
+    assert error(alice.call("undo_delete", [None, None, "", "", ""])) is None and chat in chat_ids(alice)

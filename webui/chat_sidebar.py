@@ -1,5 +1,5 @@
 """The sidebar of saved chats: new chat, the list (search in titles and messages), switch,
-rename, delete.
+rename, delete (with Undo for a while after).
 
 The page opens on the chats of whoever opened it (``restore``): their login's, else the
 browser's own (an id the browser keeps); chats an older version kept in the browser move into
@@ -33,7 +33,7 @@ from .browser_storage import BrowserChats, browser_memory, browser_storage, old_
 from .by_name import by_name
 from .chats_export import export_chats
 from .conversation import ChatSession, render
-from .saved_chats import SavedChats
+from .saved_chats import TOO_LATE, UNDO_SECONDS, SavedChats
 
 # Gradio makes room for an open sidebar from where the page sits when it first draws, before the
 # page's own CSS has centred it, and so makes none; the room is made here. In <head> because
@@ -95,6 +95,9 @@ class ChatSidebar:
             with gr.Row():
                 self.rename_btn = gr.Button("Rename", elem_id="rename-chat-btn", size="sm")
                 self.delete_btn = gr.Button("Delete chat", elem_id="delete-chat-btn", variant="stop", size="sm")
+            self.undo_btn = gr.Button("Undo delete", elem_id="undo-delete-btn", size="sm", visible=False)
+            # Hides Undo once the delete can no longer be undone.
+            self.undo_timer = gr.Timer(UNDO_SECONDS, active=False)
             self.export_btn = gr.Button("Export all chats", elem_id="export-chats-btn", size="sm")
             self.exported = gr.File(label="All chats (a conversation file each)", elem_id="exported-chats", visible=False)
 
@@ -117,7 +120,10 @@ class ChatSidebar:
                   **private)
         self.new_btn.click(inputs=shown, **by_name(new_chat, view), **leaving)
         self.list.input(inputs=[*shown, self.list], **by_name(switch_chat, view), trigger_mode="always_last", **leaving)
-        self.delete_btn.click(inputs=[self.chats, session], **by_name(delete_chat, view), **leaving)
+        undoing = {"undo": self.undo_btn, "undo_timer": self.undo_timer}
+        self.delete_btn.click(inputs=[self.chats, session], **by_name(delete_chat, {**view, **undoing}), **leaving)
+        self.undo_btn.click(inputs=shown, **by_name(undo_delete, {**view, **undoing}), **leaving)
+        self.undo_timer.tick(lambda: (gr.update(visible=False), gr.Timer(active=False)), None, [self.undo_btn, self.undo_timer], **private)
         gr.on([self.title.submit, self.rename_btn.click], inputs=[self.chats, session, self.title],
               **by_name(rename_chat, renamed), **private)
         self.search.change(search_chats, [self.chats, self.search], self.list, trigger_mode="always_last", **private)
@@ -147,6 +153,7 @@ class ChatSidebar:
         """The page opens on its user's chats, on the chat it last showed in this browser (else the newest)."""
         browser, current = browser_memory(stored)
         chats = SavedChats(self.store, owner_of(request, browser), browser, current, self.setting_names)
+        chats.purge_expired()
         problem = move_in(chats, old)
         session = chats.open(chats.current or chats.newest(), get_upload_folder())
         return {"chats": chats, "old_chats": None if old is not None else gr.skip(), **show(chats, session, problem)}
@@ -194,15 +201,36 @@ async def switch_chat(chats: SavedChats | None, session: ChatSession, shown: str
 
 @store_errors
 async def delete_chat(chats: SavedChats | None, session: ChatSession) -> dict[str, Any]:
-    """Delete the chat shown, stopping its reply, and show the newest one left (or a new chat)."""
+    """Delete the chat shown, stopping its reply, and show the newest one left (or a new chat),
+    with Undo for a while."""
     chats = opened(chats)
     await stopped(session)
 
     def deleted() -> dict[str, Any]:
-        chats.delete(session.chat_id)
-        return show(chats, chats.open(chats.newest(), get_upload_folder()))
+        chat = chats.find(session.chat_id)
+        if not chats.delete(session.chat_id):
+            return {**show(chats, chats.open(chats.newest(), get_upload_folder())), "undo": gr.update(visible=False)}
+        shown = show(chats, chats.open(chats.newest(), get_upload_folder()))
+        note = f"Deleted “{chat.title if chat else 'the chat'}”: **Undo delete** brings it back within {UNDO_SECONDS:.0f} s."
+        return {**shown, "note": note, "undo": gr.update(visible=True), "undo_timer": gr.Timer(active=True)}
 
     return await asyncio.to_thread(deleted)
+
+
+@store_errors
+async def undo_delete(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
+    """Bring back the chat this tab deleted last, and show it; the chat shown before stays saved."""
+    chats = opened(chats)
+    await leave(chats, session, shown, system, tools)
+
+    def undone() -> dict[str, Any]:
+        chat_id = chats.undo_delete()
+        if not chat_id:
+            gr.Warning(TOO_LATE)
+            return {"undo": gr.update(visible=False), "undo_timer": gr.Timer(active=False)}
+        return {**show(chats, chats.open(chat_id, get_upload_folder())), "undo": gr.update(visible=False), "undo_timer": gr.Timer(active=False)}
+
+    return await asyncio.to_thread(undone)
 
 
 @store_errors
