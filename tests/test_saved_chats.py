@@ -10,9 +10,11 @@ import time
 import zipfile
 from pathlib import Path
 
+import gradio as gr
 import pytest
 from PIL import Image
 
+from limits import Limits
 from tests.page_input import CONTROLS, message, run, settings
 from webui import chat_sidebar
 from store import open_store
@@ -255,10 +257,10 @@ def test_a_browser_id_that_is_not_one_gets_a_new_one():
         assert len(browser) == 32 and browser != "b" * 32 and current == ""
 
 
-def sidebar_over(store, export_limit=100 * 2**20):
+def sidebar_over(store, export_limit=100 * 2**20, **limits):
     """The sidebar's handlers over ``store``, without a page around them."""
     sidebar = chat_sidebar.ChatSidebar.__new__(chat_sidebar.ChatSidebar)
-    sidebar.store, sidebar.export_limit, sidebar.setting_names = store, export_limit, CONTROLS
+    sidebar.store, sidebar.limits, sidebar.setting_names = store, Limits(max_upload_size=export_limit, **limits), CONTROLS
     return sidebar
 
 
@@ -283,6 +285,56 @@ def test_all_of_a_users_chats_export_as_conversation_files_that_import(chat_stor
     assert [t.content for t in session.turns] == ["Look", "Red."]
     assert Image.open(session.turns[0].files[0]).getpixel((0, 0)) == (255, 0, 0)
     assert "Bob's secret" not in json.dumps([(upload_folder / "unzipped" / name).read_text() for name in names])
+
+
+def test_all_chats_import_back_at_once_as_new_chats_of_the_importing_user(chat_store, upload_folder):
+    alice = user_chats(chat_store, "login:alice")
+    alice.add([Turn(role="user", content="Look", files=[str(picture(upload_folder / "a" / "red.png", "red"))]),
+               Turn(role="assistant", content="Red.")], system="Be brief.")
+    alice.add([Turn(role="user", content="Say hi"), Turn(role="assistant", content="hi")])
+    exported = sidebar_over(chat_store).export_all(alice)["value"]
+    with zipfile.ZipFile(exported, "a") as archive:
+        archive.writestr("004 broken.json", "{not json")
+    bob = user_chats(chat_store, "login:bob")
+    shown = bob.new_session().chat_id
+    with pytest.warns(UserWarning, match=r"Left out of the import: 004 broken.json: This is not an anychat conversation file"):
+        view = sidebar_over(chat_store).import_all(bob, exported)
+    assert view["note"] == "Imported 2 chats from chats.zip." and bob.current == shown
+    assert [title for title, _ in bob.choices()] == ["Say hi", "Look"], "in the order they were exported"
+    [(_, look)] = bob.choices("look")
+    assert bob.find(look).system == "Be brief." and look not in [chat_id for _, chat_id in alice.choices()]
+    opened = bob.open(look, str(upload_folder)).turns
+    assert [t.content for t in opened] == ["Look", "Red."] and Image.open(opened[0].files[0]).getpixel((0, 0)) == (255, 0, 0)
+    assert len(alice.choices()) == 2, "the exporting user's chats are as they were"
+
+
+def archive_of(path, members):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return str(path)
+
+
+@pytest.mark.parametrize("members, limits, refusal", [
+    (None, {}, "This is not an archive of chats: Import chats takes the ZIP that Export all chats writes"),
+    ({"../../evil.json": "{}"}, {}, r"holds '../../evil.json', which is not a conversation file of its own.*no folders or paths"),
+    ({"chats/001 a.json": "{}"}, {}, "which is not a conversation file of its own"),
+    ({"/etc/cron.d/x.json": "{}"}, {}, "which is not a conversation file of its own"),
+    ({"notes.txt": "hi"}, {}, "holds only .json files"),
+    ({f"{n:04d}.json": "{}" for n in range(5)}, {"max_import_chats": 4}, r"holds 5 files, over this server's limit of 4 chats imported at once \(--max-import-chats\)"),
+    ({"bomb.json": "0" * 2_000_000}, {}, r"'bomb.json' unpacks to 1.9 MB, over this server's limit of 1 MB for a conversation file"),
+    ({f"{n}.json": "0" * 600_000 for n in range(4)}, {"max_user_media_size": 2_000_000}, r"unpacks to 2.3 MB, more than the 1.9 MB one user's"),
+])
+def test_an_archive_of_chats_that_is_not_one_is_refused_before_anything_is_imported(chat_store, upload_folder, tmp_path, members, limits, refusal):
+    path = tmp_path / "chats.zip"
+    if members is None:
+        path.write_bytes(picture(tmp_path / "red.png", "red").read_bytes())
+    else:
+        archive_of(path, members)
+    chats = user_chats(chat_store)
+    with pytest.raises(gr.Error, match=f"Could not import chats.zip: .*{refusal}"):
+        sidebar_over(chat_store, export_limit=2**20, **limits).import_all(chats, str(path))
+    assert chats.choices() == [] and not list(upload_folder.glob("anychat-import-*"))
 
 
 def test_the_chats_a_browser_held_move_into_the_store_once(chat_store, upload_folder):

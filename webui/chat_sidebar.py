@@ -1,5 +1,5 @@
 """The sidebar of saved chats: new chat, the list (search in titles and messages), switch,
-rename, delete (with Undo for a while after).
+rename, delete (with Undo for a while after), export all and import them back.
 
 The page opens on the chats of whoever opened it (``restore``): their login's, else the
 browser's own (an id the browser keeps); chats an older version kept in the browser move into
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -27,11 +28,13 @@ from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
 from engines import ChatError
+from limits import Limits
 from store import ChatStore, StoreError
 
 from .browser_storage import BrowserChats, browser_memory, browser_storage, old_chats_storage
 from .by_name import by_name
 from .chats_export import export_chats
+from .chats_import import chats_in_archive
 from .conversation import ChatSession, render
 from .saved_chats import TOO_LATE, UNDO_SECONDS, SavedChats
 
@@ -77,10 +80,10 @@ def store_errors(handler: Callable) -> Callable:
 class ChatSidebar:
     """Built inside the page's Blocks; ``wire`` once the chat controls exist."""
 
-    def __init__(self, store: ChatStore, export_limit: int) -> None:
-        """``export_limit``: the most bytes one chat may take in an export (the most an import takes)."""
+    def __init__(self, store: ChatStore, limits: Limits) -> None:
+        """``limits``: what an export may take (a chat: the most an import takes) and an import."""
         self.store = store
-        self.export_limit = export_limit
+        self.limits = limits
         self.storage = browser_storage()
         self.old_chats = old_chats_storage()
         # The tab's SavedChats, made when the page opens: nothing the page sends can set it.
@@ -100,6 +103,7 @@ class ChatSidebar:
             self.undo_timer = gr.Timer(UNDO_SECONDS, active=False)
             self.export_btn = gr.Button("Export all chats", elem_id="export-chats-btn", size="sm")
             self.exported = gr.File(label="All chats (a conversation file each)", elem_id="exported-chats", visible=False)
+            self.import_btn = gr.UploadButton("Import chats (ZIP)", elem_id="import-chats-btn", file_types=[".zip"], size="sm")
 
     def wire(self, demo: gr.Blocks, session: gr.State, chatbot: gr.Chatbot, system: gr.Textbox, tools: gr.Textbox,
              generation: dict[str, gr.components.Component], replies: list[Dependency], changes: list[Dependency],
@@ -137,16 +141,39 @@ class ChatSidebar:
               trigger_mode="always_last", **private)
         imported.success(inputs=[self.chats, session, system], **by_name(keep_import, view), **private)
         self.export_btn.click(self.export_all, self.chats, self.exported, api_visibility="private")
+        self.import_btn.upload(inputs=[self.chats, self.import_btn], **by_name(self.import_all, {"chat_list": self.list, "note": self.note}),
+                               api_visibility="private")
 
     @store_errors
     def export_all(self, chats: SavedChats | None) -> dict[str, Any]:
         try:
-            path, left_out = export_chats(opened(chats), get_upload_folder(), self.export_limit)
+            path, left_out = export_chats(opened(chats), get_upload_folder(), self.limits.max_upload_size)
         except (OSError, ChatError) as error:
             raise gr.Error(f"Could not export the chats: {error}", print_exception=False) from None
         for reason in left_out:
             gr.Warning(f"Left out of the export: {reason}")
         return gr.update(value=path, visible=True)
+
+    @store_errors
+    def import_all(self, chats: SavedChats | None, path: str) -> dict[str, Any]:
+        """Each conversation file of an archive of chats as a new chat, one at a time; the chat shown stays."""
+        chats = opened(chats)
+        name = os.path.basename(path or "")
+        shown, imported = chats.current, 0
+        try:
+            for member, turns, system, problem in chats_in_archive(path, self.limits, get_upload_folder()):
+                if problem:
+                    gr.Warning(f"Left out of the import: {member}: {problem}")
+                elif turns:
+                    chats.add(turns, system)
+                    imported += 1
+        except ChatError as error:
+            raise gr.Error(f"Could not import {name}: {error}" + (f" ({imported} imported before that)" if imported else ""),
+                           print_exception=False) from None
+        finally:
+            chats.current = shown
+        note = f"Imported {imported} chat{'' if imported == 1 else 's'} from {name}."
+        return {"chat_list": list_update(chats), "note": note}
 
     @store_errors
     def restore(self, stored: Any, old: Any, request: gr.Request | None = None) -> dict[str, Any]:

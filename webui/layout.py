@@ -55,7 +55,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
     Hugging Face cache; ``store``: where the chats are kept (the data folder's by default)."""
     with gr.Blocks(title="anychat") as demo:
         session = gr.State(ChatSession())
-        sidebar = ChatSidebar(store or open_store(media_quota=limits.max_user_media_size), limits.max_upload_size)
+        sidebar = ChatSidebar(store or open_store(media_quota=limits.max_user_media_size), limits)
         gr.Markdown("# anychat\nChat with local models, on any inference backend.", elem_id="title")
         with gr.Tabs():
             chat = ChatTab()
