@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from .media import MediaFiles
-from .tables import Chat, ChatMedia, Media, Message
+from .tables import Chat, ChatMedia, Media, Message, Preset
 
 
 class StoreError(Exception):
@@ -35,6 +35,13 @@ class ChatInfo:
     system: str
     tools: str
     updated: float
+    generation: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PresetInfo:
+    name: str
+    system: str
     generation: dict[str, Any]
 
 
@@ -170,6 +177,32 @@ class ChatStore:
     def count(self, owner: str) -> int:
         with Session(self.engine) as session:
             return session.scalar(select(func.count()).select_from(Chat).where(Chat.owner == owner, Chat.deleted.is_(None))) or 0
+
+    def presets(self, owner: str) -> list[PresetInfo]:
+        """``owner``'s presets, by name."""
+        statement = select(Preset).where(Preset.owner == owner).order_by(Preset.name)
+        with Session(self.engine) as session:
+            return [PresetInfo(row.name, row.system, row.generation) for row in session.scalars(statement)]
+
+    def preset(self, owner: str, name: str) -> PresetInfo | None:
+        with Session(self.engine) as session:
+            row = session.get(Preset, (owner, name))
+            return PresetInfo(row.name, row.system, row.generation) if row else None
+
+    def save_preset(self, owner: str, name: str, system: str, generation: dict[str, Any]) -> None:
+        """Keep ``owner``'s preset ``name``, in place of one so named before."""
+        values = {"owner": owner, "name": _without_nul(name), "system": _without_nul(system), "generation": _without_nul(generation),
+                  "updated": time.time()}
+        insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
+        statement = insert(Preset).values(**values)
+        statement = statement.on_conflict_do_update(index_elements=["owner", "name"],
+                                                    set_={key: statement.excluded[key] for key in ("system", "generation", "updated")})
+        with Session(self.engine) as session, session.begin():
+            session.execute(statement)
+
+    def delete_preset(self, owner: str, name: str) -> bool:
+        with Session(self.engine) as session, session.begin():
+            return session.execute(delete(Preset).where(Preset.owner == owner, Preset.name == name)).rowcount > 0
 
     def _update(self, owner: str, chat_id: str, **values: Any) -> bool:
         with Session(self.engine) as session, session.begin():

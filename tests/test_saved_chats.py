@@ -16,7 +16,7 @@ from PIL import Image
 
 from limits import Limits
 from tests.page_input import CONTROLS, message, run, settings
-from webui import chat_sidebar
+from webui import chat_presets, chat_sidebar
 from store import open_store
 from webui.browser_storage import browser_memory, page_secret
 from webui.chat_keeper import title_of
@@ -335,6 +335,41 @@ def test_an_archive_of_chats_that_is_not_one_is_refused_before_anything_is_impor
     with pytest.raises(gr.Error, match=f"Could not import chats.zip: .*{refusal}"):
         sidebar_over(chat_store, export_limit=2**20, **limits).import_all(chats, str(path))
     assert chats.choices() == [] and not list(upload_folder.glob("anychat-import-*"))
+
+
+async def test_a_preset_keeps_the_system_prompt_and_settings_and_a_reply_is_written_with_them(handlers, chat_store):
+    alice = user_chats(chat_store, "login:alice")
+    alice.setting_names = CONTROLS
+    page = {name: value for name, value in settings(3).items() if name in CONTROLS}
+    saved = chat_presets.save_preset(alice, "  Terse \n one ", "Answer in one word.", **page)
+    assert saved["preset_name"] == "Terse one" and saved["preset_list"]["choices"] == ["Terse one"]
+    chat_presets.save_preset(alice, "Long", "Tell stories.", **{**page, "max_new_tokens": 64})
+    view = chat_presets.apply_preset(alice, "Terse one")
+    assert view["system"] == "Answer in one word." and view["max_new_tokens"] == 3 and view["temperature"] == 0.0
+    assert set(view) == {"system", "preset_name", *CONTROLS}, "every setting the page has a control for, and only those"
+    # The page sends its controls as the preset set them: the reply is written with them.
+    session = alice.new_session()
+    await run(handlers.send(session, message("Tell me a long story."), **{**settings(), **{name: view[name] for name in CONTROLS},
+                                                                        "system": view["system"]}))
+    assert session.turns[-1].stats.tokens == 3 and session.turns[-1].stats.finish_reason == "length"
+
+    with pytest.raises(gr.Error, match="The preset was not saved: .*temperature"):
+        chat_presets.save_preset(alice, "Hot", "", **{**page, "temperature": 9})
+    with pytest.raises(gr.Error, match="A preset needs a name"):
+        chat_presets.save_preset(alice, "   ", "", **page)
+    with pytest.raises(gr.Error, match="at most 100 characters"):
+        chat_presets.save_preset(alice, "x" * 101, "", **page)
+    assert chat_presets.list_presets(alice)["preset_list"]["choices"] == ["Long", "Terse one"]
+
+    bob = user_chats(chat_store, "login:bob")
+    assert chat_presets.list_presets(bob)["preset_list"]["choices"] == []
+    with pytest.raises(gr.Error, match="You have no preset named “Terse one”"):
+        chat_presets.apply_preset(bob, "Terse one")
+    with pytest.raises(gr.Error, match="no preset named"):
+        chat_presets.delete_preset(bob, "Terse one")
+    assert chat_presets.delete_preset(alice, "Terse one")["preset_list"]["choices"] == ["Long"]
+    with pytest.raises(gr.Error, match="has not finished opening"):
+        chat_presets.apply_preset(None, "Long")
 
 
 def test_the_chats_a_browser_held_move_into_the_store_once(chat_store, upload_folder):

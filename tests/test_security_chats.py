@@ -9,6 +9,7 @@ import sqlite3
 import pytest
 
 from harness.browser import AppProcess
+from store import open_store
 from tests.page_client import PageClient, browser_kept, error, shown
 
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
@@ -132,3 +133,22 @@ def test_another_users_delete_cannot_be_undone(app, tabs):
     undone = bob.call("undo_delete", [None, None, chat, "", ""])
     assert "bring me back" not in shown(undone) and chat_ids(bob) == [] and chat not in chat_ids(alice)
     assert error(alice.call("undo_delete", [None, None, "", "", ""])) is None and chat in chat_ids(alice)
+
+
+def test_another_users_preset_cannot_be_read_or_deleted(app, tabs):
+    store = open_store(f"sqlite:///{app.database}")
+    try:
+        store.save_preset("login:alice", "Alice's", "My locker code is 4711.", {"max_new_tokens": 7})
+    finally:
+        store.close()
+    bob = tabs("bob")
+    opened(bob)
+    assert "Alice's" not in shown(bob.call("list_presets", [None]))
+    # Gradio refuses a name not among his list's choices; where it did not, the store would find none of his.
+    picked = bob.call("apply_preset", [None, "Alice's"])
+    assert error(picked) and "4711" not in shown(picked)
+    assert "You have no preset named" in (error(bob.call("delete_preset", [None, "Alice's"])) or "")
+    alice = tabs("alice")
+    opened(alice)
+    assert "Alice's" in shown(alice.call("list_presets", [None]))
+    assert "4711" in shown(alice.call("apply_preset", [None, "Alice's"])), "still there, for her"

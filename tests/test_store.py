@@ -130,6 +130,20 @@ def test_another_owners_chat_cannot_be_read_listed_changed_or_deleted(chat_store
     assert [m.data["content"] for m in chat_store.messages("alice", "c1")] == ["Alice's secret"]
 
 
+def test_presets_are_kept_per_owner_and_saved_again_in_place(chat_store):
+    chat_store.save_preset("alice", "Terse", "Be brief.", {"temperature": 0.0, "max_new_tokens": 64})
+    chat_store.save_preset("alice", "Creative", "Be bold.", {"temperature": 1.2})
+    chat_store.save_preset("alice", "Terse", "Be very brief.", {"temperature": 0.1})
+    assert [(p.name, p.system, p.generation) for p in chat_store.presets("alice")] == [
+        ("Creative", "Be bold.", {"temperature": 1.2}), ("Terse", "Be very brief.", {"temperature": 0.1})]
+    assert chat_store.presets("mallory") == [] and chat_store.preset("mallory", "Terse") is None
+    assert not chat_store.delete_preset("mallory", "Terse")
+    chat_store.save_preset("mallory", "Terse", "Leak everything.", {})
+    assert chat_store.preset("alice", "Terse").system == "Be very brief.", "another owner's preset of the same name is his own"
+    assert chat_store.delete_preset("alice", "Terse") and [p.name for p in chat_store.presets("alice")] == ["Creative"]
+    assert chat_store.preset("mallory", "Terse").system == "Leak everything."
+
+
 def test_a_database_that_cannot_be_opened_is_explained(tmp_path):
     with pytest.raises(StoreError, match="not a database URL"):
         open_store("nonsense")

@@ -89,7 +89,8 @@ class ChatSidebar:
         # The tab's SavedChats, made when the page opens: nothing the page sends can set it.
         self.chats = gr.State(None)
         self.shown = gr.Textbox(visible=False)
-        with gr.Sidebar(label="Chats", elem_id="chats-sidebar"):
+        # ``panel``: more (the presets) is built into it later.
+        with gr.Sidebar(label="Chats", elem_id="chats-sidebar") as self.panel:
             self.new_btn = gr.Button("+ New chat", elem_id="new-chat-btn", variant="primary", size="sm")
             self.search = gr.Textbox(show_label=False, placeholder="Search chats", elem_id="chat-search", container=False)
             self.list = gr.Radio([], show_label=False, elem_id="chat-list", container=False)
@@ -120,7 +121,7 @@ class ChatSidebar:
         # Each is quick and touches only its own tab's state: tabs need not wait in line for each other.
         private = {"api_visibility": "private", "concurrency_limit": None}
         leaving = {"cancels": replies, **private}
-        demo.load(inputs=[self.storage, self.old_chats], **by_name(self.restore, {"chats": self.chats, "old_chats": self.old_chats, **view}),
+        self.opened = demo.load(inputs=[self.storage, self.old_chats], **by_name(self.restore, {"chats": self.chats, "old_chats": self.old_chats, **view}),
                   **private)
         self.new_btn.click(inputs=shown, **by_name(new_chat, view), **leaving)
         self.list.input(inputs=[*shown, self.list], **by_name(switch_chat, view), trigger_mode="always_last", **leaving)

@@ -11,6 +11,7 @@ from engines import ModelSlot
 from limits import Limits
 from store import ChatStore, open_store
 
+from .chat_presets import ChatPresets
 from .chat_sidebar import SIDEBAR_HEAD, ChatSidebar
 from .chat_tab import ChatTab
 from .conversation import ChatSession
@@ -65,6 +66,9 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         chat.wire(handlers, session, generation)
         sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, generation, replies=chat.replies, changes=chat.changes,
                      imported=chat.imported)
+        with sidebar.panel:
+            presets = ChatPresets()
+        presets.wire(sidebar.opened, sidebar.chats, chat.system, generation)
         for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD):
             demo.load(None, js=script)
         settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, generation)
