@@ -337,6 +337,20 @@ def test_an_archive_of_chats_that_is_not_one_is_refused_before_anything_is_impor
     assert chats.choices() == [] and not list(upload_folder.glob("anychat-import-*"))
 
 
+def test_a_zip_bomb_whose_directory_lies_about_its_size_is_read_no_further_than_it_says(chat_store, upload_folder, tmp_path):
+    path = tmp_path / "chats.zip"
+    archive_of(path, {"001 bomb.json": "0" * 50_000_000})
+    data = bytearray(path.read_bytes())
+    for header, size_at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):  # the local header's size, then the directory's
+        start = data.index(header)
+        data[start + size_at:start + size_at + 4] = (100).to_bytes(4, "little")
+    path.write_bytes(data)
+    chats = user_chats(chat_store)
+    with pytest.warns(UserWarning, match=r"Left out of the import: 001 bomb.json: it is damaged in the archive"):
+        assert sidebar_over(chat_store).import_all(chats, str(path))["note"] == "Imported 0 chats from chats.zip."
+    assert chats.choices() == []
+
+
 async def test_a_preset_keeps_the_system_prompt_and_settings_and_a_reply_is_written_with_them(handlers, chat_store):
     alice = user_chats(chat_store, "login:alice")
     alice.setting_names = CONTROLS
