@@ -121,8 +121,8 @@ class ChatSidebar:
         # Each is quick and touches only its own tab's state: tabs need not wait in line for each other.
         private = {"api_visibility": "private", "concurrency_limit": None}
         leaving = {"cancels": replies, **private}
-        self.opened = demo.load(inputs=[self.storage, self.old_chats], **by_name(self.restore, {"chats": self.chats, "old_chats": self.old_chats, **view}),
-                  **private)
+        opening = {"chats": self.chats, "old_chats": self.old_chats, **view}
+        self.opened = demo.load(inputs=[self.storage, self.old_chats], **by_name(self.restore, opening), **private)
         self.new_btn.click(inputs=shown, **by_name(new_chat, view), **leaving)
         self.list.input(inputs=[*shown, self.list], **by_name(switch_chat, view), trigger_mode="always_last", **leaving)
         undoing = {"undo": self.undo_btn, "undo_timer": self.undo_timer}
