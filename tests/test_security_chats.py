@@ -3,14 +3,16 @@ page's endpoints (tests/page_client.py), private listeners included, with anothe
 id in every field that takes one, against `python app.py --auth alice:… --auth bob:…` on the
 real default model; and, without logins, one browser's chats out of another browser's reach."""
 
+import json
 import re
 import sqlite3
+import zipfile
 
 import pytest
 
 from harness.browser import AppProcess
 from store import open_store
-from tests.page_client import PageClient, browser_kept, error, shown
+from tests.page_client import PageClient, browser_kept, error, file_data, shown
 
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
 SECRET = "My locker code is 4711."
@@ -152,3 +154,17 @@ def test_another_users_preset_cannot_be_read_or_deleted(app, tabs):
     opened(alice)
     assert "Alice's" in shown(alice.call("list_presets", [None]))
     assert "4711" in shown(alice.call("apply_preset", [None, "Alice's"])), "still there, for her"
+
+
+def test_an_archive_of_chats_imports_into_the_importing_users_chats_only(app, tabs, tmp_path):
+    archive = tmp_path / "chats.zip"
+    with zipfile.ZipFile(archive, "w") as packed:
+        packed.writestr("001 Imported.json", json.dumps({"system_prompt": "Be kind.", "turns": [{"role": "user", "content": "Imported hello"}]}))
+    bob = tabs("bob")
+    opened(bob)
+    imported = bob.call("import_all", [None, file_data(bob.upload("chats.zip", archive.read_bytes()))])
+    assert error(imported) is None and "Imported 1 chat from chats.zip." in shown(imported)
+    assert len(chat_ids(bob, "imported hello")) == 1
+    alice = tabs("alice")
+    opened(alice)
+    assert chat_ids(alice, "imported hello") == []

@@ -156,13 +156,15 @@ class ChatSidebar:
         return gr.update(value=path, visible=True)
 
     @store_errors
-    def import_all(self, chats: SavedChats | None, path: str) -> dict[str, Any]:
+    def import_all(self, chats: SavedChats | None, path: str, progress: gr.Progress = gr.Progress()) -> dict[str, Any]:
         """Each conversation file of an archive of chats as a new chat, one at a time; the chat shown stays."""
         chats = opened(chats)
         name = os.path.basename(path or "")
         shown, imported = chats.current, 0
         try:
-            for member, turns, system, problem in chats_in_archive(path, self.limits, get_upload_folder()):
+            count, read = chats_in_archive(path, self.limits, get_upload_folder())
+            for number, (member, turns, system, problem) in enumerate(read):
+                progress(number / count, desc=f"Importing chat {number + 1} of {count}")
                 if problem:
                     gr.Warning(f"Left out of the import: {member}: {problem}")
                 elif turns:

@@ -28,11 +28,17 @@ PLAIN_NAME = re.compile(r"[^/\\:\0]+\.json", re.IGNORECASE)
 PIECE = 2**20
 
 
-def chats_in_archive(path: str, limits: Limits, media_root: str) -> Iterator[tuple[str, list[Turn], str, str]]:
-    """(member name, turns, system prompt, problem) for each conversation file in the archive, the
-    last first (Export lists the newest chat first: added last, it is the newest again); ``problem`` says why a file was not read (then there are no turns). An
-    archive that is not one Export writes, or over a limit, is a ChatError before any is read."""
+def chats_in_archive(path: str, limits: Limits, media_root: str) -> tuple[int, Iterator[tuple[str, list[Turn], str, str]]]:
+    """How many conversation files the archive holds, and (member name, turns, system prompt,
+    problem) for each, read as it is asked for, the last first (Export lists the newest chat
+    first: added last, it is the newest again); ``problem`` says why a file was not read (then
+    there are no turns). An archive that is not one Export writes, or over a limit, is a
+    ChatError before any is read."""
     members = _checked_members(path, limits)
+    return len(members), _read(path, members, limits, media_root)
+
+
+def _read(path: str, members: list[zipfile.ZipInfo], limits: Limits, media_root: str) -> Iterator[tuple[str, list[Turn], str, str]]:
     folder = tempfile.mkdtemp(prefix="anychat-import-chats-")
     try:
         with zipfile.ZipFile(path) as archive:
