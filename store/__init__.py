@@ -1,12 +1,12 @@
-"""The chat store on the server: every user's chats and their messages, one row per message, in
+"""The chat store on the server: every user's chats and their messages, one row per message, and their presets, in
 an SQLite file in the app's data folder by default or in PostgreSQL (``--database-url``).
 
 ``tables.py`` holds the schema, ``database.py`` where the database is and how it is opened (its
 migrations, in ``migrations/``, run at every start), ``chats.py`` what the page asks of it.
 """
 
-from .chats import ChatInfo, ChatStore, MessageChanges, NoSuchMessage, NotYours, StoredMessage, StoreError
+from .chats import ChatInfo, ChatStore, MessageChanges, NoSuchMessage, NotYours, PresetInfo, StoredMessage, StoreError
 from .database import StoreSettings, data_dir, database_url, open_store, shown_url
 
-__all__ = ["ChatInfo", "ChatStore", "MessageChanges", "NoSuchMessage", "NotYours", "StoreError", "StoreSettings", "StoredMessage", "data_dir", "database_url", "open_store",
+__all__ = ["ChatInfo", "ChatStore", "MessageChanges", "NoSuchMessage", "NotYours", "PresetInfo", "StoreError", "StoreSettings", "StoredMessage", "data_dir", "database_url", "open_store",
            "shown_url"]

@@ -1,7 +1,10 @@
 """What the page asks of the store. Every call names the owner it acts for, and touches only that
 owner's chats: a chat id of someone else's reads as no chat at all, and writing to one is refused
 (ids come from the page, and an attacker can send any). Each call is one short transaction,
-so two tabs, or two app processes, never overwrite each other's rows."""
+so two tabs, or two app processes, never overwrite each other's rows.
+
+A deleted chat is only marked deleted at first, and reads as no chat at all: its owner can undo
+the delete until it is purged (``purge``), which removes its rows and its media for good."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from .media import MediaFiles
-from .tables import Chat, ChatMedia, Media, Message
+from .tables import Chat, ChatMedia, Media, Message, Preset
 
 
 class StoreError(Exception):
@@ -37,6 +40,13 @@ class ChatInfo:
     system: str
     tools: str
     updated: float
+    generation: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PresetInfo:
+    name: str
+    system: str
     generation: dict[str, Any]
 
 
@@ -84,7 +94,7 @@ class ChatStore:
 
     def chats(self, owner: str, query: str = "") -> list[ChatInfo]:
         """``owner``'s chats, newest first; with ``query``, those whose title or any message holds it, whatever its case."""
-        statement = select(Chat).where(Chat.owner == owner).order_by(Chat.updated.desc())
+        statement = select(Chat).where(Chat.owner == owner, Chat.deleted.is_(None)).order_by(Chat.updated.desc())
         query = query.strip()
         if query:
             in_messages = exists().where(Message.chat_id == Chat.id, Message.content.icontains(query, autoescape=True))
@@ -125,7 +135,8 @@ class ChatStore:
 
     def versions(self, owner: str, chat_id: str) -> dict[int, tuple[int, ...]]:
         """The versions of each of the chat's messages, by message id."""
-        statement = select(Message.id, Message.parent).join(Chat).where(Chat.owner == owner, Message.chat_id == chat_id)
+        statement = select(Message.id, Message.parent).join(Chat).where(Chat.owner == owner, Chat.deleted.is_(None),
+                                                                        Message.chat_id == chat_id)
         with Session(self.engine) as session:
             return Tree(session.execute(statement)).versions()
 
@@ -178,12 +189,26 @@ class ChatStore:
         return self._update(owner, chat_id, title=_without_nul(title))
 
     def delete(self, owner: str, chat_id: str) -> bool:
-        """Delete the chat, its messages, and the media no other chat uses."""
+        """Mark the chat deleted: it is gone from every listing, until ``undelete`` or ``purge``."""
+        return self._update(owner, chat_id, deleted=time.time())
+
+    def undelete(self, owner: str, chat_id: str, since: float) -> bool:
+        """Bring back ``owner``'s chat deleted at ``since`` or later, if it is not purged yet."""
         with Session(self.engine) as session, session.begin():
-            deleted = session.execute(delete(Chat).where(Chat.owner == owner, Chat.id == chat_id)).rowcount > 0
-        if deleted:
+            statement = update(Chat).where(Chat.owner == owner, Chat.id == chat_id, Chat.deleted >= since).values(deleted=None)
+            return session.execute(statement).rowcount > 0
+
+    def purge(self, deleted_before: float, owner: str | None = None) -> int:
+        """Remove for good the chats deleted before ``deleted_before`` (only ``owner``'s where
+        named): their messages, and the media no other chat uses. How many chats went."""
+        statement = delete(Chat).where(Chat.deleted < deleted_before)
+        if owner is not None:
+            statement = statement.where(Chat.owner == owner)
+        with Session(self.engine) as session, session.begin():
+            purged = session.execute(statement).rowcount
+        if purged:
             self._sweep()
-        return deleted
+        return purged
 
     def _sweep(self) -> None:
         with Session(self.engine) as session, session.begin():
@@ -193,11 +218,38 @@ class ChatStore:
 
     def count(self, owner: str) -> int:
         with Session(self.engine) as session:
-            return session.scalar(select(func.count()).select_from(Chat).where(Chat.owner == owner)) or 0
+            return session.scalar(select(func.count()).select_from(Chat).where(Chat.owner == owner, Chat.deleted.is_(None))) or 0
+
+    def presets(self, owner: str) -> list[PresetInfo]:
+        """``owner``'s presets, by name."""
+        statement = select(Preset).where(Preset.owner == owner).order_by(Preset.name)
+        with Session(self.engine) as session:
+            return [PresetInfo(row.name, row.system, row.generation) for row in session.scalars(statement)]
+
+    def preset(self, owner: str, name: str) -> PresetInfo | None:
+        with Session(self.engine) as session:
+            row = session.get(Preset, (owner, name))
+            return PresetInfo(row.name, row.system, row.generation) if row else None
+
+    def save_preset(self, owner: str, name: str, system: str, generation: dict[str, Any]) -> None:
+        """Keep ``owner``'s preset ``name``, in place of one so named before."""
+        values = {"owner": owner, "name": _without_nul(name), "system": _without_nul(system), "generation": _without_nul(generation),
+                  "updated": time.time()}
+        insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
+        statement = insert(Preset).values(**values)
+        statement = statement.on_conflict_do_update(index_elements=["owner", "name"],
+                                                    set_={key: statement.excluded[key] for key in ("system", "generation", "updated")})
+        with Session(self.engine) as session, session.begin():
+            session.execute(statement)
+
+    def delete_preset(self, owner: str, name: str) -> bool:
+        with Session(self.engine) as session, session.begin():
+            return session.execute(delete(Preset).where(Preset.owner == owner, Preset.name == name)).rowcount > 0
 
     def _update(self, owner: str, chat_id: str, **values: Any) -> bool:
         with Session(self.engine) as session, session.begin():
-            return session.execute(update(Chat).where(Chat.owner == owner, Chat.id == chat_id).values(**values)).rowcount > 0
+            statement = update(Chat).where(Chat.owner == owner, Chat.id == chat_id, Chat.deleted.is_(None)).values(**values)
+            return session.execute(statement).rowcount > 0
 
 
 class Tree:
@@ -241,7 +293,8 @@ class Tree:
 
 
 def _rows(session: Session, owner: str, chat_id: str) -> list[Message]:
-    statement = select(Message).join(Chat).where(Chat.owner == owner, Message.chat_id == chat_id).order_by(Message.id)
+    statement = (select(Message).join(Chat).where(Chat.owner == owner, Chat.deleted.is_(None), Message.chat_id == chat_id)
+                 .order_by(Message.id))
     return list(session.scalars(statement))
 
 
@@ -251,7 +304,7 @@ def _stored(row: Message, versions: tuple[int, ...] = ()) -> StoredMessage:
 
 def _owned(session: Session, owner: str, chat_id: str) -> Chat | None:
     chat = session.get(Chat, chat_id)
-    return chat if chat is not None and chat.owner == owner else None
+    return chat if chat is not None and chat.owner == owner and chat.deleted is None else None
 
 
 def _info(chat: Chat) -> ChatInfo:

@@ -32,6 +32,9 @@ class Chat(Base):
     shown: Mapped[int | None] = mapped_column(ROW_ID, nullable=True)
     created: Mapped[float] = mapped_column(Float)
     updated: Mapped[float] = mapped_column(Float)
+    # When it was deleted, while that can still be undone (None: not deleted); ChatStore.purge
+    # removes it for good, its media with it.
+    deleted: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (Index("ix_chats_owner_updated", "owner", "updated"),)
 
@@ -77,3 +80,14 @@ class ChatMedia(Base):
     __tablename__ = "chat_media"
     chat_id: Mapped[str] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"), primary_key=True)
     sha256: Mapped[str] = mapped_column(ForeignKey("media.sha256"), primary_key=True, index=True)
+
+
+class Preset(Base):
+    """A system prompt and generation settings (by setting name) that ``owner`` saved under ``name``."""
+
+    __tablename__ = "presets"
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    system: Mapped[str] = mapped_column(Text)
+    generation: Mapped[dict] = mapped_column(JSON)
+    updated: Mapped[float] = mapped_column(Float)

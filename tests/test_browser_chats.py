@@ -150,6 +150,25 @@ def test_each_chat_keeps_its_messages_system_prompt_and_tools(page):
     choose_chat(page, "Say banana.")
     expect(versions).to_contain_text("1/2")
 
+    # A preset keeps the chat's system prompt and settings, and puts them back in another chat.
+    page.locator("#presets").get_by_text("Presets").click()
+    textbox(page, "preset-name").fill("French six")
+    page.locator("#save-preset-btn").click()
+    expect(page.locator("#preset-list input")).to_have_value("French six")
+    page.locator("#new-chat-btn").click()
+    expect(textbox(page, "system-prompt")).to_have_value("")
+    reply_length(page, 9)
+    page.locator("#preset-list input").click()
+    page.get_by_role("option", name="French six").click()
+    expect(textbox(page, "system-prompt")).to_have_value("You answer in French.")
+    expect(max_new_tokens).to_have_value("6")
+
+    # One chat exports as Markdown to read.
+    choose_chat(page, "Say apple.")
+    page.get_by_text("Conversation file", exact=True).click()
+    page.locator("#export-md-btn").click()
+    expect(page.locator("#export-file")).to_contain_text(re.compile(r"conversation\s*\.md"))
+
 
 def test_rename_search_and_delete(page, context, app):
     other_tab = context.new_page()
@@ -186,6 +205,14 @@ def test_rename_search_and_delete(page, context, app):
     page.locator("#delete-chat-btn").click()
     expect(chat_list(page)).to_have_text(["Say cherry.", "Say apple."])
     expect(user_messages(page).first).to_contain_text("Say cherry.")
+    page.locator("#undo-delete-btn").click()
+    expect(chat_list(page)).to_have_text(["Say cherry.", "Yellow fruit", "Say apple."])
+    expect(user_messages(page).first).to_contain_text("Say banana.")
+    expect(page.locator("#undo-delete-btn")).to_be_hidden()
+    page.locator("#delete-chat-btn").click()
+    expect(page.locator("#undo-delete-btn")).to_be_visible()
+    expect(page.locator("#undo-delete-btn")).to_be_hidden(timeout=20_000)  # its time is over
+    expect(chat_list(page)).to_have_text(["Say cherry.", "Say apple."])
 
 
 def test_switching_away_from_a_streaming_reply_stops_it_in_its_own_chat(page):

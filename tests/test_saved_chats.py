@@ -6,6 +6,7 @@ while a reply streams, on the real default model."""
 import asyncio
 import json
 import os
+import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,8 +15,9 @@ import gradio as gr
 import pytest
 from PIL import Image
 
+from limits import Limits
 from tests.page_input import CONTROLS, message, run, settings
-from webui import chat_sidebar
+from webui import chat_presets, chat_sidebar
 from store import open_store
 from webui.browser_storage import browser_memory, page_secret
 from webui.chat_keeper import title_of
@@ -188,6 +190,7 @@ def test_media_are_kept_with_the_chat_once_by_content_and_go_with_the_last_chat(
     assert Image.open(fresh.turns[0].files[0]).getpixel((0, 0)) == (0, 128, 0)
     assert isinstance(chat_store.messages(chats.owner, fresh.chat_id)[0].data["files"][0], dict), "still kept as a medium"
     chats.delete(fresh.chat_id)
+    chat_store.purge(time.time())  # as it is once Undo's time is over
 
     # The same picture in another chat (under another name) is kept once, and goes with the last chat using it.
     again = chats.add([Turn(role="user", content="Again", files=[str(picture(upload_folder / "x" / "same.png", "red"))])])
@@ -195,7 +198,39 @@ def test_media_are_kept_with_the_chat_once_by_content_and_go_with_the_last_chat(
     chats.delete(a.chat_id)
     assert chat_store.media.file(medium).exists()
     chats.delete(again.chat_id)
+    assert chat_store.media.file(medium).exists(), "kept while the delete can be undone"
+    chat_store.purge(time.time())
     assert not chat_store.media.file(medium).exists() and chat_store.media_of(chats.owner) == {}
+
+
+async def test_a_delete_is_undone_within_its_time_and_until_the_next_delete(chat_store, upload_folder, monkeypatch):
+    chats = user_chats(chat_store)
+    a = chats.add([Turn(role="user", content="Apple?"), Turn(role="assistant", content="Red.")], system="Be brief.")
+    b = chats.add([Turn(role="user", content="Banana?")])
+    shown = chats.open(b.chat_id, str(upload_folder))
+    view = await chat_sidebar.delete_chat(chats, shown)
+    assert view["undo"]["visible"] and "Deleted “Banana?”" in view["note"] and view["shown"] == a.chat_id
+    assert [chat_id for _, chat_id in chats.choices()] == [a.chat_id]
+    view = await chat_sidebar.undo_delete(chats, view["session"], a.chat_id, "Be brief.", "")
+    assert view["shown"] == b.chat_id and [t.content for t in view["session"].turns] == ["Banana?"] and not view["undo"]["visible"]
+    assert sorted(chat_id for _, chat_id in chats.choices()) == sorted([a.chat_id, b.chat_id])
+    with pytest.warns(UserWarning, match="can no longer be undone"):
+        assert "session" not in await chat_sidebar.undo_delete(chats, view["session"], b.chat_id, "", ""), "nothing to undo twice"
+
+    # The next delete purges the one before: only the last can be undone, and a tab's Undo names no chat but its own.
+    await chat_sidebar.delete_chat(chats, chats.open(a.chat_id, str(upload_folder)))
+    other_tab = user_chats(chat_store)
+    await chat_sidebar.delete_chat(other_tab, other_tab.open(b.chat_id, str(upload_folder)))
+    with pytest.warns(UserWarning, match="can no longer be undone"):
+        await chat_sidebar.undo_delete(chats, chats.new_session(), "", "", "")
+    assert chats.choices() == []
+    # Past its time, a delete is purged by whoever comes next, and Undo says it is too late.
+    monkeypatch.setattr(time, "time", lambda real=time.time: real() + 11)
+    chats.purge_expired()
+    with pytest.warns(UserWarning, match="can no longer be undone"):
+        await chat_sidebar.undo_delete(other_tab, other_tab.new_session(), "", "", "")
+    with chat_store.engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT count(*) FROM chats").scalar() == 0
 
 
 def noise(path):
@@ -241,10 +276,10 @@ def test_a_browser_id_that_is_not_one_gets_a_new_one():
         assert len(browser) == 32 and browser != "b" * 32 and current == ""
 
 
-def sidebar_over(store, export_limit=100 * 2**20):
+def sidebar_over(store, export_limit=100 * 2**20, **limits):
     """The sidebar's handlers over ``store``, without a page around them."""
     sidebar = chat_sidebar.ChatSidebar.__new__(chat_sidebar.ChatSidebar)
-    sidebar.store, sidebar.export_limit, sidebar.setting_names = store, export_limit, CONTROLS
+    sidebar.store, sidebar.limits, sidebar.setting_names = store, Limits(max_upload_size=export_limit, **limits), CONTROLS
     return sidebar
 
 
@@ -269,6 +304,105 @@ def test_all_of_a_users_chats_export_as_conversation_files_that_import(chat_stor
     assert [t.content for t in session.turns] == ["Look", "Red."]
     assert Image.open(session.turns[0].files[0]).getpixel((0, 0)) == (255, 0, 0)
     assert "Bob's secret" not in json.dumps([(upload_folder / "unzipped" / name).read_text() for name in names])
+
+
+def test_all_chats_import_back_at_once_as_new_chats_of_the_importing_user(chat_store, upload_folder):
+    alice = user_chats(chat_store, "login:alice")
+    alice.add([Turn(role="user", content="Look", files=[str(picture(upload_folder / "a" / "red.png", "red"))]),
+               Turn(role="assistant", content="Red.")], system="Be brief.")
+    alice.add([Turn(role="user", content="Say hi"), Turn(role="assistant", content="hi")])
+    exported = sidebar_over(chat_store).export_all(alice)["value"]
+    with zipfile.ZipFile(exported, "a") as archive:
+        archive.writestr("004 broken.json", "{not json")
+    bob = user_chats(chat_store, "login:bob")
+    shown = bob.new_session().chat_id
+    with pytest.warns(UserWarning, match=r"Left out of the import: 004 broken.json: This is not an anychat conversation file"):
+        view = sidebar_over(chat_store).import_all(bob, exported)
+    assert view["note"] == "Imported 2 chats from chats.zip." and bob.current == shown
+    assert [title for title, _ in bob.choices()] == ["Say hi", "Look"], "in the order they were exported"
+    [(_, look)] = bob.choices("look")
+    assert bob.find(look).system == "Be brief." and look not in [chat_id for _, chat_id in alice.choices()]
+    opened = bob.open(look, str(upload_folder)).turns
+    assert [t.content for t in opened] == ["Look", "Red."] and Image.open(opened[0].files[0]).getpixel((0, 0)) == (255, 0, 0)
+    assert len(alice.choices()) == 2, "the exporting user's chats are as they were"
+
+
+def archive_of(path, members):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return str(path)
+
+
+@pytest.mark.parametrize("members, limits, refusal", [
+    (None, {}, "This is not an archive of chats: Import chats takes the ZIP that Export all chats writes"),
+    ({"../../evil.json": "{}"}, {}, r"holds '../../evil.json', which is not a conversation file of its own.*no folders or paths"),
+    ({"chats/001 a.json": "{}"}, {}, "which is not a conversation file of its own"),
+    ({"/etc/cron.d/x.json": "{}"}, {}, "which is not a conversation file of its own"),
+    ({"notes.txt": "hi"}, {}, "holds only .json files"),
+    ({f"{n:04d}.json": "{}" for n in range(5)}, {"max_import_chats": 4}, r"holds 5 files, over this server's limit of 4 chats imported at once \(--max-import-chats\)"),
+    ({"bomb.json": "0" * 2_000_000}, {}, r"'bomb.json' unpacks to 1.9 MB, over this server's limit of 1 MB for a conversation file"),
+    ({f"{n}.json": "0" * 600_000 for n in range(4)}, {"max_user_media_size": 2_000_000}, r"unpacks to 2.3 MB, more than the 1.9 MB one user's"),
+])
+def test_an_archive_of_chats_that_is_not_one_is_refused_before_anything_is_imported(chat_store, upload_folder, tmp_path, members, limits, refusal):
+    path = tmp_path / "chats.zip"
+    if members is None:
+        path.write_bytes(picture(tmp_path / "red.png", "red").read_bytes())
+    else:
+        archive_of(path, members)
+    chats = user_chats(chat_store)
+    with pytest.raises(gr.Error, match=f"Could not import chats.zip: .*{refusal}"):
+        sidebar_over(chat_store, export_limit=2**20, **limits).import_all(chats, str(path))
+    assert chats.choices() == [] and not list(upload_folder.glob("anychat-import-*"))
+
+
+def test_a_zip_bomb_whose_directory_lies_about_its_size_is_read_no_further_than_it_says(chat_store, upload_folder, tmp_path):
+    path = tmp_path / "chats.zip"
+    archive_of(path, {"001 bomb.json": "0" * 50_000_000})
+    data = bytearray(path.read_bytes())
+    for header, size_at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):  # the local header's size, then the directory's
+        start = data.index(header)
+        data[start + size_at:start + size_at + 4] = (100).to_bytes(4, "little")
+    path.write_bytes(data)
+    chats = user_chats(chat_store)
+    with pytest.warns(UserWarning, match=r"Left out of the import: 001 bomb.json: it is damaged in the archive"):
+        assert sidebar_over(chat_store).import_all(chats, str(path))["note"] == "Imported 0 chats from chats.zip."
+    assert chats.choices() == []
+
+
+async def test_a_preset_keeps_the_system_prompt_and_settings_and_a_reply_is_written_with_them(handlers, chat_store):
+    alice = user_chats(chat_store, "login:alice")
+    alice.setting_names = CONTROLS
+    page = {name: value for name, value in settings(3).items() if name in CONTROLS}
+    saved = chat_presets.save_preset(alice, "  Terse \n one ", "Answer in one word.", **page)
+    assert saved["preset_name"] == "Terse one" and saved["preset_list"]["choices"] == ["Terse one"]
+    chat_presets.save_preset(alice, "Long", "Tell stories.", **{**page, "max_new_tokens": 64})
+    view = chat_presets.apply_preset(alice, "Terse one")
+    assert view["system"] == "Answer in one word." and view["max_new_tokens"] == 3 and view["temperature"] == 0.0
+    assert set(view) == {"system", "preset_name", *CONTROLS}, "every setting the page has a control for, and only those"
+    # The page sends its controls as the preset set them: the reply is written with them.
+    session = alice.new_session()
+    await run(handlers.send(session, message("Tell me a long story."), **{**settings(), **{name: view[name] for name in CONTROLS},
+                                                                        "system": view["system"]}))
+    assert session.turns[-1].stats.tokens == 3 and session.turns[-1].stats.finish_reason == "length"
+
+    with pytest.raises(gr.Error, match="The preset was not saved: .*temperature"):
+        chat_presets.save_preset(alice, "Hot", "", **{**page, "temperature": 9})
+    with pytest.raises(gr.Error, match="A preset needs a name"):
+        chat_presets.save_preset(alice, "   ", "", **page)
+    with pytest.raises(gr.Error, match="at most 100 characters"):
+        chat_presets.save_preset(alice, "x" * 101, "", **page)
+    assert chat_presets.list_presets(alice)["preset_list"]["choices"] == ["Long", "Terse one"]
+
+    bob = user_chats(chat_store, "login:bob")
+    assert chat_presets.list_presets(bob)["preset_list"]["choices"] == []
+    with pytest.raises(gr.Error, match="You have no preset named “Terse one”"):
+        chat_presets.apply_preset(bob, "Terse one")
+    with pytest.raises(gr.Error, match="no preset named"):
+        chat_presets.delete_preset(bob, "Terse one")
+    assert chat_presets.delete_preset(alice, "Terse one")["preset_list"]["choices"] == ["Long"]
+    with pytest.raises(gr.Error, match="has not finished opening"):
+        chat_presets.apply_preset(None, "Long")
 
 
 def test_the_chats_a_browser_held_move_into_the_store_once(chat_store, upload_folder):

@@ -3,13 +3,16 @@ page's endpoints (tests/page_client.py), private listeners included, with anothe
 id in every field that takes one, against `python app.py --auth alice:… --auth bob:…` on the
 real default model; and, without logins, one browser's chats out of another browser's reach."""
 
+import json
 import re
 import sqlite3
+import zipfile
 
 import pytest
 
 from harness.browser import AppProcess
-from tests.page_client import PageClient, browser_kept, error, shown
+from store import open_store
+from tests.page_client import PageClient, browser_kept, error, file_data, shown
 
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
 SECRET = "My locker code is 4711."
@@ -123,3 +126,50 @@ def test_without_logins_each_browser_has_its_own_chats(tmp_path_factory):
         one.close()
         two.close()
         app.stop()
+
+
+def test_another_users_delete_cannot_be_undone(app, tabs):
+    alice = tabs("alice")
+    opened(alice)
+    assert error(alice.chat("Delete me, then bring me back.")) is None
+    [chat] = chat_ids(alice, "bring me back")
+    assert error(alice.call("delete_chat", [None, None])) is None and chat not in chat_ids(alice)
+    bob = tabs("bob")
+    opened(bob)
+    # His Undo brings back only what his own tab deleted: nothing; the chat id he sends is not read.
+    undone = bob.call("undo_delete", [None, None, chat, "", ""])
+    assert "bring me back" not in shown(undone) and chat_ids(bob) == [] and chat not in chat_ids(alice)
+    assert error(alice.call("undo_delete", [None, None, "", "", ""])) is None and chat in chat_ids(alice)
+
+
+def test_another_users_preset_cannot_be_read_or_deleted(app, tabs):
+    store = open_store(f"sqlite:///{app.database}")
+    try:
+        store.save_preset("login:alice", "Alice's", "My locker code is 4711.", {"max_new_tokens": 7})
+    finally:
+        store.close()
+    bob = tabs("bob")
+    opened(bob)
+    assert "Alice's" not in shown(bob.call("list_presets", [None]))
+    # Gradio refuses a name not among his list's choices; where it did not, the store would find none of his.
+    picked = bob.call("apply_preset", [None, "Alice's"])
+    assert error(picked) and "4711" not in shown(picked)
+    assert "You have no preset named" in (error(bob.call("delete_preset", [None, "Alice's"])) or "")
+    alice = tabs("alice")
+    opened(alice)
+    assert "Alice's" in shown(alice.call("list_presets", [None]))
+    assert "4711" in shown(alice.call("apply_preset", [None, "Alice's"])), "still there, for her"
+
+
+def test_an_archive_of_chats_imports_into_the_importing_users_chats_only(app, tabs, tmp_path):
+    archive = tmp_path / "chats.zip"
+    with zipfile.ZipFile(archive, "w") as packed:
+        packed.writestr("001 Imported.json", json.dumps({"system_prompt": "Be kind.", "turns": [{"role": "user", "content": "Imported hello"}]}))
+    bob = tabs("bob")
+    opened(bob)
+    imported = bob.call("import_all", [None, file_data(bob.upload("chats.zip", archive.read_bytes()))])
+    assert error(imported) is None and "Imported 1 chat from chats.zip." in shown(imported)
+    assert len(chat_ids(bob, "imported hello")) == 1
+    alice = tabs("alice")
+    opened(alice)
+    assert chat_ids(alice, "imported hello") == []

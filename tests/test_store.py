@@ -3,6 +3,7 @@ migrations, one row per message, search, and one owner's chats out of every othe
 
 import sqlite3
 import threading
+import time
 
 import pytest
 from sqlalchemy import inspect, text
@@ -33,7 +34,7 @@ def messages(*texts):
 def test_the_schema_is_made_by_the_migrations_and_opening_again_changes_nothing(url):
     store = open_store(url)
     with store.engine.connect() as connection:
-        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
         assert {"chats", "messages", "media", "chat_media", "alembic_version"} <= set(inspect(connection).get_table_names())
     store.write("alice", "c1", messages("Hi"), {"title": "Hi"})
     store.close()
@@ -87,8 +88,30 @@ def test_messages_rows_search_and_delete(chat_store):
     assert chat_store.messages("alice", "c3")[0].data == {"role": "user", "content": "a\ufffdb", "files": ["/tmp/a\ufffd.png"]}
     assert chat_store.set_settings("alice", "c3", "\0", "\0") and chat_store.chat("alice", "c3").system == "\ufffd"
     assert chat_store.delete("alice", "c1") and chat_store.messages("alice", "c1") == []
+    assert chat_store.purge(time.time()) == 1
     with chat_store.engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM messages WHERE chat_id = 'c1'")).scalar() == 0, "its messages go with it"
+
+
+def test_a_deleted_chat_is_hidden_until_purged_and_only_its_owner_undoes_the_delete(chat_store):
+    chat_store.write("alice", "c1", messages("Keep me", "Kept."), {"title": "Keep me"})
+    chat_store.write("alice", "c2", messages("Other"), {"title": "Other"})
+    before = time.time()
+    assert chat_store.delete("alice", "c1")
+    assert [c.id for c in chat_store.chats("alice")] == ["c2"] and chat_store.chats("alice", "kept") == []
+    assert chat_store.chat("alice", "c1") is None and chat_store.messages("alice", "c1") == [] and chat_store.count("alice") == 1
+    assert not chat_store.rename("alice", "c1", "x") and not chat_store.delete("alice", "c1"), "a deleted chat is no chat"
+    assert not chat_store.undelete("mallory", "c1", before), "another owner cannot bring it back"
+    assert not chat_store.undelete("alice", "c1", time.time() + 1), "nor its owner once the delete is older than asked"
+    assert chat_store.purge(before, "alice") == 0, "deleted after the time given: kept"
+    assert chat_store.undelete("alice", "c1", before)
+    assert [m.data["content"] for m in chat_store.messages("alice", "c1")] == ["Keep me", "Kept."] and chat_store.count("alice") == 2
+    chat_store.delete("alice", "c1")
+    chat_store.write("bob", "b1", messages("Bob's"), {"title": "Bob's"})
+    chat_store.delete("bob", "b1")
+    assert chat_store.purge(time.time(), "alice") == 1, "only the owner named"
+    assert not chat_store.undelete("alice", "c1", before)
+    assert chat_store.undelete("bob", "b1", before)
 
 
 def test_another_owners_chat_cannot_be_read_listed_changed_or_deleted(chat_store):
@@ -166,6 +189,20 @@ def test_chats_written_before_branches_become_one_branch(tmp_path):
     assert [m.parent for m in rows] == [None, rows[0].id, rows[1].id]
     assert [m.data["content"] for m in store.branch("alice", "c1")] == ["Hi", "Hello", "Bye"]
     store.close()
+
+
+def test_presets_are_kept_per_owner_and_saved_again_in_place(chat_store):
+    chat_store.save_preset("alice", "Terse", "Be brief.", {"temperature": 0.0, "max_new_tokens": 64})
+    chat_store.save_preset("alice", "Creative", "Be bold.", {"temperature": 1.2})
+    chat_store.save_preset("alice", "Terse", "Be very brief.", {"temperature": 0.1})
+    assert [(p.name, p.system, p.generation) for p in chat_store.presets("alice")] == [
+        ("Creative", "Be bold.", {"temperature": 1.2}), ("Terse", "Be very brief.", {"temperature": 0.1})]
+    assert chat_store.presets("mallory") == [] and chat_store.preset("mallory", "Terse") is None
+    assert not chat_store.delete_preset("mallory", "Terse")
+    chat_store.save_preset("mallory", "Terse", "Leak everything.", {})
+    assert chat_store.preset("alice", "Terse").system == "Be very brief.", "another owner's preset of the same name is his own"
+    assert chat_store.delete_preset("alice", "Terse") and [p.name for p in chat_store.presets("alice")] == ["Creative"]
+    assert chat_store.preset("mallory", "Terse").system == "Leak everything."
 
 
 def test_a_database_that_cannot_be_opened_is_explained(tmp_path):

@@ -296,6 +296,33 @@ def test_export_embeds_the_media_and_import_writes_them_to_the_upload_folder(han
     assert len(written_imports(upload_folder)) == 2 and os.path.exists(imported)
 
 
+async def test_a_conversation_exports_as_markdown_with_roles_reasoning_tool_calls_and_media(handlers, image_file, upload_folder, tmp_path):
+    session = ChatSession()
+    await run(handlers.send(session, message("Say hi."), **settings(4)))  # a real reply, with its stats line
+    session.turns[0].files = [image_file]  # as a multimodal model's chat has them
+    clip = tmp_path / "clip.wav"
+    clip.write_bytes(b"RIFF" + bytes(2044))
+    session.turns += [Turn(role="user", content="Weather?", files=[str(clip)], missing_files=["gone.mp4"]),
+                      Turn(role="assistant", reasoning="They want the weather.", content="Checking.",
+                           tool_calls=[SavedToolCall(id="c1", name="get_weather", arguments='{"city": "Paris ```"}')])]
+    exported = handlers.export_markdown(session, "Be brief.")["value"]
+    assert exported.startswith(str(upload_folder)) and exported.endswith(".md")
+    text = open(exported, encoding="utf-8").read()
+    assert text.startswith("# Conversation\n\n## System prompt\n\nBe brief.\n\n## User\n\n![red.png](data:image/png;base64,")
+    assert [line for line in text.splitlines() if line.startswith("## ")] == ["## System prompt", "## User", "## Assistant", "## User", "## Assistant"]
+    picture = text.split("(data:image/png;base64,", 1)[1].split(")", 1)[0]
+    assert base64.b64decode(picture) == open(image_file, "rb").read()
+    reply = session.turns[1]
+    assert f"\n{reply.content}\n\n*{reply.stats.line()}*\n" in text and reply.stats.tokens == 4
+    assert "<details><summary>Thinking</summary>\n\nThey want the weather.\n\n</details>" in text
+    assert '**Tool call** `get_weather`:\n\n````json\n{"city": "Paris ```"}\n````' in text, "a fence the arguments cannot close"
+    assert "📎 audio: clip.wav (2 KB, not embedded)" in text and "📎 gone.mp4 (missing on the server)" in text
+    assert str(tmp_path) not in text, "no path on this server"
+    os.remove(image_file)
+    with pytest.raises(gr.Error, match="red.png, attached to this conversation, is no longer on the server"):
+        handlers.export_markdown(session, "")
+
+
 def test_an_export_larger_than_an_import_takes_is_refused_and_leaves_nothing(slot, image_file, upload_folder):
     session = ChatSession(turns=[Turn(role="user", content="Hi", files=[image_file] * 50)])
     with pytest.raises(gr.Error, match=r"over 2 KB, the largest conversation file this server imports \(--max-upload-size\)"):

@@ -1,5 +1,5 @@
 """The sidebar of saved chats: new chat, the list (search in titles and messages), switch,
-rename, delete.
+rename, delete (with Undo for a while after), export all and import them back.
 
 The page opens on the chats of whoever opened it (``restore``): their login's, else the
 browser's own (an id the browser keeps); chats an older version kept in the browser move into
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -27,13 +28,15 @@ from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
 from engines import ChatError
+from limits import Limits
 from store import ChatStore, StoreError
 
 from .browser_storage import BrowserChats, browser_memory, browser_storage, old_chats_storage
 from .by_name import by_name
 from .chats_export import export_chats
+from .chats_import import chats_in_archive
 from .conversation import ChatSession, render
-from .saved_chats import SavedChats
+from .saved_chats import TOO_LATE, UNDO_SECONDS, SavedChats
 
 # Gradio makes room for an open sidebar from where the page sits when it first draws, before the
 # page's own CSS has centred it, and so makes none; the room is made here. In <head> because
@@ -79,16 +82,17 @@ def store_errors(handler: Callable) -> Callable:
 class ChatSidebar:
     """Built inside the page's Blocks; ``wire`` once the chat controls exist."""
 
-    def __init__(self, store: ChatStore, export_limit: int) -> None:
-        """``export_limit``: the most bytes one chat may take in an export (the most an import takes)."""
+    def __init__(self, store: ChatStore, limits: Limits) -> None:
+        """``limits``: what an export may take (a chat: the most an import takes) and an import."""
         self.store = store
-        self.export_limit = export_limit
+        self.limits = limits
         self.storage = browser_storage()
         self.old_chats = old_chats_storage()
         # The tab's SavedChats, made when the page opens: nothing the page sends can set it.
         self.chats = gr.State(None)
         self.shown = gr.Textbox(visible=False)
-        with gr.Sidebar(label="Chats", elem_id="chats-sidebar"):
+        # ``panel``: more (the presets) is built into it later.
+        with gr.Sidebar(label="Chats", elem_id="chats-sidebar") as self.panel:
             self.new_btn = gr.Button("+ New chat", elem_id="new-chat-btn", variant="primary", size="sm")
             self.search = gr.Textbox(show_label=False, placeholder="Search chats", elem_id="chat-search", container=False)
             self.list = gr.Radio([], show_label=False, elem_id="chat-list", container=False)
@@ -97,9 +101,13 @@ class ChatSidebar:
             with gr.Row():
                 self.rename_btn = gr.Button("Rename", elem_id="rename-chat-btn", size="sm")
                 self.delete_btn = gr.Button("Delete chat", elem_id="delete-chat-btn", variant="stop", size="sm")
+            self.undo_btn = gr.Button("Undo delete", elem_id="undo-delete-btn", size="sm", visible=False)
+            # Hides Undo once the delete can no longer be undone.
+            self.undo_timer = gr.Timer(UNDO_SECONDS, active=False)
             self.export_btn = gr.Button("Export all chats", elem_id="export-chats-btn", size="sm")
             self.exported = gr.File(label="All chats (a conversation file each)", elem_id="exported-chats", visible=False)
             self.refresh = gr.Timer(LIST_REFRESH_SECONDS)
+            self.import_btn = gr.UploadButton("Import chats (ZIP)", elem_id="import-chats-btn", file_types=[".zip"], size="sm")
 
     def wire(self, demo: gr.Blocks, session: gr.State, chatbot: gr.Chatbot, system: gr.Textbox, tools: gr.Textbox,
              generation: dict[str, gr.components.Component], replies: list[Dependency], changes: list[Dependency],
@@ -116,11 +124,14 @@ class ChatSidebar:
         # Each is quick and touches only its own tab's state: tabs need not wait in line for each other.
         private = {"api_visibility": "private", "concurrency_limit": None}
         leaving = {"cancels": replies, **private}
-        demo.load(inputs=[self.storage, self.old_chats], **by_name(self.restore, {"chats": self.chats, "old_chats": self.old_chats, **view}),
-                  **private)
+        opening = {"chats": self.chats, "old_chats": self.old_chats, **view}
+        self.opened = demo.load(inputs=[self.storage, self.old_chats], **by_name(self.restore, opening), **private)
         self.new_btn.click(inputs=shown, **by_name(new_chat, view), **leaving)
         self.list.input(inputs=[*shown, self.list], **by_name(switch_chat, view), trigger_mode="always_last", **leaving)
-        self.delete_btn.click(inputs=[self.chats, session], **by_name(delete_chat, view), **leaving)
+        undoing = {"undo": self.undo_btn, "undo_timer": self.undo_timer}
+        self.delete_btn.click(inputs=[self.chats, session], **by_name(delete_chat, {**view, **undoing}), **leaving)
+        self.undo_btn.click(inputs=shown, **by_name(undo_delete, {**view, **undoing}), **leaving)
+        self.undo_timer.tick(lambda: (gr.update(visible=False), gr.Timer(active=False)), None, [self.undo_btn, self.undo_timer], **private)
         gr.on([self.title.submit, self.rename_btn.click], inputs=[self.chats, session, self.title],
               **by_name(rename_chat, renamed), **private)
         self.search.change(search_chats, [self.chats, self.search], self.list, trigger_mode="always_last", **private)
@@ -135,11 +146,13 @@ class ChatSidebar:
               trigger_mode="always_last", **private)
         imported.success(inputs=[self.chats, session, system], **by_name(keep_import, view), **private)
         self.export_btn.click(self.export_all, self.chats, self.exported, api_visibility="private")
+        self.import_btn.upload(inputs=[self.chats, self.import_btn], **by_name(self.import_all, {"chat_list": self.list, "note": self.note}),
+                               api_visibility="private")
 
     @store_errors
     def export_all(self, chats: SavedChats | None) -> dict[str, Any]:
         try:
-            path, left_out = export_chats(opened(chats), get_upload_folder(), self.export_limit)
+            path, left_out = export_chats(opened(chats), get_upload_folder(), self.limits.max_upload_size)
         except (OSError, ChatError) as error:
             raise gr.Error(f"Could not export the chats: {error}", print_exception=False) from None
         for reason in left_out:
@@ -147,10 +160,34 @@ class ChatSidebar:
         return gr.update(value=path, visible=True)
 
     @store_errors
+    def import_all(self, chats: SavedChats | None, path: str, progress: gr.Progress = gr.Progress()) -> dict[str, Any]:
+        """Each conversation file of an archive of chats as a new chat, one at a time; the chat shown stays."""
+        chats = opened(chats)
+        name = os.path.basename(path or "")
+        shown, imported = chats.current, 0
+        try:
+            count, read = chats_in_archive(path, self.limits, get_upload_folder())
+            for number, (member, turns, system, problem) in enumerate(read):
+                progress(number / count, desc=f"Importing chat {number + 1} of {count}")
+                if problem:
+                    gr.Warning(f"Left out of the import: {member}: {problem}")
+                elif turns:
+                    chats.add(turns, system)
+                    imported += 1
+        except ChatError as error:
+            raise gr.Error(f"Could not import {name}: {error}" + (f" ({imported} imported before that)" if imported else ""),
+                           print_exception=False) from None
+        finally:
+            chats.current = shown
+        note = f"Imported {imported} chat{'' if imported == 1 else 's'} from {name}."
+        return {"chat_list": list_update(chats), "note": note}
+
+    @store_errors
     def restore(self, stored: Any, old: Any, request: gr.Request | None = None) -> dict[str, Any]:
         """The page opens on its user's chats, on the chat it last showed in this browser (else the newest)."""
         browser, current = browser_memory(stored)
         chats = SavedChats(self.store, owner_of(request, browser), browser, current, self.setting_names)
+        chats.purge_expired()
         problem = move_in(chats, old)
         session = chats.open(chats.current or chats.newest(), get_upload_folder())
         return {"chats": chats, "old_chats": None if old is not None else gr.skip(), **show(chats, session, problem)}
@@ -198,15 +235,36 @@ async def switch_chat(chats: SavedChats | None, session: ChatSession, shown: str
 
 @store_errors
 async def delete_chat(chats: SavedChats | None, session: ChatSession) -> dict[str, Any]:
-    """Delete the chat shown, stopping its reply, and show the newest one left (or a new chat)."""
+    """Delete the chat shown, stopping its reply, and show the newest one left (or a new chat),
+    with Undo for a while."""
     chats = opened(chats)
     await stopped(session)
 
     def deleted() -> dict[str, Any]:
-        chats.delete(session.chat_id)
-        return show(chats, chats.open(chats.newest(), get_upload_folder()))
+        chat = chats.find(session.chat_id)
+        if not chats.delete(session.chat_id):
+            return {**show(chats, chats.open(chats.newest(), get_upload_folder())), "undo": gr.update(visible=False)}
+        shown = show(chats, chats.open(chats.newest(), get_upload_folder()))
+        note = f"Deleted “{chat.title if chat else 'the chat'}”: **Undo delete** brings it back within {UNDO_SECONDS:.0f} s."
+        return {**shown, "note": note, "undo": gr.update(visible=True), "undo_timer": gr.Timer(active=True)}
 
     return await asyncio.to_thread(deleted)
+
+
+@store_errors
+async def undo_delete(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
+    """Bring back the chat this tab deleted last, and show it; the chat shown before stays saved."""
+    chats = opened(chats)
+    await leave(chats, session, shown, system, tools)
+
+    def undone() -> dict[str, Any]:
+        chat_id = chats.undo_delete()
+        if not chat_id:
+            gr.Warning(TOO_LATE)
+            return {"undo": gr.update(visible=False), "undo_timer": gr.Timer(active=False)}
+        return {**show(chats, chats.open(chat_id, get_upload_folder())), "undo": gr.update(visible=False), "undo_timer": gr.Timer(active=False)}
+
+    return await asyncio.to_thread(undone)
 
 
 @store_errors

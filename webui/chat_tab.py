@@ -73,7 +73,9 @@ class ChatTab:
                     self.reply_format = control(ReplyFormatChoice, "reply_format")
                     self.reply_schema = control(ReplyFormatChoice, "reply_schema", "")
                 with gr.Accordion("Conversation file", open=False):
-                    self.export_btn = gr.Button("Export JSON", elem_id="export-btn", size="sm")
+                    with gr.Row():
+                        self.export_btn = gr.Button("Export JSON", elem_id="export-btn", size="sm")
+                        self.export_md_btn = gr.Button("Export Markdown", elem_id="export-md-btn", size="sm")
                     self.export_file = gr.File(label="Exported", elem_id="export-file", visible=False)
                     self.import_btn = gr.UploadButton("Import JSON", elem_id="import-btn", file_types=[".json"], size="sm")
 
@@ -114,5 +116,6 @@ class ChatTab:
             self.chatbot.clear(inputs=[session], **by_name(handlers.clear, chat), api_visibility="private"),
         ]
         self.export_btn.click(handlers.export, [session, self.system], self.export_file, api_visibility="private")
+        self.export_md_btn.click(handlers.export_markdown, [session, self.system], self.export_file, api_visibility="private")
         self.imported = self.import_btn.upload(inputs=[session, self.import_btn], **by_name(handlers.import_, {"chatbot": self.chatbot, "system": self.system}),
                                                api_name="import_conversation")

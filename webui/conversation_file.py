@@ -57,14 +57,14 @@ def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: 
     ``limit`` bytes, the most an import takes; beyond that it is a ChatError that says so."""
     try:
         with open(path, "wb") as file:
-            out = _BoundedFile(file, limit)
+            out = BoundedFile(file, limit)
             out.write('{"system_prompt": ' + json.dumps(system_prompt or "") + ', "turns": [')
             for index, turn in enumerate(turns):
                 fields = turn.model_dump_json(exclude={"files"})
                 out.write(("," if index else "") + fields.removesuffix("}") + ', "files": [')
                 for number, medium in enumerate(turn.files):
                     out.write(("," if number else "") + '{"name": ' + json.dumps(os.path.basename(medium)) + ', "data": "')
-                    _embed(medium, out)
+                    embed(medium, out)
                     out.write('"}')
                 out.write("]}")
             out.write("]}")
@@ -72,7 +72,7 @@ def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: 
         raise ChatError(f"The file could not be written on the server ({error.strerror}).") from None
 
 
-class _BoundedFile:
+class BoundedFile:
     """A file written to that refuses to grow beyond ``limit`` bytes."""
 
     def __init__(self, file: BinaryIO, limit: int) -> None:
@@ -90,7 +90,7 @@ class _BoundedFile:
         self.file.write(data)
 
 
-def _embed(path: str, out: _BoundedFile) -> None:
+def embed(path: str, out: BoundedFile) -> None:
     """The file at ``path`` as a data: URL, written a piece at a time."""
     mime = mimetypes.guess_type(path)[0] or f"{media_kind(path)}/octet-stream"
     try:

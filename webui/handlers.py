@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import gradio as gr
@@ -34,6 +34,7 @@ from .attachments import is_chip, page_images, read_documents, split_files, toke
 from .chat_keeper import SAVE_INTERVAL, kept, kept_now
 from .conversation import ChatSession, SavedToolCall, Turn, kept_media, model_request, render, render_turn, turn_of_message
 from .conversation_file import read_conversation, write_conversation
+from .markdown_export import write_markdown
 from .model_rights import ModelRights
 from .reply_stats import ReplyClock
 from .replying import BUSY, one_reply_at_a_time
@@ -291,13 +292,21 @@ class ChatHandlers:
     # ---- conversation files
 
     def export(self, session: ChatSession, system: str) -> dict[str, Any]:
-        """The conversation as a JSON file with its media inside, shown in the page for download.
-        It is written among the page's files, which are kept for a while and then deleted."""
+        """The conversation as a JSON file with its media inside, shown in the page for download."""
+        return self._exported(write_conversation, "conversation.json", session, system)
+
+    def export_markdown(self, session: ChatSession, system: str) -> dict[str, Any]:
+        """The conversation as Markdown to read, its images inside (webui/markdown_export.py)."""
+        return self._exported(write_markdown, "conversation.md", session, system)
+
+    def _exported(self, write: Callable[[str, list[Turn], str, int], None], name: str, session: ChatSession, system: str) -> dict[str, Any]:
+        """The file ``write`` makes of the conversation, written among the page's files, which are
+        kept for a while and then deleted."""
         os.makedirs(get_upload_folder(), exist_ok=True)
         folder = tempfile.mkdtemp(prefix="anychat-export-", dir=get_upload_folder())
-        path = os.path.join(folder, "conversation.json")
+        path = os.path.join(folder, name)
         try:
-            write_conversation(path, session.turns, system, self.limits.max_upload_size)
+            write(path, session.turns, system, self.limits.max_upload_size)
         except ChatError as error:
             shutil.rmtree(folder, ignore_errors=True)
             raise gr.Error(f"Could not export the conversation: {error}", print_exception=False) from None

@@ -11,6 +11,7 @@ from engines import ModelSlot
 from limits import Limits
 from store import ChatStore, open_store
 
+from .chat_presets import ChatPresets
 from .chat_sidebar import SIDEBAR_HEAD, ChatSidebar
 from .chat_tab import ChatTab
 from .conversation import ChatSession
@@ -60,7 +61,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
     Hugging Face cache; ``store``: where the chats are kept (the data folder's by default)."""
     with gr.Blocks(title="anychat") as demo:
         session = gr.State(ChatSession())
-        sidebar = ChatSidebar(store or open_store(media_quota=limits.max_user_media_size), limits.max_upload_size)
+        sidebar = ChatSidebar(store or open_store(media_quota=limits.max_user_media_size), limits)
         gr.Markdown("# anychat\nChat with local models, on any inference backend.", elem_id="title")
         with gr.Tabs():
             chat = ChatTab()
@@ -70,6 +71,9 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         chat.wire(handlers, session, generation)
         sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, generation, replies=chat.replies, changes=chat.changes,
                      imported=chat.imported)
+        with sidebar.panel:
+            presets = ChatPresets()
+        presets.wire(sidebar.opened, sidebar.chats, chat.system, generation)
         for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS):
             demo.load(None, js=script)
         settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, generation)

@@ -9,6 +9,7 @@ to the store names it, so a chat id of another user's opens nothing.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -16,6 +17,11 @@ from store import ChatInfo, ChatStore
 
 from .chat_keeper import ChatKeeper
 from .conversation import ChatSession, Turn
+
+# How long a delete can be undone (and only until the same user's next delete): long enough to
+# click Undo, short enough that a deleted chat's media do not linger.
+UNDO_SECONDS = 10.0
+TOO_LATE = f"That delete can no longer be undone: a delete is kept for {UNDO_SECONDS:.0f} s, and only until the next one."
 
 
 class SavedChats:
@@ -28,6 +34,8 @@ class SavedChats:
         self.setting_names = setting_names
         # The list as the page last showed it, to tell when other tabs have changed it.
         self.listed: list[tuple[str, str]] = []
+        # The chat this tab deleted last, which Undo brings back; never a chat id from the page.
+        self.deleted = ""
 
     def for_browser(self) -> dict[str, str]:
         """What the browser keeps: its id, and the chat it shows."""
@@ -81,8 +89,22 @@ class SavedChats:
         self.store.rename(self.owner, chat_id, title[:200])
         return ""
 
-    def delete(self, chat_id: str) -> None:
-        self.store.delete(self.owner, chat_id)
+    def delete(self, chat_id: str) -> bool:
+        """Delete a chat so that ``undo_delete`` can bring it back for a while; false if it is not saved."""
+        self.store.purge(time.time(), self.owner)
+        self.purge_expired()
+        deleted = self.store.delete(self.owner, chat_id)
+        self.deleted = chat_id if deleted else ""
+        return deleted
+
+    def undo_delete(self) -> str:
+        """Bring back the chat this tab deleted last; its id, or "" where it is too late."""
+        chat_id, self.deleted = self.deleted, ""
+        return chat_id if chat_id and self.store.undelete(self.owner, chat_id, time.time() - UNDO_SECONDS) else ""
+
+    def purge_expired(self) -> None:
+        """Remove for good every user's chats deleted longer ago than a delete can be undone."""
+        self.store.purge(time.time() - UNDO_SECONDS)
 
     def newest(self) -> str:
         chats = self.store.chats(self.owner)

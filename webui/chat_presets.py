@@ -1,0 +1,98 @@
+"""Named presets: a user saves the system prompt and generation settings shown under a name, and
+picks them again later, in any chat and any tab, from the chat store (each user their own).
+
+A preset holds the generation settings the page has controls for (GenerationArgs's, by name, the
+same ones a chat keeps), checked by GenerationArgs as a reply's are. Whose presets they are is the
+tab's SavedChats's owner, settled when the page opened: a name sent to the raw endpoints reads
+only the caller's own presets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+from gradio.events import Dependency
+
+from engines import ConfigError, GenerationArgs
+
+from .by_name import by_name
+from .chat_sidebar import opened, store_errors
+from .saved_chats import SavedChats
+
+# Enough for anyone's habits; a bound, so that a script cannot fill the database through the page.
+MAX_PRESETS = 100
+MAX_NAME = 100
+
+
+class ChatPresets:
+    """Built inside the sidebar; ``wire`` once the controls it saves exist."""
+
+    def __init__(self) -> None:
+        with gr.Accordion("Presets", open=False, elem_id="presets"):
+            self.list = gr.Dropdown([], label="Preset", elem_id="preset-list", info="System prompt and generation settings, saved by name")
+            self.name = gr.Textbox(label="Name", placeholder="Save the current ones as…", elem_id="preset-name")
+            with gr.Row():
+                self.save_btn = gr.Button("Save preset", elem_id="save-preset-btn", size="sm")
+                self.delete_btn = gr.Button("Delete preset", elem_id="delete-preset-btn", size="sm")
+
+    def wire(self, opened: Dependency, chats: gr.State, system: gr.Textbox, generation: dict[str, gr.components.Component]) -> None:
+        """``opened``: the page's opening, which settles whose presets they are (``chats``)."""
+        private = {"api_visibility": "private", "concurrency_limit": None}
+        listed = {"preset_list": self.list, "preset_name": self.name}
+        opened.success(inputs=chats, **by_name(list_presets, listed), **private)
+        self.save_btn.click(inputs=[chats, self.name, system], inputs_kwargs=generation, **by_name(save_preset, listed), **private)
+        self.list.input(inputs=[chats, self.list], **by_name(apply_preset, {"system": system, "preset_name": self.name, **generation}), **private)
+        self.delete_btn.click(inputs=[chats, self.name], **by_name(delete_preset, listed), **private)
+
+
+def choices(chats: SavedChats, chosen: str | None = None) -> dict[str, Any]:
+    return gr.update(choices=[preset.name for preset in chats.store.presets(chats.owner)], value=chosen)
+
+
+@store_errors
+def list_presets(chats: SavedChats | None) -> dict[str, Any]:
+    return {"preset_list": choices(opened(chats))}
+
+
+@store_errors
+def save_preset(chats: SavedChats | None, name: str, system: str, **generation: Any) -> dict[str, Any]:
+    """Keep the ``system`` prompt and ``generation`` settings shown as preset ``name`` (in place of one so named)."""
+    chats = opened(chats)
+    name = " ".join((name or "").split())
+    if not name:
+        raise gr.Error("A preset needs a name: write one under Name, then Save preset.", print_exception=False)
+    if len(name) > MAX_NAME:
+        raise gr.Error(f"A preset's name takes at most {MAX_NAME} characters; this one has {len(name)}.", print_exception=False)
+    try:
+        settings = GenerationArgs.chosen(**{key: value for key, value in generation.items() if key in chats.setting_names})
+    except ConfigError as error:
+        raise gr.Error(f"The preset was not saved: {error}", print_exception=False) from None
+    names = [preset.name for preset in chats.store.presets(chats.owner)]
+    if name not in names and len(names) >= MAX_PRESETS:
+        raise gr.Error(f"You have {len(names)} presets, the most one user may keep: delete one, or save under an existing name.",
+                       print_exception=False)
+    chats.store.save_preset(chats.owner, name, system or "", settings)
+    gr.Info(f"Saved preset “{name}”.")
+    return {"preset_list": choices(chats, name), "preset_name": name}
+
+
+@store_errors
+def apply_preset(chats: SavedChats | None, name: str | None) -> dict[str, Any]:
+    """The preset's system prompt and settings, into the page's controls (the chat keeps them with its next reply)."""
+    chats = opened(chats)
+    preset = chats.store.preset(chats.owner, name or "")
+    if preset is None:
+        raise gr.Error(f"You have no preset named “{name}”: pick one from the list.", print_exception=False)
+    return {"system": preset.system, "preset_name": preset.name,
+            **{key: value for key, value in preset.generation.items() if key in chats.setting_names}}
+
+
+@store_errors
+def delete_preset(chats: SavedChats | None, name: str) -> dict[str, Any]:
+    chats = opened(chats)
+    name = " ".join((name or "").split())
+    if not chats.store.delete_preset(chats.owner, name):
+        raise gr.Error(f"You have no preset named “{name}”: pick the one to delete from the list.", print_exception=False)
+    gr.Info(f"Deleted preset “{name}”.")
+    return {"preset_list": choices(chats), "preset_name": ""}

@@ -1,0 +1,77 @@
+"""A conversation as a Markdown file, to read (it is not imported back: Export JSON is for that).
+
+Each message is a section headed by its role; reasoning is a collapsed "Thinking" block, tool
+calls their name and JSON arguments, documents a collapsed block of their text. Images are
+embedded as data: URLs, so the file shows them on any machine; videos and audio are only named
+(with their size), since Markdown viewers do not play data: URLs and such files would make the
+text unwieldy: the JSON export keeps them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from engines import ChatError
+from limits import size_text
+
+from .conversation import Turn, media_kind
+from .conversation_file import BoundedFile, embed
+
+ROLES = {"user": "User", "assistant": "Assistant"}
+
+
+def write_markdown(path: str, turns: list[Turn], system_prompt: str, limit: int) -> None:
+    """The conversation as Markdown at ``path``, written as it is built, at most ``limit`` bytes
+    (with its images); beyond that, or where an image is gone, a ChatError that says so."""
+    try:
+        with open(path, "wb") as file:
+            out = BoundedFile(file, limit)
+            out.write("# Conversation\n")
+            if system_prompt:
+                out.write(f"\n## System prompt\n\n{system_prompt}\n")
+            for turn in turns:
+                _write_turn(turn, out)
+    except OSError as error:
+        raise ChatError(f"The file could not be written on the server ({error.strerror}).") from None
+
+
+def _write_turn(turn: Turn, out: BoundedFile) -> None:
+    out.write(f"\n## {ROLES[turn.role]}\n\n")
+    if turn.reasoning:
+        out.write(f"<details><summary>Thinking</summary>\n\n{turn.reasoning}\n\n</details>\n\n")
+    for medium in turn.files:
+        name = _link_text(os.path.basename(medium))
+        if media_kind(medium) == "image":
+            out.write(f"![{name}](")
+            embed(medium, out)
+            out.write(")\n\n")
+        else:
+            size = os.path.getsize(medium) if os.path.exists(medium) else None
+            out.write(f"📎 {media_kind(medium)}: {name}" + (f" ({size_text(size)}, not embedded)" if size is not None else " (missing)") + "\n\n")
+    for name in turn.missing_files:
+        out.write(f"📎 {_link_text(name)} (missing on the server)\n\n")
+    for document in turn.documents:
+        fence = _fence(document.text)
+        out.write(f"<details><summary>📄 {_link_text(document.name)} ({document.summary})</summary>\n\n{fence}\n{document.text}\n{fence}\n\n</details>\n\n")
+    if turn.content:
+        out.write(f"{turn.content}\n\n")
+    for call in turn.tool_calls:
+        fence = _fence(call.arguments)
+        out.write(f"**Tool call** `{call.name}`:\n\n{fence}json\n{call.arguments}\n{fence}\n\n")
+    if turn.error:
+        out.write(f"> ⚠ {turn.error}\n\n")
+    if turn.stats is not None:
+        out.write(f"*{turn.stats.line()}*\n")
+    elif turn.stopped:
+        out.write("*■ stopped*\n")
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in ``text``, so that it cannot close early."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _link_text(name: str) -> str:
+    return re.sub(r"[\[\]()<>*_`\\\n]", "_", name)
