@@ -56,7 +56,8 @@ def chat_request(request: ChatCompletionRequest, model: ChatModel, local_media_d
     media = engine_input.media
     return ChatRequest.build(engine_input.messages, tools=tools, images=media["image"], videos=media["video"], audios=media["audio"],
                              chat_template_kwargs=request.chat_template_kwargs, user=user, response_format=request.response_format,
-                             tool_choice=tool_choice, parallel_tool_calls=request.parallel_tool_calls, **generation)
+                             tool_choice=tool_choice, parallel_tool_calls=request.parallel_tool_calls,
+                             continue_final_message=request.continue_final_message, **generation)
 
 
 def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None:
@@ -68,6 +69,16 @@ def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None
     for name, asked in refused.items():
         if asked:
             raise APIError(400, f"{name} is not supported by this server; leave it out.", param=name, code="unsupported_parameter")
+    # As vLLM's API: the reply either opens a new assistant turn or continues the last one. Left
+    # out, add_generation_prompt follows continue_final_message.
+    if request.continue_final_message and request.add_generation_prompt and "add_generation_prompt" in request.model_fields_set:
+        raise APIError(400, "continue_final_message and add_generation_prompt cannot both be true: a reply either continues the "
+                            "last assistant message or opens a new one. Set add_generation_prompt to false (or leave it out).",
+                       param="add_generation_prompt")
+    if not request.add_generation_prompt and not request.continue_final_message:
+        raise APIError(400, "add_generation_prompt: false leaves no assistant turn to write into unless continue_final_message is "
+                            "true (the last message, an assistant reply, is continued): set continue_final_message, or leave "
+                            "add_generation_prompt out.", param="add_generation_prompt", code="unsupported_parameter")
     if request.stream_options is not None and not request.stream:
         raise APIError(400, "stream_options is only allowed when stream is true.", param="stream_options")
 

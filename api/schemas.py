@@ -195,6 +195,10 @@ class ChatCompletionRequest(_RequestBody):
     top_k: int | None = generation_field("top_k")
     repetition_penalty: float | None = generation_field("repetition_penalty")
     min_p: float | None = generation_field("min_p")
+    continue_final_message: bool = Field(False, description="go on with the last message, an assistant reply (stopped, cut, or "
+                                                            "written by the client as the start of the answer), instead of answering it")
+    add_generation_prompt: bool = Field(True, description="open a new assistant turn after the messages; false with "
+                                                          "continue_final_message, which continues the last one instead")
 
     def generation(self) -> dict[str, Any]:
         """The generation settings the request gives, under GenerationArgs' names. Where both are

@@ -42,7 +42,9 @@ class ChatRequest:
     the model's waiting line (a login name or a client's address; None for a direct caller).
     ``reply_format``: the JSON the reply must be (None for free text), see engines/reply_format.py.
     ``prompt``: for a text completion (``completion``), the text or token ids the model continues
-    as they are, with no messages and no chat template."""
+    as they are, with no messages and no chat template. ``continue_final_message``: the last
+    message is an assistant reply to go on with (one stopped, or cut at max_new_tokens): the
+    template renders it open, without its end of turn, and the model's reply is what comes next."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
@@ -52,6 +54,7 @@ class ChatRequest:
     user: str | None = None
     reply_format: ReplyFormat | None = None
     prompt: str | tuple[int, ...] | None = None
+    continue_final_message: bool = False
 
     @classmethod
     def build(
@@ -67,15 +70,16 @@ class ChatRequest:
         response_format: dict[str, Any] | ReplyFormat | None = None,
         tool_choice: str | dict[str, Any] | None = None,
         parallel_tool_calls: bool | None = None,
+        continue_final_message: bool = False,
         **generation: Any,
     ) -> ChatRequest:
         """The request from a chat call's arguments: ``messages`` (``[{"role": ..., "content":
         str}]``), ``system``, ``tools`` (function schemas, a list or JSON text), ``images``,
         ``videos``, ``audios``, ``chat_template_kwargs``, the reply's format (OpenAI's
-        ``response_format``, ``tool_choice`` and ``parallel_tool_calls``) and any GenerationArgs
-        setting; or a ConfigError that says what is wrong with them."""
+        ``response_format``, ``tool_choice`` and ``parallel_tool_calls``), ``continue_final_message`` (the last message is an assistant reply to
+        go on with) and any GenerationArgs setting; or a ConfigError that says what is wrong with them."""
         chosen = GenerationArgs.chosen(**generation)
-        checked = _check_messages(messages)
+        checked = _check_messages(messages, continue_final_message)
         if system:
             if checked[0]["role"] == "system":
                 checked = checked[1:]
@@ -84,6 +88,12 @@ class ChatRequest:
         if media:
             checked = _placed(checked, media)
         parsed_tools = parse_tools(tools)
+        reply_format = _reply_format(response_format, parsed_tools, tool_choice, parallel_tool_calls)
+        if continue_final_message and reply_format is not None:
+            raise ConfigError(
+                "A reply format (response_format, or a tool_choice that forces a call) holds a reply from its first token, but a "
+                "continued reply starts in the middle of one: leave the format out to continue, or ask for a new reply instead."
+            )
         return cls(
             messages=checked,
             tools=parsed_tools,
@@ -91,7 +101,8 @@ class ChatRequest:
             generation=chosen,
             template_kwargs=_template_kwargs(chat_template_kwargs, chosen.get("enable_thinking")),
             user=user,
-            reply_format=_reply_format(response_format, parsed_tools, tool_choice, parallel_tool_calls),
+            reply_format=reply_format,
+            continue_final_message=continue_final_message,
         )
 
     @classmethod
@@ -140,7 +151,7 @@ def _template_kwargs(given: dict[str, Any] | None, enable_thinking: bool | None)
     return kwargs
 
 
-def _check_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _check_messages(messages: list[dict[str, Any]], continuing: bool) -> list[dict[str, Any]]:
     if not isinstance(messages, list) or not messages:
         raise ConfigError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts.")
     checked = []
@@ -154,12 +165,28 @@ def _check_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not isinstance(message["content"], str):
             raise ConfigError(f"Message {index} content must be text, got {type(message['content']).__name__}.")
         checked.append(dict(message))
-    if checked[-1]["role"] not in ("user", "tool"):
+    if continuing:
+        _check_continued(checked[-1])
+    elif checked[-1]["role"] not in ("user", "tool"):
         raise ConfigError(
             f"The last message must come from the user (or a tool), not {checked[-1]['role']!r}: "
             "there is nothing for the model to answer."
         )
     return checked
+
+
+def _check_continued(last: dict[str, Any]) -> None:
+    if last["role"] != "assistant":
+        raise ConfigError(
+            f"continue_final_message goes on with the last message, which must be an assistant reply, not {last['role']!r}: "
+            "end the messages with the reply to continue, or leave continue_final_message out to have the model answer."
+        )
+    if last.get("tool_calls"):
+        raise ConfigError("The last assistant message calls tools, and a tool call cannot be continued: send the tools' "
+                          "results as tool messages instead, and leave continue_final_message out.")
+    if not last["content"].strip():
+        raise ConfigError("The last assistant message has no text to continue: give the start of the reply, or leave "
+                          "continue_final_message out to have the model answer.")
 
 
 def _placed(messages: list[dict[str, Any]], media: dict[MediaKind, list[Any]]) -> list[dict[str, Any]]:

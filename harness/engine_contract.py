@@ -39,6 +39,8 @@ class EngineContract:
     # Pieces a cancelled stream may still produce after the consumer left (engines stop at the
     # next token; a stand-in or a batching runtime may have a few already in flight).
     cancel_slack_tokens = 8
+    # False for a stand-in runtime, whose words are a function of the prompt rather than a model's.
+    writes_model_text = True
 
     @pytest.fixture
     def model(self) -> ChatModel:
@@ -99,6 +101,21 @@ class EngineContract:
     def test_tools_reach_the_prompt(self, model):
         tools = '[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]'
         assert "get_weather" in model.render_prompt(QUESTION, tools=tools)
+
+    def test_continue_final_message_goes_on_with_the_reply(self, model):
+        """A reply cut at max_new_tokens, continued: the prompt is the cut reply left open, and the
+        model goes on from where it ended, so that (greedy) the two halves are its whole reply."""
+        settings = {"temperature": 0, "max_new_tokens": 8}
+        [head] = model.chat(LONG_REQUEST, **settings)
+        cut = [*LONG_REQUEST, {"role": "assistant", "content": head.response_text}]
+        assert model.render_prompt(cut, continue_final_message=True) == model.render_prompt(LONG_REQUEST) + head.response_text
+        [tail] = model.chat(cut, continue_final_message=True, **settings)
+        assert tail.response_length == 8 and tail.prompt_length == self.prompt_token_count(model, cut, continue_final_message=True)
+        if self.writes_model_text:
+            [whole] = model.chat(LONG_REQUEST, temperature=0, max_new_tokens=16)
+            assert head.response_text + tail.response_text == whole.response_text
+        with pytest.raises(ConfigError, match="must be an assistant reply, not 'user'"):
+            model.chat(LONG_REQUEST, continue_final_message=True)
 
     def test_unknown_generation_argument_is_named(self, model):
         with pytest.raises(ConfigError, match="temprature"):

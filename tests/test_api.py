@@ -25,6 +25,7 @@ from tests.held_load import load_held
 
 API_KEY = "test-key"
 GREEDY = {"temperature": 0, "max_tokens": 24}
+LONG_STORY = [{"role": "user", "content": "Write a long story about a dragon."}]
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +112,20 @@ def test_max_tokens_cuts_with_finish_reason_length(client, model_id):
     text, finish, usage = stream_text(chunks)
     assert finish == {0: "length"} and usage.completion_tokens == 3
     assert text[0] == completion.choices[0].message.content
+
+
+def test_continue_final_message_goes_on_with_the_prefilled_reply(client, model_id):
+    """vLLM's extra body fields, as agent frameworks send them to prefill the assistant turn: the
+    reply continues the last assistant message, so (greedy) the two parts are the whole reply."""
+    whole = client.chat.completions.create(model=model_id, messages=LONG_STORY, temperature=0, max_tokens=12).choices[0].message.content
+    head = client.chat.completions.create(model=model_id, messages=LONG_STORY, temperature=0, max_tokens=6).choices[0].message.content
+    continued = {"model": model_id, "messages": [*LONG_STORY, {"role": "assistant", "content": head}], "temperature": 0, "max_tokens": 6,
+                 "extra_body": {"continue_final_message": True, "add_generation_prompt": False}}
+    completion = client.chat.completions.create(**continued)
+    assert head + completion.choices[0].message.content == whole
+    assert completion.choices[0].finish_reason == "length" and completion.usage.completion_tokens == 6
+    text, finish, _ = stream_text(client.chat.completions.create(stream=True, **continued))
+    assert text == {0: completion.choices[0].message.content} and finish == {0: "length"}
 
 
 def test_stop_string_ends_the_reply_before_it(client, model_id):
@@ -282,6 +297,12 @@ def test_wrong_or_missing_api_key_is_401(base_url, model_id):
         ({"model": "MODEL", "messages": QUESTION, "tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "f"}}}, 400, "not among the tools"),
         ({"model": "MODEL", "messages": QUESTION, "stream_options": {"include_usage": True}}, 400, "only allowed when stream is true"),
         ({"model": "MODEL", "messages": QUESTION, "stream": True, "stop": [""]}, 400, "stop must be non-empty"),
+        ({"model": "MODEL", "messages": QUESTION, "continue_final_message": True}, 400, "must be an assistant reply, not 'user'"),
+        ({"model": "MODEL", "messages": [*QUESTION, {"role": "assistant", "content": "Paris"}], "continue_final_message": True,
+          "add_generation_prompt": True}, 400, "cannot both be true"),
+        ({"model": "MODEL", "messages": QUESTION, "add_generation_prompt": False}, 400, "set continue_final_message"),
+        ({"model": "MODEL", "messages": [*QUESTION, {"role": "assistant", "content": "{"}], "continue_final_message": True,
+          "response_format": {"type": "json_object"}}, 400, "A reply format"),
     ],
 )
 def test_bad_requests_get_openai_errors(base_url, model_id, body, status, message):

@@ -163,6 +163,13 @@ def test_regenerate_edit_undo_and_a_short_max_new_tokens(page):
     click_and_wait(page, "regenerate-btn")
     expect(bot_messages(page)).to_have_count(1)
     assert bot_messages(page).last.inner_text().strip() == short, "greedy regenerate gave another reply"
+    # Continue writes on in the same message, and its stats cover both parts.
+    click_and_wait(page, "continue-btn")
+    expect(bot_messages(page)).to_have_count(1)
+    expect(reply_stats(page)).to_have_count(1)
+    expect(reply_stats(page).last).to_contain_text("6 tokens (max_new_tokens reached)")
+    longer = bot_messages(page).last.inner_text().strip()
+    assert longer.startswith(short) and len(longer) > len(short), f"Continue after {short!r} gave {longer!r}"
 
     before = replies(page)
     user_messages(page).first.hover()

@@ -552,3 +552,47 @@ async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_
     handlers.clear(reopened)
     chats.keep(reopened, reopened.chat_id, "", "")
     assert chat_store.messages(chats.owner, session.chat_id) == []
+
+
+async def test_continue_writes_on_the_cut_reply_in_the_same_message_and_keeps_it(handlers, chat_store, slot):
+    chats = user_chats(chat_store)
+    session = chats.new_session()
+    asked = "Write a long story about a dragon."
+    await run(handlers.send(session, message(asked), **settings(8)))
+    first_part = session.turns[1].model_copy()
+    assert first_part.stats.finish_reason == "length"
+
+    updates = await run(handlers.continue_reply(session, **settings(8)))
+    [whole] = slot.model.chat([{"role": "user", "content": asked}], temperature=0, max_new_tokens=16)
+    assert [t.role for t in session.turns] == ["user", "assistant"]
+    reply = session.turns[1]
+    assert reply.content == whole.response_text, "the model went on from where the reply ended"
+    shown = [update["chatbot"] for update in updates]
+    assert all(chat[0]["role"] == "user" and chat[1]["content"].startswith(first_part.content.strip()) for chat in shown)
+    assert len(shown) > 3 and all(len(chat) == 2 for chat in shown[1:-1]), "the reply grew in place, without stats until it ended"
+    assert (reply.stats.tokens, reply.stats.finish_reason) == (16, "length")
+    assert reply.stats.first_token_seconds == first_part.stats.first_token_seconds
+    assert shown[-1][-1]["content"] == f'<span class="reply-stats">{reply.stats.line()}</span>'
+    [_, row] = chat_store.messages(chats.owner, session.chat_id)
+    assert row.data["content"] == whole.response_text and row.state == "length" and row.data["stats"]["tokens"] == 16
+
+    # Stop works on a continued reply too: what was written stays, counted as stopped.
+    task = asyncio.create_task(run(handlers.continue_reply(session, **settings(600))))
+    while len(session.turns[1].content) < len(whole.response_text) + 20:
+        assert not task.done(), "the continued reply ended before it could be stopped"
+        await asyncio.sleep(0.01)
+    handlers.stop(session)
+    await task
+    assert session.turns[1].stopped and session.turns[1].content.startswith(whole.response_text)
+    assert session.turns[1].stats.finish_reason == "stopped" and session.turns[1].stats.tokens > 16
+
+    # A reply format cannot hold a reply that starts mid-text: refused, the reply as it was.
+    before = session.turns[1].model_dump()
+    with pytest.warns(UserWarning, match="Could not continue the reply: A reply format"):
+        await run(handlers.continue_reply(session, **settings(8, reply_format="json_object")))
+    assert session.turns[1].model_dump() == before and not session.turns[0].error
+    # No reply to continue: said so, nothing changes.
+    session.turns.append(Turn(role="user", content="And then?"))
+    with pytest.warns(UserWarning, match="There is no reply to continue"):
+        refused = await run(handlers.continue_reply(session, **settings()))
+    assert refused == [{"chatbot": render(session.turns)}] and len(session.turns) == 3

@@ -572,3 +572,13 @@ def test_a_page_request_counts_for_its_login_else_its_address():
     assert page_user(gr.Request(username="alice", client=client)) == "login alice"
     assert page_user(gr.Request(client=client)) == "address 10.0.0.7"
     assert page_user(None) is None
+
+
+def test_a_continued_replys_stats_cover_both_parts():
+    first = ReplyStats(tokens=11, tokens_per_second=10.0, first_token_seconds=0.2, backend="huggingface", finish_reason="length")
+    more = ReplyStats(tokens=21, tokens_per_second=20.0, first_token_seconds=0.5, backend="huggingface", finish_reason="stop")
+    whole = more.after(first)
+    assert (whole.tokens, whole.first_token_seconds, whole.finish_reason) == (32, 0.2, "stop")
+    # 10 tokens after the first in 1 s, then 20 in 1 s; the second part's wait for its first token is not writing.
+    assert whole.tokens_per_second == pytest.approx(15.0)
+    assert more.after(None) == more

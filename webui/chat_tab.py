@@ -56,6 +56,7 @@ class ChatTab:
                 with gr.Row(elem_id="chat-buttons"):
                     self.stop_btn = gr.Button("■ Stop", elem_id="stop-btn", variant="stop", size="sm", visible=False)
                     self.regenerate_btn = gr.Button("↻ Regenerate", elem_id="regenerate-btn", size="sm")
+                    self.continue_btn = gr.Button("→ Continue", elem_id="continue-btn", size="sm")
                     self.undo_btn = gr.Button("↶ Undo", elem_id="undo-btn", size="sm")
                     self.clear_btn = gr.Button("✕ Clear", elem_id="clear-btn", size="sm")
             with gr.Column(scale=1, min_width=280):
@@ -94,6 +95,8 @@ class ChatTab:
                                                        inputs_kwargs=chat_settings, api_name="chat", **streaming),
             self.regenerate_btn.click(**started).success(inputs=[session], **by_name(handlers.regenerate, chat),
                                                          inputs_kwargs=chat_settings, api_name="regenerate", **streaming),
+            self.continue_btn.click(**started).success(inputs=[session], **by_name(handlers.continue_reply, chat),
+                                                       inputs_kwargs=chat_settings, api_name="continue_reply", **streaming),
             self.chatbot.edit(inputs=[session], **by_name(handlers.edit, chat), inputs_kwargs=chat_settings, api_visibility="private", **streaming),
         ]
         self.chatbot.edit(replying.show_stop, None, self.stop_btn, queue=False, api_visibility="private")

@@ -106,12 +106,14 @@ def kept_media(turn: Turn, media_root: str | None = None) -> Turn:
 
 
 def model_request(turns: list[Turn], system: str | None = None, tools: str | None = None, user: str | None = None,
-                  reply_format: str = "text", reply_schema: str = "", **generation: Any) -> ChatRequest:
+                  reply_format: str = "text", reply_schema: str = "", continue_final_message: bool = False,
+                  **generation: Any) -> ChatRequest:
     """The request for the model: the conversation, each file with its placeholder in the
     message it was attached to (so the model sees it where the user put it), then the text of its
     documents, each named, before what the user wrote; earlier replies as their answer and tool
     calls without their reasoning, and the tab's settings (``reply_format`` and ``reply_schema``
-    as in ReplyFormatChoice). ``user``: whom it counts for in the model's waiting line."""
+    as in ReplyFormatChoice). ``user``: whom it counts for in the model's waiting line;
+    ``continue_final_message``: the last reply is to be written on."""
     response_format = ReplyFormatChoice.build(reply_format=reply_format, reply_schema=reply_schema or "").response_format()
     messages: list[dict[str, Any]] = []
     media: dict[str, list[str]] = {kind: [] for kind in MEDIA_KINDS}
@@ -133,7 +135,8 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
         texts = [document.text for document in turn.documents] + ([turn.content] if turn.content else [])
         messages.append({"role": "user", "content": tags + "\n\n".join(texts)})
     return ChatRequest.build(messages, system=system or None, tools=tools or None, images=media["image"], videos=media["video"],
-                             audios=media["audio"], user=user, response_format=response_format, **generation)
+                             audios=media["audio"], user=user, response_format=response_format,
+                             continue_final_message=continue_final_message, **generation)
 
 
 def render_turn(turn: Turn) -> list[dict[str, Any]]:
@@ -173,6 +176,8 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
     if turn.tool_text:
         shown.append({"role": "assistant", "content": f"```\n{turn.tool_text.strip()}\n```",
                       "metadata": {"title": "⚙ Tool call", "status": "pending"}})
+    if turn.writing:  # a continued reply's earlier stats cover less than it will hold
+        return shown
     if turn.stats:
         shown.append({"role": "assistant", "content": f'<span class="reply-stats">{turn.stats.line()}</span>'})
     elif turn.stopped:  # cut short by an error, or stopped in a file exported before replies had stats

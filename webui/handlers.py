@@ -42,6 +42,8 @@ from .streaming import throttled
 from .versions import picked
 
 ENGINE_MODES = {"auto": None, "eager": True, "compiled": False}
+NOTHING_TO_CONTINUE = ("There is no reply to continue: Continue goes on with the text of the last reply (one stopped, or cut "
+                       "at max_new_tokens), and a reply that called tools is answered by their results. Send a message instead.")
 
 
 def backend_options(**values: Any) -> dict[str, Any]:
@@ -137,6 +139,19 @@ class ChatHandlers:
         async for update in self._answer(session, settings, request):
             yield update
 
+    @one_reply_at_a_time
+    async def continue_reply(self, session: ChatSession, request: gr.Request | None = None,
+                             **settings: Any) -> AsyncIterator[dict[str, Any]]:
+        """Go on with the last reply (stopped, or cut at max_new_tokens): the model writes on from
+        where it ended, into the same message."""
+        last = session.turns[-1] if session.turns else None
+        if last is None or last.role != "assistant" or not last.content.strip() or last.tool_calls:
+            gr.Warning(NOTHING_TO_CONTINUE)
+            yield {"chatbot": render(session.turns)}
+            return
+        async for update in self._answer(session, settings, request, continuing=True):
+            yield update
+
     async def edit(self, session: ChatSession, edit: gr.EditData, request: gr.Request | None = None,
                    **settings: Any) -> AsyncIterator[dict[str, Any]]:
         """A past user message was edited in the Chatbot: answer it again from there. Gradio sends
@@ -209,53 +224,60 @@ class ChatHandlers:
         return {"chatbot": render(session.turns)}
 
     async def _answer(self, session: ChatSession, settings: dict[str, Any], request: gr.Request | None,
-                      emptied: dict[str, Any] | None = None) -> AsyncIterator[dict[str, Any]]:
-        """The chat updates of one reply, asked for by ``request``. The box stays editable (the
-        next message may be typed while the reply streams), so only the first update may touch
-        it: ``emptied``, the sent message taken out of it; later updates leave what is typed
-        there alone."""
+                      emptied: dict[str, Any] | None = None, continuing: bool = False) -> AsyncIterator[dict[str, Any]]:
+        """The chat updates of one reply, asked for by ``request`` (``continuing``: the last reply,
+        written on). The box stays editable (the next message may be typed while the reply
+        streams), so only the first update may touch it: ``emptied``, the sent message taken out
+        of it; later updates leave what is typed there alone."""
         first = {"message_box": emptied} if emptied else {}
-        async for shown in self._reply(session, settings, page_user(request)):
+        async for shown in self._reply(session, settings, page_user(request), continuing):
             yield {"chatbot": shown, **first}
             first = {}
         yield {"chatbot": render(session.turns)}
 
-    async def _reply(self, session: ChatSession, settings: dict[str, Any], user: str | None) -> AsyncIterator[list]:
-        """Stream the model's answer to the conversation into a new assistant turn, which shows
-        its place in line while other requests keep the model busy (``user``: whom it counts for
-        there). A request the model cannot take (no model, bad tools JSON, media it cannot read,
-        too many waiting) marks the user turn with the reason; the conversation itself stays as
-        it was."""
+    async def _reply(self, session: ChatSession, settings: dict[str, Any], user: str | None,
+                     continuing: bool = False) -> AsyncIterator[list]:
+        """Stream the model's answer to the conversation into a new assistant turn, or with
+        ``continuing`` onto the last one, which shows its place in line while other requests keep
+        the model busy (``user``: whom it counts for there). A request the model cannot take (no
+        model, bad tools JSON, media it cannot read, too many waiting) marks the user turn with
+        the reason (a continued reply: a warning, the reply as it was); the conversation itself
+        stays as it was."""
         session.stop_requested = False
         # The page's files are deleted after a while: a file that is gone is shown so, not sent
         # (unless the chat store keeps it: then the page gets a copy again).
         if session.keeper is not None:
             session.keeper.restore_media(session.turns)
         session.turns[:] = [kept_media(turn) for turn in session.turns]
+        reply = session.turns[-1] if continuing else Turn(role="assistant")
         asked = session.turns[-1]
-        before = render(session.turns)
-        yield before
+        before = render(session.turns[:-1] if continuing else session.turns)
+        yield render(session.turns)
         # Saved as it happens: the message now, the reply every few seconds and when it ends.
         await kept(session, system=settings.get("system") or "", tools=settings.get("tools") or "")
-        reply = Turn(role="assistant", writing=True)
+        earlier = Turn(role="assistant", reasoning=reply.reasoning, content=reply.content, stats=reply.stats)
+        reply.writing = True
         ended = False
         try:
-            request = model_request(session.turns, user=user, **settings)
+            request = model_request(session.turns, user=user, continue_final_message=continuing, **settings)
             clock = ReplyClock(self.slot.model)
             stream = clock.watch(clock.model.astream_reply(request, queue_places=True))
-            session.turns.append(reply)
+            if not continuing:
+                session.turns.append(reply)
             async for items in throttled(stream, lambda: session.stop_requested):
                 for item in items:
                     _add_to_reply(reply, item)
                 yield before + render_turn(reply)
                 await kept(session, every=SAVE_INTERVAL)
             reply.stopped = session.stop_requested
-            reply.stats = clock.stats(reply.reasoning + reply.content + reply.tool_text)
+            reply.stats = clock.stats(_written_since(earlier, reply)).after(earlier.stats)
             ended = True
         except ChatError as error:
-            if reply.content or reply.reasoning:
-                reply.stopped = True
+            if reply.content != earlier.content or reply.reasoning != earlier.reasoning:
+                reply.stopped, reply.stats = True, None
                 gr.Warning(f"The reply was cut short: {error}")
+            elif continuing:
+                gr.Warning(f"Could not continue the reply: {error}")
             else:
                 if reply in session.turns:
                     session.turns.remove(reply)
@@ -265,6 +287,8 @@ class ChatHandlers:
             reply.writing, reply.tool_text, reply.waiting = False, "", None
             if not ended:  # closed mid-reply (a reload, a switch of chats), where nothing can be awaited
                 reply.stopped = True
+                if _written_since(earlier, reply):
+                    reply.stats = None  # they would cover less than is written now
                 kept_now(session)
         await kept(session)
 
@@ -363,6 +387,11 @@ def page_user(request: gr.Request | None) -> str | None:
     if request is None:
         return None
     return line_user(request.username, request.client.host if request.client else None)
+
+
+def _written_since(earlier: Turn, reply: Turn) -> str:
+    """What the model wrote into ``reply`` since it was ``earlier`` (all of it, for a new reply)."""
+    return reply.reasoning[len(earlier.reasoning):] + reply.content[len(earlier.content):] + reply.tool_text
 
 
 def _add_to_reply(reply: Turn, item: Any) -> None:

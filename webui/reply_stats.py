@@ -25,6 +25,20 @@ class ReplyStats(BaseModel):
     backend: Literal[BACKEND_NAMES]
     finish_reason: Literal["stop", "length", "stopped"]
 
+    def after(self, earlier: ReplyStats | None) -> ReplyStats:
+        """These stats of a continued reply's new part, over the whole reply (``earlier``: its
+        first part's, None where unknown): all its tokens, its first token, and the rate over
+        the writing time of both parts (each part's time after its own first token)."""
+        if earlier is None:
+            return self
+        after_first = max(earlier.tokens - 1, 0) + max(self.tokens - 1, 0)
+        writing = sum((part.tokens - 1) / part.tokens_per_second for part in (earlier, self) if part.tokens_per_second)
+        return self.model_copy(update={
+            "tokens": earlier.tokens + self.tokens,
+            "tokens_per_second": after_first / writing if writing > 0 else None,
+            "first_token_seconds": earlier.first_token_seconds,
+        })
+
     def line(self) -> str:
         if self.finish_reason == "stopped":
             parts = [f"■ stopped after {self.tokens} tokens"]

@@ -114,7 +114,7 @@ class PromptBuilder:
             return request.prompt if isinstance(request.prompt, str) else self.tokenizer.decode(request.prompt)
         messages = self.media.template_messages(request.messages, self.template) if self.media else request.messages
         variables = {**request.template_kwargs, **reasoning_variables(self.template, generation)}
-        return render_chat(self.tokenizer, self.template, messages, request.tools, variables)
+        return render_chat(self.tokenizer, self.template, messages, request.tools, variables, request.continue_final_message)
 
     def prepare(self, request: ChatRequest, generation: GenerationArgs) -> Prompt:
         """Render and tokenize; check the length against the context (what cannot fit before it

@@ -70,10 +70,12 @@ def render_chat(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any],
+    continue_final_message: bool = False,
 ) -> str:
     """Render with the model's own template. A template that ignores ``tools`` gets them in the
     system message in the Hermes format (the format our tool-call parser reads), so tools are
-    never silently dropped."""
+    never silently dropped. ``continue_final_message``: the last (assistant) message is left
+    open, without its end of turn, for the model to go on with (transformers' own way of doing it)."""
     if "tool_calls" not in template:
         messages = [_tool_calls_as_text(message) for message in messages]
     if tools and "tools" not in template:
@@ -85,9 +87,15 @@ def render_chat(
         tools = None
     try:
         return tokenizer.apply_chat_template(
-            messages, tools=tools, chat_template=template, add_generation_prompt=True, tokenize=False, **template_kwargs
+            messages, tools=tools, chat_template=template, add_generation_prompt=not continue_final_message,
+            continue_final_message=continue_final_message, tokenize=False, **template_kwargs
         )
-    except Exception as error:  # Jinja raises its own types, and templates raise_exception() freely
+    except Exception as error:
+        if continue_final_message and "continue_final_message" in str(error):
+            raise ChatTemplateError(
+                "This model's chat template changes the last assistant message as it renders it (it drops or rewrites part "
+                "of it), so the reply cannot be continued from where it ended. Ask for a new reply instead."
+            ) from error  # Jinja raises its own types, and templates raise_exception() freely
         raise ChatTemplateError(f"The model's chat template rejected these messages: {error}") from error
 
 
