@@ -14,6 +14,15 @@ from webui.handlers import ChatHandlers
 from webui.saved_chats import SavedChats
 
 
+async def a_chat_under_way(slot, store, owner):
+    """The page's handlers on ``store``, and a session of ``owner``'s whose first exchange is saved."""
+    handlers = ChatHandlers(slot, CONTROLS)
+    chats = SavedChats(store, owner)
+    session = chats.new_session()
+    await run(handlers.send(session, message("Say apple."), **settings(4)))
+    return handlers, chats, session
+
+
 @pytest.fixture
 def server():
     with postgres_server() as running:
@@ -23,10 +32,7 @@ def server():
 async def test_a_database_gone_mid_session_is_said_and_nothing_is_lost_once_it_is_back(slot, server, upload_folder):
     store = open_store(server.url)
     try:
-        handlers = ChatHandlers(slot, CONTROLS)
-        chats = SavedChats(store, "login:alice")
-        session = chats.new_session()
-        await run(handlers.send(session, message("Say apple."), **settings(4)))
+        handlers, chats, session = await a_chat_under_way(slot, store, "login:alice")
 
         server.stop()
         with pytest.warns(UserWarning, match=r"⚠ This chat could not be saved \(.*\)\. It stays on the page and goes on"):
@@ -60,10 +66,7 @@ def full_at(engine, pages):
 async def test_a_full_disk_is_said_the_conversation_goes_on_and_the_store_catches_up(slot, tmp_path, upload_folder):
     store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", data=tmp_path)
     try:
-        handlers = ChatHandlers(slot, CONTROLS)
-        chats = SavedChats(store, "browser:b1")
-        session = chats.new_session()
-        await run(handlers.send(session, message("Say apple."), **settings(4)))
+        handlers, chats, session = await a_chat_under_way(slot, store, "browser:b1")
         with store.engine.connect() as connection:
             pages = connection.exec_driver_sql("PRAGMA page_count").scalar()
         room_again = full_at(store.engine, pages)
@@ -87,10 +90,7 @@ async def test_a_database_file_broken_under_a_session_is_said_and_the_conversati
     path = tmp_path / "chats.db"
     store = open_store(f"sqlite:///{path}", data=tmp_path)
     try:
-        handlers = ChatHandlers(slot, CONTROLS)
-        chats = SavedChats(store, "browser:b1")
-        session = chats.new_session()
-        await run(handlers.send(session, message("Say apple."), **settings(4)))
+        handlers, chats, session = await a_chat_under_way(slot, store, "browser:b1")
         store.engine.dispose()
         for leftover in tmp_path.glob("chats.db-*"):  # the write-ahead log would otherwise still hold the chat
             leftover.unlink()

@@ -287,12 +287,11 @@ def refresh_list(chats: SavedChats | None, query: str) -> dict[str, Any]:
     is when nothing changed, and while the store cannot be reached (the page says so elsewhere)."""
     if chats is None:
         return gr.skip()
-    listed = chats.listed
     try:
         choices = chats.choices(query)
     except (SQLAlchemyError, StoreError, OSError):
         return gr.skip()
-    return shown_list(chats, choices) if choices != listed else gr.skip()
+    return shown_list(chats, choices) if choices != chats.listed else gr.skip()
 
 
 @store_errors
@@ -349,4 +348,5 @@ def list_update(chats: SavedChats, query: str = "") -> dict[str, Any]:
 
 
 def shown_list(chats: SavedChats, choices: list[tuple[str, str]]) -> dict[str, Any]:
+    chats.listed = choices
     return gr.update(choices=choices, value=chats.current if any(chat_id == chats.current for _, chat_id in choices) else None)

@@ -112,8 +112,7 @@ class SavedChats:
 
     def choices(self, query: str = "") -> list[tuple[str, str]]:
         """(title, id) of the chats whose title or messages hold ``query``, whatever its case."""
-        self.listed = [(chat.title, chat.id) for chat in self.store.chats(self.owner, query)]
-        return self.listed
+        return [(chat.title, chat.id) for chat in self.store.chats(self.owner, query)]
 
     def note(self) -> str:
         count = self.store.count(self.owner)
