@@ -181,6 +181,12 @@ def test_rename_search_and_delete(page, context, app):
     expect(chat_list(page)).to_have_text(["Say cherry.", "Say banana.", "Say apple."])
     # Listed in the browser's other tab too, without a reload.
     expect(chat_list(other_tab)).to_have_text(["Say cherry.", "Say banana.", "Say apple."], timeout=20_000)
+    # A chat open in both tabs shows, without a reload, what the other tab writes into it.
+    choose_chat(other_tab, "Say cherry.")
+    ask(page, "Say plum.")
+    expect(user_messages(other_tab)).to_have_count(2, timeout=20_000)
+    expect(user_messages(other_tab).last).to_contain_text("Say plum.")
+    expect(bot_messages(other_tab).last).to_have_text(bot_messages(page).last.inner_text(), timeout=20_000)
     other_tab.close()
 
     choose_chat(page, "Say banana.")

@@ -142,6 +142,56 @@ def test_a_tabs_list_shows_the_chats_other_tabs_write_and_is_left_alone_otherwis
     assert chat_sidebar.refresh_list(None, "") == gr.skip()
 
 
+async def test_a_chat_open_in_two_tabs_shows_what_the_other_tab_writes_and_is_left_alone_otherwise(chat_store):
+    chats = user_chats(chat_store)
+    here = chat_session(chats, "Hi", "Hello")
+    chats.keep(here, here.chat_id, "", "")
+    there = chats.open(here.chat_id, "")
+    assert await chat_sidebar.refresh_chat(here) == gr.skip(), "its own writes are nothing new to a tab"
+    assert await chat_sidebar.refresh_chat(there) == gr.skip()
+
+    there.turns += [Turn(role="user", content="From the other tab"), Turn(role="assistant", content="Half a rep", writing=True)]
+    there.keeper.save(there.turns)
+    shown = await chat_sidebar.refresh_chat(here)
+    assert [t.content for t in here.turns] == ["Hi", "Hello", "From the other tab", "Half a rep"] and shown == render(here.turns)
+    assert await chat_sidebar.refresh_chat(here) == gr.skip(), "nothing new since"
+    # A tab writing a reply, or with a change of its own not yet saved, is left as it is.
+    there.turns[-1].content, there.turns[-1].writing = "Half a reply, then all of it.", False
+    there.keeper.save(there.turns)
+    here.answering = True
+    assert await chat_sidebar.refresh_chat(here) == gr.skip()
+    here.answering = False
+    here.turns.append(Turn(role="user", content="Not saved yet"))
+    assert await chat_sidebar.refresh_chat(here) == gr.skip()
+    here.turns.pop()
+    assert await chat_sidebar.refresh_chat(here) == render(here.turns)
+    assert here.turns[-1].content == "Half a reply, then all of it." and not here.turns[-1].stopped
+    # A regenerated reply in the other tab: this tab shows it, with its ‹2/2›.
+    there.turns[-1] = Turn(role="assistant", content="Another reply")
+    there.keeper.save(there.turns)
+    await chat_sidebar.refresh_chat(here)
+    assert here.turns[-1].content == "Another reply" and len(here.turns[-1].versions) == 2
+    updates = await chat_sidebar.refresh(chats, here, "")
+    assert set(updates) == {"chat_list"}, "the list once, then only what changed"
+    assert await chat_sidebar.refresh(chats, here, "") == {}
+    assert await chat_sidebar.refresh(None, ChatSession(), "") == {}
+
+
+def test_a_tab_that_opened_a_reply_being_written_elsewhere_never_writes_its_copy_over_it(chat_store):
+    chats = user_chats(chat_store)
+    writer = chat_session(chats, "Tell me a story", "Once")
+    writer.turns[1].writing = True
+    writer.keeper.save(writer.turns)
+    reader = chats.open(writer.chat_id, "")
+    assert reader.turns[1].stopped, "shown as stopped where it was opened"
+    writer.turns[1].writing, writer.turns[1].content = False, "Once upon a time, the end."
+    writer.keeper.save(writer.turns)
+    reader.turns.append(Turn(role="user", content="Nice"))
+    reader.keeper.save(reader.turns)
+    assert [(m.data["content"], m.state) for m in chat_store.messages(chats.owner, writer.chat_id)] == [
+        ("Tell me a story", "done"), ("Once upon a time, the end.", "done"), ("Nice", "done")]
+
+
 def picture(path, color):
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.new("RGB", (8, 8), color).save(path)

@@ -45,6 +45,8 @@ class ChatKeeper:
         self.chat_id = chat_id
         self.written = written or {}
         self.shown = shown
+        # The chat's ``updated`` stamp when this keeper last looked for what other tabs wrote.
+        self.seen: float | None = None
         self.discarded: set[int] = set()
         self.last_save = time.monotonic()
         self.problem = ""
@@ -103,9 +105,26 @@ class ChatKeeper:
         self.shown = stored[-1].id
         return self.turns_of(stored, upload_folder)
 
+    def written_elsewhere(self, turns: list[Turn], upload_folder: str) -> list[Turn] | None:
+        """The turns of the branch the chat shows in the store, where another tab or device has
+        written into the chat since this keeper last looked, and that differs from ``turns``;
+        None otherwise, and while ``turns`` hold changes of this tab's still to be saved."""
+        with self._lock:
+            if self.problem or self.discarded or any(turn.row is None for turn in turns):
+                return None
+            chat = self.store.chat(self.owner, self.chat_id)
+            if chat is None or chat.updated == self.seen:
+                return None
+            self.seen = chat.updated
+            stored = self.store.branch(self.owner, self.chat_id)
+            ours = [(turn.row, self.written.get(turn.row), tuple(turn.versions)) for turn in turns]
+            if [(message.id, as_loaded(message), message.versions) for message in stored] == ours:
+                return None
+            return self.turns_of(stored, upload_folder)
+
     def turns_of(self, stored: list[StoredMessage], upload_folder: str) -> list[Turn]:
         """Stored messages as the session's turns, noted as written, their media shown from ``upload_folder``."""
-        self.written.update({message.id: {**message.data, "state": message.state} for message in stored})
+        self.written.update({message.id: as_loaded(message) for message in stored})
         return [kept_media(as_turn(message, self.store, upload_folder, self.known), upload_folder) for message in stored]
 
     def _kept_media(self, turns: list[Turn]) -> dict[str, tuple[str, int]]:
@@ -183,6 +202,14 @@ def as_message(turn: Turn, media: dict[str, tuple[str, int]]) -> dict[str, Any]:
     if turn.files:
         message["files"] = [{"sha256": media[path][0], "name": os.path.basename(path)} if path in media else path for path in turn.files]
     return message
+
+
+def as_loaded(message: StoredMessage) -> dict[str, Any]:
+    """A stored message as a tab that opened it would write it back unchanged. A reply still
+    being written (by another tab, or cut short by a killed server) shows as stopped, which is no
+    change of this tab's: it must not write its copy over the reply the other tab goes on writing."""
+    loaded = {**message.data, "state": message.state}
+    return {**loaded, "stopped": True, "state": "stopped"} if message.state == "writing" else loaded
 
 
 def state_of(turn: Turn) -> str:

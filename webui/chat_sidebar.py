@@ -48,7 +48,7 @@ SIDEBAR_HEAD = """<style>
 
 # How long a switch waits for a stopped reply to end before it saves what there is.
 STOP_WAIT_SECONDS = 10.0
-# How often an open page looks for chats its user's other tabs and devices have written.
+# How often an open page looks for what its user's other tabs and devices have written.
 LIST_REFRESH_SECONDS = 5.0
 NOT_OPENED = "This page has not finished opening: reload it."
 STORE_DOWN = "The saved chats cannot be reached now ({problem}). The conversation on screen stays and goes on; try again in a moment."
@@ -135,7 +135,8 @@ class ChatSidebar:
         gr.on([self.title.submit, self.rename_btn.click], inputs=[self.chats, session, self.title],
               **by_name(rename_chat, renamed), **private)
         self.search.change(search_chats, [self.chats, self.search], self.list, trigger_mode="always_last", **private)
-        self.refresh.tick(refresh_list, [self.chats, self.search], self.list, show_progress="hidden", **private)
+        self.refresh.tick(inputs=[self.chats, session, self.search], **by_name(refresh, {"chat_list": self.list, "chatbot": chatbot}),
+                          show_progress="hidden", **private)
         for event in replies:
             event.success(inputs=shown, inputs_kwargs=generation, **by_name(keep_chat, {**renamed, "note": self.note}), **private)
         for event in changes:
@@ -280,6 +281,30 @@ def rename_chat(chats: SavedChats | None, session: ChatSession, title: str) -> d
 @store_errors
 def search_chats(chats: SavedChats | None, query: str) -> dict[str, Any]:
     return list_update(opened(chats), query)
+
+
+async def refresh(chats: SavedChats | None, session: ChatSession | None, query: str) -> dict[str, Any]:
+    """What the user's other tabs and devices have written meanwhile: the list, and the chat shown."""
+    updates = {"chat_list": await asyncio.to_thread(refresh_list, chats, query), "chatbot": await refresh_chat(session)}
+    return {name: update for name, update in updates.items() if update != gr.skip()}
+
+
+async def refresh_chat(session: ChatSession | None) -> Any:
+    """The chat shown, with what other tabs and devices wrote into it; left as it is while this
+    tab writes a reply or has changes of its own to save, and while the store cannot be reached."""
+    keeper = getattr(session, "keeper", None)
+    if keeper is None or session.answering:
+        return gr.skip()
+    rows = [turn.row for turn in session.turns]
+    try:
+        turns = await asyncio.to_thread(keeper.written_elsewhere, list(session.turns), get_upload_folder())
+    except (SQLAlchemyError, StoreError, OSError):
+        return gr.skip()
+    # Checked and replaced on the event loop, where the reply handlers run: none starts in between.
+    if turns is None or session.answering or [turn.row for turn in session.turns] != rows:
+        return gr.skip()
+    session.turns = turns
+    return render(turns)
 
 
 def refresh_list(chats: SavedChats | None, query: str) -> dict[str, Any]:
