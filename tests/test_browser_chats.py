@@ -313,10 +313,11 @@ def test_chats_and_their_media_survive_a_reload_and_a_restart_and_a_lost_file_sh
 
 
 def streamed_for(page, seconds):
-    """A long reply, sent and streamed for ``seconds`` (the store has written it meanwhile); its text then."""
+    """A long reply, sent and streamed until it shows 20 characters and then for ``seconds`` (the
+    store writes it every 2 s meanwhile); its text then."""
     reply_length(page, 600)
     send(page, "Write a very long story about a lighthouse keeper.")
-    expect(bot_messages(page).last).to_contain_text(" ")
+    expect(bot_messages(page).last).to_have_text(re.compile(r"\S.{19}", re.S), timeout=30_000)
     time.sleep(seconds)
     return bot_messages(page).first.inner_text()
 
