@@ -8,17 +8,16 @@ closed, and ChatModel passes that on to the engine, which stops generating.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 from engines import ChatModel, ChatRequest, Response
 from engines.prompt.documents import DocumentLimits
 from engines.logprobs import TokenLogprobs
 from engines.prompt.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
 
-from .errors import APIError, from_exception
+from .errors import APIError
+from .event_stream import event_stream, first_of, sse_data
 from .logprobs import chat_logprobs
 from .media import to_engine_input
 from .schemas import (
@@ -117,23 +116,18 @@ def _usage(responses: list[Response]) -> Usage:
 
 
 async def start_stream(api_request: ChatCompletionRequest, model: ChatModel, model_id: str, request: ChatRequest) -> AsyncIterator[str]:
-    """The SSE body. The first reply item is awaited before the response starts (see routes),
-    so a request the engine refuses (all its replies, since they take their places in line
-    together) still gets a proper error status."""
+    """The SSE body, once the first reply item has come (see api/event_stream.py); the replies
+    take their places in line together, so a refusal is of them all."""
     replies = model.astream_replies(request)
-    try:
-        first = await anext(replies)
-    except BaseException:
-        await replies.aclose()
-        raise
-    return _sse(api_request, model_id, replies, first)
+    return _sse(api_request, model_id, replies, await first_of(replies))
 
 
-async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, ReplyChunk | TokenLogprobs | Response]],
-               first: tuple[int, ReplyChunk | TokenLogprobs | Response]) -> AsyncIterator[str]:
+def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, ReplyChunk | TokenLogprobs | Response]],
+         first: tuple[int, ReplyChunk | TokenLogprobs | Response]) -> AsyncIterator[str]:
     chunk_id, created = completion_id(), now()
     # Each reply's token logprobs not sent yet: they go with the reply's next chunk.
     unsent: dict[int, list[TokenLogprobs]] = {}
+    finished: list[Response] = []
 
     def chunk(index: int, delta: Delta, finish_reason: str | None = None) -> str:
         logprobs = chat_logprobs(unsent.pop(index)) if unsent.get(index) else None
@@ -141,43 +135,28 @@ async def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIter
         body = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[choice])
         return sse_data(body.model_dump(exclude_none=True))
 
-    finished: list[Response] = []
-    try:
-        for index in range(request.n):
-            yield chunk(index, Delta(role="assistant", content=""))
-        index, item = first
-        while True:
-            if isinstance(item, TokenLogprobs):
-                unsent.setdefault(index, []).append(item)
-            elif isinstance(item, ReplyChunk):
-                if item.kind == "reasoning":
-                    yield chunk(index, Delta(reasoning_content=item.text))
-                elif item.kind == "content":
-                    yield chunk(index, Delta(content=item.text))
-            else:
-                calls = _kept_calls(request, item.parts.tool_calls)
-                if calls:
-                    deltas = [
-                        ToolCallDelta(index=i, id=c.id, type="function", function=FunctionCallDelta(name=c.name, arguments=c.arguments))
-                        for i, c in enumerate(calls)
-                    ]
-                    yield chunk(index, Delta(tool_calls=deltas))
-                finished.append(item)
-                yield chunk(index, Delta(), "tool_calls" if calls else item.finish_reason)
-                if len(finished) == request.n:
-                    if request.stream_options and request.stream_options.include_usage:
-                        usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=_usage(finished))
-                        yield sse_data(usage.model_dump(exclude_none=True))
-                    break
-            try:
-                index, item = await anext(replies)
-            except Exception as error:
-                yield sse_data(from_exception(error).body())
-                break
-        yield "data: [DONE]\n\n"
-    finally:
-        await replies.aclose()
+    def events(reply: tuple[int, ReplyChunk | TokenLogprobs | Response]) -> Iterator[str]:
+        index, item = reply
+        if isinstance(item, TokenLogprobs):
+            unsent.setdefault(index, []).append(item)
+        elif isinstance(item, ReplyChunk):
+            if item.kind == "reasoning":
+                yield chunk(index, Delta(reasoning_content=item.text))
+            elif item.kind == "content":
+                yield chunk(index, Delta(content=item.text))
+        else:
+            calls = _kept_calls(request, item.parts.tool_calls)
+            if calls:
+                deltas = [
+                    ToolCallDelta(index=i, id=c.id, type="function", function=FunctionCallDelta(name=c.name, arguments=c.arguments))
+                    for i, c in enumerate(calls)
+                ]
+                yield chunk(index, Delta(tool_calls=deltas))
+            finished.append(item)
+            yield chunk(index, Delta(), "tool_calls" if calls else item.finish_reason)
+            if len(finished) == request.n and request.stream_options and request.stream_options.include_usage:
+                usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=_usage(finished))
+                yield sse_data(usage.model_dump(exclude_none=True))
 
-
-def sse_data(body: dict[str, Any]) -> str:
-    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+    opening = (chunk(index, Delta(role="assistant", content="")) for index in range(request.n))
+    return event_stream(replies, first, opening, events, lambda: len(finished) == request.n)

@@ -7,7 +7,7 @@ of ``text_completion`` objects, all replies side by side."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 
 from engines import ChatModel, ChatRequest, Response
 from engines.backends.base import side_by_side
@@ -15,8 +15,8 @@ from engines.generation_args import GenerationArgs
 from engines.logprobs import TokenLogprobs
 from engines.settings import field_range
 
-from .completions import sse_data
-from .errors import APIError, from_exception
+from .errors import APIError
+from .event_stream import event_stream, first_of, sse_data
 from .logprobs import completion_logprobs
 from .schemas import Usage, now
 from .text_completion_schemas import Completion, CompletionChoice, CompletionRequest, text_completion_id
@@ -83,24 +83,20 @@ def _usage(replies: list[list[Response]]) -> Usage:
 
 
 async def start_stream(body: CompletionRequest, model: ChatModel, model_id: str, requests: list[ChatRequest]) -> AsyncIterator[str]:
-    """The SSE body. The first reply item is awaited before the response starts, so a request
-    the engine refuses still gets a proper error status."""
+    """The SSE body, once the first reply item has come (see api/event_stream.py)."""
     replies = side_by_side([model.astream_replies(request, raw=True) for request in requests])
-    try:
-        first = await anext(replies)
-    except BaseException:
-        await replies.aclose()
-        raise
+    first = await first_of(replies)
     echoes = [model.render_prompt(request) if body.echo else "" for request in requests]
     return _sse(body, model_id, replies, first, echoes)
 
 
-async def _sse(body: CompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, tuple[int, str | TokenLogprobs | Response]]],
-               first: tuple[int, tuple[int, str | TokenLogprobs | Response]], echoes: list[str]) -> AsyncIterator[str]:
+def _sse(body: CompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, tuple[int, str | TokenLogprobs | Response]]],
+         first: tuple[int, tuple[int, str | TokenLogprobs | Response]], echoes: list[str]) -> AsyncIterator[str]:
     chunk_id, created = text_completion_id(), now()
     # Each choice's token logprobs not sent yet (they go with its next text), and where its text has got to.
     unsent: dict[int, list[TokenLogprobs]] = {}
     offsets = {prompt * body.n + reply: len(echo) for prompt, echo in enumerate(echoes) for reply in range(body.n)}
+    finished: dict[int, list[Response]] = {}
 
     def chunk(choices: list[CompletionChoice] | None = None, usage: Usage | None = None) -> str:
         return sse_data(Completion(id=chunk_id, created=created, model=model_id, choices=choices or [], usage=usage).model_dump(exclude_none=True))
@@ -111,30 +107,21 @@ async def _sse(body: CompletionRequest, model_id: str, replies: AsyncIterator[tu
         offsets[index] += len(text)
         return chunk([CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish_reason)])
 
-    finished: dict[int, list[Response]] = {}
-    try:
-        for index in offsets:
-            if echo := echoes[index // body.n]:
-                yield chunk([CompletionChoice(index=index, text=echo)])
-        prompt, (reply, item) = first
-        while True:
-            index = prompt * body.n + reply
-            if isinstance(item, TokenLogprobs):
-                unsent.setdefault(index, []).append(item)
-            elif isinstance(item, str):
-                yield choice(index, item)
-            elif isinstance(item, Response):
-                finished.setdefault(prompt, []).append(item)
-                yield choice(index, "", item.finish_reason)
-                if sum(map(len, finished.values())) == len(offsets):
-                    if body.stream_options and body.stream_options.include_usage:
-                        yield chunk(usage=_usage(list(finished.values())))
-                    break
-            try:
-                prompt, (reply, item) = await anext(replies)
-            except Exception as error:
-                yield sse_data(from_exception(error).body())
-                break
-        yield "data: [DONE]\n\n"
-    finally:
-        await replies.aclose()
+    def complete() -> bool:
+        return sum(map(len, finished.values())) == len(offsets)
+
+    def events(reply: tuple[int, tuple[int, str | TokenLogprobs | Response]]) -> Iterator[str]:
+        prompt, (number, item) = reply
+        index = prompt * body.n + number
+        if isinstance(item, TokenLogprobs):
+            unsent.setdefault(index, []).append(item)
+        elif isinstance(item, str):
+            yield choice(index, item)
+        elif isinstance(item, Response):
+            finished.setdefault(prompt, []).append(item)
+            yield choice(index, "", item.finish_reason)
+            if complete() and body.stream_options and body.stream_options.include_usage:
+                yield chunk(usage=_usage(list(finished.values())))
+
+    opening = (chunk([CompletionChoice(index=index, text=echoes[index // body.n])]) for index in offsets if echoes[index // body.n])
+    return event_stream(replies, first, opening, events, complete)

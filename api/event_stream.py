@@ -1,0 +1,51 @@
+"""The server-sent events of a streamed completion, chat or text: what both send around the
+replies' own chunks. The first reply item is awaited before the response starts, so a request
+the engine refuses gets a proper error status; an error later, once the response has started,
+is sent as an event of its own; the stream ends with [DONE]; and the replies are closed however
+it ends (a client gone mid-stream included), so the engine stops writing them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from .errors import from_exception
+
+Item = TypeVar("Item")
+
+
+async def first_of(replies: AsyncIterator[Item]) -> Item:
+    """The replies' first item; the replies closed where there is none (the request refused)."""
+    try:
+        return await anext(replies)
+    except BaseException:
+        await replies.aclose()
+        raise
+
+
+async def event_stream(replies: AsyncIterator[Item], first: Item, opening: Iterable[str],
+                       events: Callable[[Item], Iterator[str]], complete: Callable[[], bool]) -> AsyncIterator[str]:
+    """``opening``, then the ``events`` of each item, ``first`` first, until the stream is
+    ``complete`` (every reply finished) or the replies fail; then [DONE]."""
+    try:
+        for event in opening:
+            yield event
+        item = first
+        while True:
+            for event in events(item):
+                yield event
+            if complete():
+                break
+            try:
+                item = await anext(replies)
+            except Exception as error:
+                yield sse_data(from_exception(error).body())
+                break
+        yield "data: [DONE]\n\n"
+    finally:
+        await replies.aclose()
+
+
+def sse_data(body: dict[str, Any]) -> str:
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
