@@ -1,6 +1,6 @@
 """The store failing under a conversation: PostgreSQL stopped mid-session (as a crash stops it)
-and started again, an SQLite disk full, an SQLite file broken, with the page's handlers on the real
-default model. The conversation stays and goes on, the page says what is not saved, and the store
+and started again, an SQLite disk full, an SQLite file broken or not writable, with the page's
+handlers (on the real default model where a reply is needed). The conversation stays and goes on, the page says what is not saved, and the store
 catches up once it can."""
 
 import pytest
@@ -10,6 +10,7 @@ from harness.postgres import postgres_server
 from store import StoreError, open_store
 from tests.page_input import CONTROLS, message, run, settings
 from webui import chat_sidebar
+from webui.conversation import Turn
 from webui.handlers import ChatHandlers
 from webui.saved_chats import SavedChats
 
@@ -49,6 +50,38 @@ async def test_a_database_gone_mid_session_is_said_and_nothing_is_lost_once_it_i
         assert [m.data["content"] for m in stored] == [t.content for t in session.turns], "the store caught up"
         assert [m.data["content"] for m in stored if m.data["role"] == "user"] == ["Say apple.", "Say banana.", "Say cherry."]
         assert session.keeper.problem == ""
+    finally:
+        store.close()
+
+
+def read_only(engine):
+    """Every connection refused writes as SQLite refuses them on a file the server may not write
+    ("attempt to write a readonly database"; the suite runs as root, which file modes do not stop)."""
+    def refuse(connection, _record):
+        connection.execute("PRAGMA query_only=ON")
+    event.listen(engine, "connect", refuse)
+    engine.dispose()
+    return lambda: event.remove(engine, "connect", refuse) or engine.dispose()
+
+
+def test_an_unwritable_database_is_said_and_the_chat_is_saved_once_it_can_be(tmp_path, upload_folder):
+    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", data=tmp_path)
+    try:
+        chats = SavedChats(store, "browser:b1")
+        session = chats.new_session()
+        session.turns = [Turn(role="user", content="Say apple."), Turn(role="assistant", content="Apple.")]
+        chats.keep(session, session.chat_id, "", "")
+        writable_again = read_only(store.engine)
+        session.turns += [Turn(role="user", content="Say banana."), Turn(role="assistant", content="Banana.")]
+        with pytest.warns(UserWarning, match=r"⚠ This chat could not be saved \(attempt to write a readonly database\)"):
+            chats.keep(session, session.chat_id, "", "")
+        assert "not saved now" in chat_sidebar.keep_chat(chats, session, session.chat_id, "", "")["note"]
+        assert [m.data["content"] for m in store.messages("browser:b1", session.chat_id)] == ["Say apple.", "Apple."]
+
+        writable_again()
+        chats.keep(session, session.chat_id, "", "")
+        assert session.keeper.problem == ""
+        assert [m.data["content"] for m in store.messages("browser:b1", session.chat_id)] == [t.content for t in session.turns]
     finally:
         store.close()
 
