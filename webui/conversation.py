@@ -72,7 +72,8 @@ class ChatSession:
     ``chat_id`` names the saved chat it shows, and ``keeper`` writes it into the chat store as
     it changes (webui/chat_keeper.py; None for a session not kept); ``answering`` is true while
     a reply is written; ``pdfs_as_images``: PDFs attached in this tab go to a model that reads
-    images as page images."""
+    images as page images; ``imported``: every message of a conversation file just imported
+    (webui/conversation_file.py), until the sidebar writes them into a chat of their own."""
 
     turns: list[Turn] = field(default_factory=list)
     stop_requested: bool = False
@@ -80,6 +81,7 @@ class ChatSession:
     answering: bool = False
     keeper: ChatKeeper | None = None
     pdfs_as_images: bool = False
+    imported: list[tuple[int | None, Turn]] | None = None
 
 
 def media_kind(path: str) -> str | None:
