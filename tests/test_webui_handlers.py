@@ -390,6 +390,9 @@ def other(parent, content):
     ([{"turn": 0}, other(0, "b"), {"parent": 1, "turn": 1}], r"the turns are not a branch of the tree: turns.1 does not follow turns.0"),
     ([{"parent": None}], r"tree.0: Value error, a message of the tree has either a turn"),
     ([{"parent": -1, "turn": 0}], r"tree.0.parent: Input should be greater than or equal to 0"),
+    # Another version's media are read as the turns' are: never from a path on the server.
+    ([{"turn": 0}, {"parent": 0, "message": {"role": "assistant", "files": [{"name": "p.png", "data": "/etc/passwd"}]}}, {"parent": 0, "turn": 1}],
+     r"'p.png' is not embedded in the file.*never read"),
 ])
 def test_a_broken_message_tree_is_refused_and_names_its_fault(handlers, tmp_path, upload_folder, tree, refusal):
     refused_import(handlers, tree_file(tmp_path, ["q", "a"], tree), refusal)
