@@ -125,8 +125,8 @@ class ChatKeeper:
         rows = [turn.row for turn in turns]
         if not all(row in place for row in rows):
             return None
-        parents = [place.get(stored[place[row]].parent) for row in rows]
-        if parents != [None, *(place[row] for row in rows[:-1])][:len(rows)]:
+        follows = [None, *(place[row] for row in rows)]
+        if any(place.get(stored[place[row]].parent) != before for row, before in zip(rows, follows)):
             return None
         on_branch = dict(zip(rows, turns))
         return [(place.get(message.parent),

@@ -20,6 +20,7 @@ from .versions import version_line
 
 if TYPE_CHECKING:
     from .chat_keeper import ChatKeeper
+    from .conversation_file import MessageTree
 
 MEDIA_EXTENSIONS = {
     "image": (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"),
@@ -81,7 +82,7 @@ class ChatSession:
     answering: bool = False
     keeper: ChatKeeper | None = None
     pdfs_as_images: bool = False
-    imported: list[tuple[int | None, Turn]] | None = None
+    imported: MessageTree | None = None
 
 
 def media_kind(path: str) -> str | None:
