@@ -148,8 +148,7 @@ class ChatStore:
         with Session(self.engine) as session, session.begin():
             chat = session.get(Chat, chat_id, with_for_update=True)
             if chat is None:
-                chat = Chat(id=chat_id, owner=owner, **{"system": "", "tools": "", **_without_nul(created)}, created=now, updated=now)
-                session.add(chat)
+                chat = _new_chat(session, owner, chat_id, created, now)
             elif chat.owner != owner:
                 raise NotYours(f"Chat {chat_id} is not yours.")
             chat.updated = now
@@ -165,11 +164,41 @@ class ChatStore:
                 row.parent = parent
             chat.shown = rows[-1].id if rows else changes.shown
             session.flush()
-            if media:
-                insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
-                session.execute(insert(Media).on_conflict_do_nothing(), [{"sha256": h, "size": size, "created": now} for h, size in media.items()])
-                session.execute(insert(ChatMedia).on_conflict_do_nothing(), [{"chat_id": chat_id, "sha256": h} for h in media])
+            self._use_media(session, chat_id, media or {}, now)
             return [row.id for row in rows]
+
+    def write_tree(self, owner: str, chat_id: str, messages: list[tuple[int | None, dict[str, Any]]], shown: int,
+                   created: dict[str, str], media: dict[str, int] | None = None) -> list[int]:
+        """A new chat of ``messages``, every version of each (an imported chat), in the order
+        written, each with the place in ``messages`` of the one it follows (an earlier one; None
+        for a first message); ``shown``: the place of the last message of the branch it shows.
+        ``created`` and ``media`` as for ``write``. The ids of the messages, in their order. A
+        chat id already taken is refused, whoever's it is."""
+        for index, (parent, _) in enumerate(messages):
+            if parent is not None and not 0 <= parent < index:
+                raise ValueError(f"message {index} follows {parent}, which is not an earlier one")
+        now = time.time()
+        with Session(self.engine) as session, session.begin():
+            chat = session.get(Chat, chat_id)
+            if chat is not None:
+                raise NotYours(f"Chat {chat_id} is not yours.") if chat.owner != owner else StoreError(f"Chat {chat_id} exists already.")
+            chat = _new_chat(session, owner, chat_id, created, now)
+            rows = [Message(chat_id=chat_id, **_columns(message, now)) for _, message in messages]
+            session.add_all(rows)
+            session.flush()
+            for (parent, _), row in zip(messages, rows):
+                row.parent = rows[parent].id if parent is not None else None
+            chat.shown = rows[shown].id if rows else None
+            session.flush()
+            self._use_media(session, chat_id, media or {}, now)
+            return [row.id for row in rows]
+
+    def _use_media(self, session: Session, chat_id: str, media: dict[str, int], now: float) -> None:
+        """Note that the chat uses ``media`` (hashes and sizes), each kept once."""
+        if media:
+            insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
+            session.execute(insert(Media).on_conflict_do_nothing(), [{"sha256": h, "size": size, "created": now} for h, size in media.items()])
+            session.execute(insert(ChatMedia).on_conflict_do_nothing(), [{"chat_id": chat_id, "sha256": h} for h in media])
 
     def media_of(self, owner: str) -> dict[str, int]:
         """The hashes and sizes of the media ``owner``'s chats keep (each once)."""
@@ -300,6 +329,12 @@ def _rows(session: Session, owner: str, chat_id: str) -> list[Message]:
 
 def _stored(row: Message, versions: tuple[int, ...] = ()) -> StoredMessage:
     return StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state, row.parent, versions)
+
+
+def _new_chat(session: Session, owner: str, chat_id: str, created: dict[str, str], now: float) -> Chat:
+    chat = Chat(id=chat_id, owner=owner, **{"system": "", "tools": "", **_without_nul(created)}, created=now, updated=now)
+    session.add(chat)
+    return chat
 
 
 def _owned(session: Session, owner: str, chat_id: str) -> Chat | None:

@@ -251,7 +251,7 @@ def conversation_file(path):
     path.write_text(json.dumps({"system_prompt": "Be kind.", "turns": [
         {"role": "user", "content": "Look at this sunset.", "files": [{"name": "sunset.png", "data": data}]},
         {"role": "assistant", "content": "It is orange."},
-    ]}))
+    ], "tree": [{"turn": 0}, {"parent": 0, "message": {"role": "assistant", "content": "It is red."}}, {"parent": 0, "turn": 1}]}))
     return str(path)
 
 
@@ -285,6 +285,12 @@ def test_chats_and_their_media_survive_a_reload_and_a_restart_and_a_lost_file_sh
         choose_chat(page, "Look at this sunset.")
         expect(page.locator("#chatbot [data-testid=user] img")).to_have_count(1)
         expect(textbox(page, "system-prompt")).to_have_value("Be kind.")
+        # The file's earlier reply came in as a version of the reply shown.
+        versions = page.locator("#chatbot .versions")
+        expect(versions).to_contain_text("2/2")
+        versions.locator(".version-go").click()
+        expect(versions).to_contain_text("1/2")
+        expect(page.locator("#chatbot")).to_contain_text("It is red.")
 
         # Gradio deletes the page's files after a while: the chat keeps its own copy in the store.
         copies = list((tmp_path / "gradio").rglob("sunset.png"))

@@ -126,7 +126,7 @@ async def test_undo_puts_documents_back_and_exports_keep_their_text(handlers, re
     saved = json.loads(exported.read_text())
     assert saved["turns"][0]["documents"][0]["name"] == "report.pdf"
     assert report not in exported.read_text(), "an export names a path on the server"
-    turns, _ = read_conversation(str(exported), handlers.limits, str(tmp_path / "imports"))
+    turns = read_conversation(str(exported), handlers.limits, str(tmp_path / "imports")).turns
     assert turns[0].documents[0].text == session.turns[0].documents[0].text
     assert model_request(turns[:1]).messages == model_request(session.turns[:1]).messages
     box = handlers.undo(session)["message_box"]

@@ -646,3 +646,78 @@ async def test_continue_writes_on_the_cut_reply_in_the_same_message_and_keeps_it
     with pytest.warns(UserWarning, match="There is no reply to continue"):
         refused = await run(handlers.continue_reply(session, **settings()))
     assert refused == [{"chatbot": render(session.turns)}] and len(session.turns) == 3
+
+
+def chat_shape(store, owner, chat_id):
+    """Every message of a chat (role, content, the place of the one it follows), in the order
+    written, and the places of the branch it shows: what an export and import must keep."""
+    messages = store.messages(owner, chat_id)
+    place = {m.id: index for index, m in enumerate(messages)}
+    return ([(m.data["role"], m.data["content"], place.get(m.parent)) for m in messages],
+            [place[m.id] for m in store.branch(owner, chat_id)])
+
+
+async def test_a_chat_exports_and_imports_with_every_version_of_its_messages(handlers, chat_store, upload_folder, tmp_path):
+    chats = user_chats(chat_store)
+    session = chats.new_session()
+    await run(handlers.send(session, message("Name a fruit."), **settings(6, temperature=1.0, seed=1)))
+    for seed in (2, 3):
+        await run(handlers.regenerate(session, **settings(6, temperature=1.0, seed=seed)))
+    await run(handlers.edit(session, SimpleNamespace(index=0, value="Name a berry."), **settings(4)))
+    chats.keep(session, session.chat_id, "Be brief.", "")
+    shape = chat_shape(chat_store, chats.owner, session.chat_id)
+    assert [parent for _, _, parent in shape[0]] == [None, 0, 0, 0, None, 4] and shape[1] == [4, 5]
+
+    exported = handlers.export(session, "Be brief.")["value"]
+    saved = json.loads(Path(exported).read_text())
+    assert [t["content"] for t in saved["turns"]] == ["Name a berry.", session.turns[1].content], "turns: the branch shown, as before"
+    assert sum("turn" in node for node in saved["tree"]) == 2, "the branch shown is in the tree by its place in turns, not twice"
+    markdown = Path(handlers.export_markdown(session, "Be brief.")["value"]).read_text()
+    assert "The branch shown only: 1 of its messages has other versions" in markdown
+    assert "Name a fruit." not in markdown
+
+    bob = user_chats(chat_store, "login:bob")
+    imported = ChatSession()
+    handlers.import_(imported, exported)
+    view = chat_sidebar.keep_import(bob, imported, "Be brief.")
+    copy = view["session"]
+    assert chat_shape(chat_store, bob.owner, copy.chat_id) == shape and bob.find(copy.chat_id).system == "Be brief."
+    assert "1/1" not in str(view["chatbot"]) and "2/2" in str(view["chatbot"][0:2])
+    # Switching versions works on the copy as on the original: the first message's first version, with its third reply.
+    handlers.switch_version(session, str(session.turns[0].versions[0]))
+    shown = handlers.switch_version(copy, str(copy.turns[0].versions[0]))
+    assert [t.content for t in copy.turns] == [t.content for t in session.turns] == ["Name a fruit.", shape[0][3][1]]
+    assert "3/3" in str(shown["chatbot"][-1]["content"]) and len(copy.turns[1].versions) == 3
+
+    # The archive of all chats keeps every version too.
+    archive = sidebar_over(chat_store).export_all(chats)["value"]
+    carol = user_chats(chat_store, "login:carol")
+    sidebar_over(chat_store).import_all(carol, archive)
+    [(_, chat_id)] = carol.choices()
+    assert chat_shape(chat_store, carol.owner, chat_id) == chat_shape(chat_store, chats.owner, session.chat_id)
+
+    # A file of turns only (written before trees, or by a chat without versions) imports as it always did.
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps({"system_prompt": "", "turns": saved["turns"]}))
+    handlers.import_(imported, str(older))
+    plain = chat_sidebar.keep_import(bob, imported, "")["session"]
+    assert chat_shape(chat_store, bob.owner, plain.chat_id) == ([("user", "Name a berry.", None), ("assistant", saved["turns"][1]["content"], 0)], [0, 1])
+
+
+def test_an_imported_version_keeps_its_media(chat_store, upload_folder, slot):
+    chats = user_chats(chat_store)
+    red = picture(upload_folder / "a" / "red.png", "red")
+    session = chats.add([Turn(role="user", content="Look", files=[str(red)]), Turn(role="assistant", content="Red.")])
+    session.turns[:] = [Turn(role="user", content="Look again", files=[str(picture(upload_folder / "b" / "blue.png", "blue"))])]
+    chats.keep(session, session.chat_id, "", "")  # an edit: a new version of the first message
+    handlers = ChatHandlers(slot, CONTROLS)
+    exported = handlers.export(session, "")["value"]
+    assert Path(exported).read_text().count("data:image/png") == 2, "each message's medium once"
+
+    os.remove(red)
+    imported = ChatSession()
+    handlers.import_(imported, exported)
+    copy = chat_sidebar.keep_import(chats, imported, "")["session"]
+    handlers.switch_version(copy, str(copy.turns[0].versions[0]))
+    assert [t.content for t in copy.turns] == ["Look", "Red."]
+    assert Image.open(copy.turns[0].files[0]).getpixel((0, 0)) == (255, 0, 0)

@@ -169,6 +169,27 @@ def test_versions_are_a_tree_and_the_branch_shown_survives_reopening(url):
     again.close()
 
 
+def test_a_whole_tree_is_written_at_once_into_a_new_chat_of_its_owner_only(chat_store):
+    tree = [(None, {"role": "user", "content": "Name a fruit"}), (0, {"role": "assistant", "content": "Mango."}),
+            (0, {"role": "assistant", "content": "Kiwi."}), (None, {"role": "user", "content": "Name a vegetable"}),
+            (3, {"role": "assistant", "content": "Leek."})]
+    ids = chat_store.write_tree("alice", "c1", tree, 2, {"title": "Fruit"})
+    assert [(m.id, m.parent) for m in chat_store.messages("alice", "c1")] == [(ids[0], None), (ids[1], ids[0]), (ids[2], ids[0]),
+                                                                             (ids[3], None), (ids[4], ids[3])]
+    assert [(m.data["content"], m.versions) for m in chat_store.branch("alice", "c1")] == [
+        ("Name a fruit", (ids[0], ids[3])), ("Kiwi.", (ids[1], ids[2]))]
+    # Into a chat id already taken, whoever's, or with a message before the one it follows, nothing is written.
+    chat_store.write("mallory", "m1", messages("Mine"), {"title": "Mine"})
+    with pytest.raises(NotYours):
+        chat_store.write_tree("alice", "m1", tree, 0, {"title": "x"})
+    with pytest.raises(StoreError, match="exists already"):
+        chat_store.write_tree("alice", "c1", tree, 0, {"title": "x"})
+    with pytest.raises(ValueError, match="message 0 follows 1"):
+        chat_store.write_tree("alice", "c2", [(1, {"role": "user", "content": "x"}), (None, {"role": "user", "content": "y"})], 0, {"title": "x"})
+    assert [m.data["content"] for m in chat_store.messages("mallory", "m1")] == ["Mine"] and chat_store.chat("alice", "c2") is None
+    assert len(chat_store.messages("alice", "c1")) == 5
+
+
 def test_chats_written_before_branches_become_one_branch(tmp_path):
     from alembic import command
     from alembic.config import Config

@@ -368,6 +368,47 @@ def test_import_reads_no_path_on_the_server(handlers, image_file, tmp_path, uplo
     refused_import(handlers, str(bad), "not an anychat conversation file: it is not JSON text")
 
 
+def tree_file(tmp_path, turns, tree):
+    """A conversation file of ``turns`` (contents, alternately user and assistant) and ``tree``."""
+    path = tmp_path / "tree.json"
+    roles = ("user", "assistant")
+    path.write_text(json.dumps({"turns": [{"role": roles[i % 2], "content": text} for i, text in enumerate(turns)], "tree": tree}))
+    return str(path)
+
+
+def other(parent, content):
+    return {"parent": parent, "message": {"role": "assistant", "content": content}}
+
+
+@pytest.mark.parametrize("tree, refusal", [
+    ([{"turn": 0}, {"parent": 5, "turn": 1}], r"tree.1 follows tree.5, which is not in the tree"),
+    ([{"turn": 0}, {"parent": 1, "turn": 1}], r"tree.1 follows itself \(a loop\)"),
+    ([{"turn": 0}, other(2, "b"), {"parent": 1, "turn": 1}], r"tree.1 follows tree.2, which comes after it.*out of order, or loops"),
+    ([{"turn": 0}, {"parent": 0, "turn": 3}], r"tree.1 is turns.3, which is not in the file"),
+    ([{"turn": 0}, {"parent": 0, "turn": 0}], r"turns.0 is in the tree twice \(tree.0 and tree.1\)"),
+    ([{"turn": 0}, other(0, "b")], r"turns.1 is not in the tree"),
+    ([{"turn": 0}, other(0, "b"), {"parent": 1, "turn": 1}], r"the turns are not a branch of the tree: turns.1 does not follow turns.0"),
+    ([{"parent": None}], r"tree.0: Value error, a message of the tree has either a turn"),
+    ([{"parent": -1, "turn": 0}], r"tree.0.parent: Input should be greater than or equal to 0"),
+    # Another version's media are read as the turns' are: never from a path on the server.
+    ([{"turn": 0}, {"parent": 0, "message": {"role": "assistant", "files": [{"name": "p.png", "data": "/etc/passwd"}]}}, {"parent": 0, "turn": 1}],
+     r"'p.png' is not embedded in the file.*never read"),
+])
+def test_a_broken_message_tree_is_refused_and_names_its_fault(handlers, tmp_path, upload_folder, tree, refusal):
+    refused_import(handlers, tree_file(tmp_path, ["q", "a"], tree), refusal)
+    assert written_imports(upload_folder) == []
+
+
+def test_a_files_tree_comes_with_its_turns_among_its_messages(handlers, tmp_path, upload_folder):
+    session = ChatSession()
+    handlers.import_(session, tree_file(tmp_path, ["q", "a2"], [{"turn": 0}, other(0, "a1"), {"parent": 0, "turn": 1}]))
+    assert [t.content for t in session.turns] == ["q", "a2"]
+    assert [(parent, turn.content) for parent, turn in session.imported] == [(None, "q"), (0, "a1"), (0, "a2")]
+    assert session.imported[0][1] is session.turns[0] and session.imported[2][1] is session.turns[1]
+    handlers.import_(session, tree_file(tmp_path, ["q", "a"], []))
+    assert session.imported is None, "a file of turns only has no tree"
+
+
 def test_an_embedded_name_cannot_leave_the_import_folder(handlers, image_file, tmp_path, upload_folder):
     pixel = base64.b64encode(open(image_file, "rb").read()).decode()
     path = conversation_file(tmp_path, [{"name": "../../../evil", "data": f"data:image/png;base64,{pixel}"}])

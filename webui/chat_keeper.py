@@ -28,6 +28,7 @@ from store import ChatStore, MessageChanges, StoredMessage, StoreError
 from store.media import file_hash
 
 from .conversation import ChatSession, Turn, kept_media
+from .conversation_file import MessageTree
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,46 @@ class ChatKeeper:
             if self.problem:
                 self.problem = ""
                 gr.Info("The chat is saved again.")
+
+    def save_tree(self, tree: MessageTree, turns: list[Turn], system: str = "", tools: str = "") -> None:
+        """Write a new chat of every message of ``tree`` (an imported conversation's), showing
+        ``turns``, the branch among them that ends last in ``tree``."""
+        with self._lock:
+            self.last_save = time.monotonic()
+            try:
+                media = self._kept_media([turn for _, turn in tree])
+                messages = [(parent, as_message(turn, media)) for parent, turn in tree]
+                shown = next(index for index, (_, turn) in enumerate(tree) if turn is turns[-1])
+                ids = self.store.write_tree(self.owner, self.chat_id, messages, shown,
+                                            {"title": title_of(turns), "system": system, "tools": tools}, dict(media.values()))
+                for (_, turn), row in zip(tree, ids):
+                    turn.row = row
+                versions = self.store.versions(self.owner, self.chat_id)
+            except (SQLAlchemyError, StoreError, OSError) as error:
+                self._failed(error)
+                return
+            for turn in turns:
+                turn.versions = list(versions.get(turn.row, ()))
+            self.written.update({turn.row: message for (_, turn), (_, message) in zip(tree, messages)})
+            self.shown = turns[-1].row
+
+    def tree(self, turns: list[Turn], upload_folder: str) -> MessageTree | None:
+        """Every message of this chat, in the order written, with ``turns`` (the page's, the
+        branch shown) standing for their own; the others' media shown from ``upload_folder``.
+        None where ``turns`` are not all saved as a branch of the chat (the store could not be
+        written, or another tab took some away)."""
+        stored = self.store.messages(self.owner, self.chat_id)
+        place = {message.id: index for index, message in enumerate(stored)}
+        rows = [turn.row for turn in turns]
+        if not all(row in place for row in rows):
+            return None
+        follows = [None, *(place[row] for row in rows)]
+        if any(place.get(stored[place[row]].parent) != before for row, before in zip(rows, follows)):
+            return None
+        on_branch = dict(zip(rows, turns))
+        return [(place.get(message.parent),
+                 on_branch.get(message.id) or kept_media(as_turn(message, self.store, upload_folder, self.known), upload_folder))
+                for message in stored]
 
     def discard(self, rows: Iterable[int | None]) -> None:
         """Delete messages ``rows`` (and what follows them, in every branch) from the store at the next save."""

@@ -168,12 +168,12 @@ class ChatSidebar:
         shown, imported = chats.current, 0
         try:
             count, read = chats_in_archive(path, self.limits, get_upload_folder())
-            for number, (member, turns, system, problem) in enumerate(read):
+            for number, (member, conversation, problem) in enumerate(read):
                 progress(number / count, desc=f"Importing chat {number + 1} of {count}")
                 if problem:
                     gr.Warning(f"Left out of the import: {member}: {problem}")
-                elif turns:
-                    chats.add(turns, system)
+                elif conversation.turns:
+                    chats.add(conversation.turns, conversation.system_prompt, tree=conversation.tree)
                     imported += 1
         except ChatError as error:
             raise gr.Error(f"Could not import {name}: {error}" + (f" ({imported} imported before that)" if imported else ""),
@@ -337,8 +337,10 @@ def keep_settings(chats: SavedChats | None, shown: str, system: str, tools: str)
 
 @store_errors
 def keep_import(chats: SavedChats | None, session: ChatSession, system: str) -> dict[str, Any]:
-    """An imported conversation becomes a chat of its own; the one shown before stays as saved."""
-    return show(opened(chats), opened(chats).add(session.turns, system))
+    """An imported conversation becomes a chat of its own, with every version of its messages;
+    the one shown before stays as saved."""
+    tree, session.imported = session.imported, None
+    return show(opened(chats), opened(chats).add(session.turns, system, tree=tree))
 
 
 async def leave(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> None:

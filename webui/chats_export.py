@@ -1,5 +1,5 @@
 """All of one user's saved chats in one file: a ZIP of conversation files (webui/conversation_file.py),
-one a chat, each of which Import opens as it opens any conversation file."""
+one a chat with every version of its messages, each of which Import opens as it opens any conversation file."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def export_chats(chats: SavedChats, upload_folder: str, limit: int) -> tuple[str
             info = chats.find(chat_id)
             member = os.path.join(folder, "chat.json")
             try:
-                write_conversation(member, chats.open(chat_id, upload_folder).turns, info.system if info else "", limit)
+                session = chats.open(chat_id, upload_folder)
+                write_conversation(member, session.turns, info.system if info else "", limit, session.keeper.tree(session.turns, upload_folder))
             except ChatError as error:
                 left_out.append(f"{title}: {error}")
                 continue

@@ -21,24 +21,23 @@ from collections.abc import Iterator
 from engines import ChatError
 from limits import Limits, size_text
 
-from .conversation import Turn
-from .conversation_file import read_conversation
+from .conversation_file import Conversation, read_conversation
 
 PLAIN_NAME = re.compile(r"[^/\\:\0]+\.json", re.IGNORECASE)
 PIECE = 2**20
 
 
-def chats_in_archive(path: str, limits: Limits, media_root: str) -> tuple[int, Iterator[tuple[str, list[Turn], str, str]]]:
-    """How many conversation files the archive holds, and (member name, turns, system prompt,
-    problem) for each, read as it is asked for, the last first (Export lists the newest chat
-    first: added last, it is the newest again); ``problem`` says why a file was not read (then
-    there are no turns). An archive that is not one Export writes, or over a limit, is a
+def chats_in_archive(path: str, limits: Limits, media_root: str) -> tuple[int, Iterator[tuple[str, Conversation | None, str]]]:
+    """How many conversation files the archive holds, and (member name, conversation, problem)
+    for each, read as it is asked for, the last first (Export lists the newest chat first: added
+    last, it is the newest again); ``problem`` says why a file was not read (then there is no
+    conversation). An archive that is not one Export writes, or over a limit, is a
     ChatError before any is read."""
     members = _checked_members(path, limits)
     return len(members), _read(path, members, limits, media_root)
 
 
-def _read(path: str, members: list[zipfile.ZipInfo], limits: Limits, media_root: str) -> Iterator[tuple[str, list[Turn], str, str]]:
+def _read(path: str, members: list[zipfile.ZipInfo], limits: Limits, media_root: str) -> Iterator[tuple[str, Conversation | None, str]]:
     folder = tempfile.mkdtemp(prefix="anychat-import-chats-")
     try:
         with zipfile.ZipFile(path) as archive:
@@ -46,17 +45,17 @@ def _read(path: str, members: list[zipfile.ZipInfo], limits: Limits, media_root:
                 unpacked = os.path.join(folder, "chat.json")
                 try:
                     _unpack(archive, member, unpacked, limits.max_upload_size)
-                    turns, system = read_conversation(unpacked, limits, media_root)
+                    conversation = read_conversation(unpacked, limits, media_root)
                 except ChatError as error:
-                    yield member.filename, [], "", str(error)
+                    yield member.filename, None, str(error)
                     continue
                 except (zipfile.BadZipFile, zlib.error, EOFError) as error:
-                    yield member.filename, [], "", f"it is damaged in the archive ({error})"
+                    yield member.filename, None, f"it is damaged in the archive ({error})"
                     continue
                 finally:
                     if os.path.exists(unpacked):
                         os.unlink(unpacked)
-                yield member.filename, turns, system, ""
+                yield member.filename, conversation, ""
     except (zipfile.BadZipFile, OSError) as error:
         raise ChatError(f"The archive could not be read to its end ({error}).") from None
     finally:

@@ -20,6 +20,7 @@ from .versions import version_line
 
 if TYPE_CHECKING:
     from .chat_keeper import ChatKeeper
+    from .conversation_file import MessageTree
 
 MEDIA_EXTENSIONS = {
     "image": (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"),
@@ -72,7 +73,8 @@ class ChatSession:
     ``chat_id`` names the saved chat it shows, and ``keeper`` writes it into the chat store as
     it changes (webui/chat_keeper.py; None for a session not kept); ``answering`` is true while
     a reply is written; ``pdfs_as_images``: PDFs attached in this tab go to a model that reads
-    images as page images."""
+    images as page images; ``imported``: every message of a conversation file just imported
+    (webui/conversation_file.py), until the sidebar writes them into a chat of their own."""
 
     turns: list[Turn] = field(default_factory=list)
     stop_requested: bool = False
@@ -80,6 +82,7 @@ class ChatSession:
     answering: bool = False
     keeper: ChatKeeper | None = None
     pdfs_as_images: bool = False
+    imported: MessageTree | None = None
 
 
 def media_kind(path: str) -> str | None:

@@ -1,6 +1,11 @@
 """Conversation files: a conversation exported with its media embedded, so that the file opens on
 any machine running the app, and imported back into the page's own upload storage.
 
+``turns`` is the branch the chat shows, which is all an older file holds and all an older app
+reads. ``tree``, where the chat has other versions of its messages (regenerated, edited), is
+every message in the order written, each naming the one it follows: those of the branch shown
+by their place in ``turns`` (so that no medium is in the file twice), the others whole.
+
 An import never reads a path on the server: media come only as data: URLs inside the file, and
 are written under a fresh folder of their own.
 """
@@ -16,10 +21,11 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from engines import ChatError
 from limits import Limits, size_text
@@ -40,36 +46,86 @@ class SavedTurn(Turn):
     files: list[EmbeddedMedia] = []
 
 
+class TreeMessage(BaseModel):
+    """One message of the tree: ``turn`` (its place in ``turns``) for one of the branch shown,
+    else ``message``, the message itself."""
+
+    parent: int | None = Field(None, ge=0, description="the place in tree of the message it follows, an earlier one; null for a first message")
+    turn: int | None = Field(None, ge=0, description="its place in turns, for a message of the branch shown")
+    message: SavedTurn | None = Field(None, description="the message, for one that is not on the branch shown")
+
+    @model_validator(mode="after")
+    def one_of_turn_or_message(self) -> TreeMessage:
+        if (self.turn is None) == (self.message is None):
+            raise ValueError("a message of the tree has either a turn (its place in turns) or the message itself")
+        return self
+
+
 class ConversationFile(BaseModel):
     """The exported JSON: what importing it back restores."""
 
     system_prompt: str = ""
-    turns: list[SavedTurn]
+    turns: list[SavedTurn] = Field(description="the branch the chat shows, first message first")
+    tree: list[TreeMessage] = Field([], description="every message, every version, in the order written (none: only turns)")
+
+
+# Every message of a chat in the order written, each with the place in the list of the one it
+# follows (None for a first message); the branch shown is there as the very Turn objects of its turns.
+MessageTree = list[tuple[int | None, Turn]]
+
+
+@dataclass
+class Conversation:
+    """What a conversation file restores: ``tree`` is None for a file with only its turns."""
+
+    turns: list[Turn]
+    system_prompt: str
+    tree: MessageTree | None = None
 
 
 # Read and encoded a piece at a time; a multiple of 3 bytes, so that the pieces' base64 join up.
 EXPORT_PIECE = 3 * 2**20
 
 
-def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: int) -> None:
+def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: int, tree: MessageTree | None = None) -> None:
     """The conversation as a file at ``path``, its media embedded, written as it is built (a
     conversation that names one large file many times is never held whole). It may take at most
-    ``limit`` bytes, the most an import takes; beyond that it is a ChatError that says so."""
+    ``limit`` bytes, the most an import takes; beyond that it is a ChatError that says so.
+    ``tree``: every message of the chat, ``turns`` among them (ChatKeeper.tree), written where
+    it holds more than ``turns``."""
     try:
         with open(path, "wb") as file:
             out = BoundedFile(file, limit)
             out.write('{"system_prompt": ' + json.dumps(system_prompt or "") + ', "turns": [')
             for index, turn in enumerate(turns):
-                fields = turn.model_dump_json(exclude={"files"})
-                out.write(("," if index else "") + fields.removesuffix("}") + ', "files": [')
-                for number, medium in enumerate(turn.files):
-                    out.write(("," if number else "") + '{"name": ' + json.dumps(os.path.basename(medium)) + ', "data": "')
-                    embed(medium, out)
-                    out.write('"}')
-                out.write("]}")
-            out.write("]}")
+                out.write("," if index else "")
+                _write_turn(turn, out)
+            out.write("]")
+            if tree is not None and len(tree) > len(turns):
+                places = {id(turn): index for index, turn in enumerate(turns)}
+                out.write(', "tree": [')
+                for index, (parent, turn) in enumerate(tree):
+                    out.write(("," if index else "") + '{"parent": ' + json.dumps(parent))
+                    if id(turn) in places:
+                        out.write(f', "turn": {places[id(turn)]}}}')
+                    else:
+                        out.write(', "message": ')
+                        _write_turn(turn, out)
+                        out.write("}")
+                out.write("]")
+            out.write("}")
     except OSError as error:
         raise ChatError(f"The file could not be written on the server ({error.strerror}).") from None
+
+
+def _write_turn(turn: Turn, out: BoundedFile) -> None:
+    fields = turn.model_dump_json(exclude={"files"})
+    out.write(fields.removesuffix("}") + ', "files": [')
+    for number, medium in enumerate(turn.files):
+        out.write(("," if number else "") + '{"name": ' + json.dumps(os.path.basename(medium)) + ', "data": "')
+        embed(medium, out)
+        out.write('"}')
+    out.write("]}")
 
 
 class BoundedFile:
@@ -103,10 +159,10 @@ def embed(path: str, out: BoundedFile) -> None:
             out.write(base64.b64encode(piece))
 
 
-def read_conversation(path: str, limits: Limits, media_root: str) -> tuple[list[Turn], str]:
-    """The turns and system prompt of the conversation file at ``path``, its media written under a
-    fresh folder in ``media_root``. Anything wrong (too large, not a conversation file, media
-    that are not embedded) is a ChatError that says so, and then nothing is written."""
+def read_conversation(path: str, limits: Limits, media_root: str) -> Conversation:
+    """The conversation file at ``path``, its media written under a fresh folder in
+    ``media_root``. Anything wrong (too large, not a conversation file, media that are not
+    embedded, a tree that is not one) is a ChatError that says so, and then nothing is written."""
     size = os.path.getsize(path)
     if size > limits.max_upload_size:
         raise ChatError(
@@ -126,10 +182,45 @@ def read_conversation(path: str, limits: Limits, media_root: str) -> tuple[list[
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the file"
         raise ChatError(f"This is not an anychat conversation file: {where}: {first['msg']}.") from None
-    media = [[_decode(medium, limits.max_import_media_size) for medium in turn.files] for turn in conversation.turns]
+    _check_tree(conversation)
+    saved = conversation.turns + [node.message for node in conversation.tree if node.message is not None]
+    media = [[_decode(medium, limits.max_import_media_size) for medium in turn.files] for turn in saved]
     paths = _write_media(media, media_root)
-    turns = [Turn(**turn.model_dump(exclude={"files"}), files=files) for turn, files in zip(conversation.turns, paths)]
-    return turns, conversation.system_prompt
+    read = [Turn(**turn.model_dump(exclude={"files"}), files=files) for turn, files in zip(saved, paths)]
+    turns, others = read[:len(conversation.turns)], iter(read[len(conversation.turns):])
+    tree = [(node.parent, turns[node.turn] if node.turn is not None else next(others)) for node in conversation.tree]
+    return Conversation(turns, conversation.system_prompt, tree or None)
+
+
+def _check_tree(conversation: ConversationFile) -> None:
+    """A tree in which each message follows an earlier one, and ``turns`` are each in it once, as a branch."""
+    broken = "This conversation file's message tree is broken, so it was not imported:"
+    places: dict[int, int] = {}
+    for index, node in enumerate(conversation.tree):
+        if node.parent is not None and node.parent >= len(conversation.tree):
+            raise ChatError(f"{broken} tree.{index} follows tree.{node.parent}, which is not in the tree.")
+        if node.parent == index:
+            raise ChatError(f"{broken} tree.{index} follows itself (a loop).")
+        if node.parent is not None and node.parent > index:
+            raise ChatError(f"{broken} tree.{index} follows tree.{node.parent}, which comes after it: each message must come after "
+                            "the one it follows (the tree is out of order, or loops).")
+        if node.turn is not None:
+            if node.turn >= len(conversation.turns):
+                raise ChatError(f"{broken} tree.{index} is turns.{node.turn}, which is not in the file.")
+            if node.turn in places:
+                raise ChatError(f"{broken} turns.{node.turn} is in the tree twice (tree.{places[node.turn]} and tree.{index}).")
+            places[node.turn] = index
+    if not conversation.tree:
+        return
+    if not conversation.turns:
+        raise ChatError(f"{broken} it has a tree but no turns (the branch the chat shows).")
+    for turn in range(len(conversation.turns)):
+        if turn not in places:
+            raise ChatError(f"{broken} turns.{turn} is not in the tree.")
+        follows = places[turn - 1] if turn else None
+        if conversation.tree[places[turn]].parent != follows:
+            raise ChatError(f"{broken} the turns are not a branch of the tree: turns.{turn} does not follow "
+                            + (f"turns.{turn - 1}." if turn else "nothing (it is not a first message)."))
 
 
 def _refuse_server_paths(raw: Any) -> None:

@@ -12,6 +12,7 @@ a control is adding it to the layout's dict; tests drive the handlers directly, 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -316,8 +317,18 @@ class ChatHandlers:
     # ---- conversation files
 
     def export(self, session: ChatSession, system: str) -> dict[str, Any]:
-        """The conversation as a JSON file with its media inside, shown in the page for download."""
-        return self._exported(write_conversation, "conversation.json", session, system)
+        """The conversation as a JSON file with its media inside, every version of its messages
+        with it where the chat is saved, shown in the page for download."""
+        tree = None
+        if session.keeper is not None and not session.keeper.problem:
+            try:
+                tree = session.keeper.tree(session.turns, get_upload_folder())
+            except (SQLAlchemyError, StoreError, OSError) as error:
+                gr.Warning(f"The other versions of this chat's messages could not be read ({str(getattr(error, 'orig', None) or error).splitlines()[0]}); "
+                           "the file keeps the messages shown.")
+        elif session.keeper is not None:
+            gr.Warning("This chat is not saved now, so the file keeps the messages shown but not their other versions.")
+        return self._exported(functools.partial(write_conversation, tree=tree), "conversation.json", session, system)
 
     def export_markdown(self, session: ChatSession, system: str) -> dict[str, Any]:
         """The conversation as Markdown to read, its images inside (webui/markdown_export.py)."""
@@ -337,13 +348,15 @@ class ChatHandlers:
         return gr.update(value=path, visible=True)
 
     def import_(self, session: ChatSession, path: str) -> dict[str, Any]:
-        """Replace the conversation with the file's; a file that cannot be imported leaves it as it was."""
+        """Replace the conversation with the file's (its other versions wait in ``session.imported``
+        for the sidebar to save them); a file that cannot be imported leaves it as it was."""
         try:
-            turns, system_prompt = read_conversation(path, self.limits, get_upload_folder())
+            conversation = read_conversation(path, self.limits, get_upload_folder())
         except ChatError as error:
             raise gr.Error(f"Could not import {os.path.basename(path)}: {error}", print_exception=False) from None
-        session.turns[:] = turns
-        return {"chatbot": render(session.turns), "system": system_prompt}
+        session.turns[:] = conversation.turns
+        session.imported = conversation.tree
+        return {"chatbot": render(session.turns), "system": conversation.system_prompt}
 
     # ---- model
 

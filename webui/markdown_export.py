@@ -4,7 +4,8 @@ Each message is a section headed by its role; reasoning is a collapsed "Thinking
 calls their name and JSON arguments, documents a collapsed block of their text. Images are
 embedded as data: URLs, so the file shows them on any machine; videos and audio are only named
 (with their size), since Markdown viewers do not play data: URLs and such files would make the
-text unwieldy: the JSON export keeps them.
+text unwieldy: the JSON export keeps them. It holds the branch the chat shows, and says so where
+its messages have other versions (the JSON export keeps those too).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ def write_markdown(path: str, turns: list[Turn], system_prompt: str, limit: int)
         with open(path, "wb") as file:
             out = BoundedFile(file, limit)
             out.write("# Conversation\n")
+            others = sum(len(turn.versions) > 1 for turn in turns)
+            if others:
+                out.write(f"\n*The branch shown only: {others} of its messages {'has' if others == 1 else 'have'} other versions "
+                          "(regenerated or edited), not included here; Export JSON keeps them.*\n")
             if system_prompt:
                 out.write(f"\n## System prompt\n\n{system_prompt}\n")
             for turn in turns:

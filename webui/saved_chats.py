@@ -17,6 +17,7 @@ from store import ChatInfo, ChatStore
 
 from .chat_keeper import ChatKeeper
 from .conversation import ChatSession, Turn
+from .conversation_file import MessageTree
 
 # How long a delete can be undone (and only until the same user's next delete): long enough to
 # click Undo, short enough that a deleted chat's media do not linger.
@@ -58,11 +59,15 @@ class SavedChats:
         self.current = uuid.uuid4().hex
         return ChatSession(chat_id=self.current, keeper=ChatKeeper(self.store, self.owner, self.current))
 
-    def add(self, turns: list[Turn], system: str = "", tools: str = "") -> ChatSession:
-        """A new chat of ``turns`` (an imported conversation, a chat the browser held), saved now."""
+    def add(self, turns: list[Turn], system: str = "", tools: str = "", tree: MessageTree | None = None) -> ChatSession:
+        """A new chat of ``turns`` (an imported conversation, a chat the browser held), saved now;
+        with ``tree``, every version of its messages (``turns`` the branch shown among them)."""
         session = self.new_session()
         session.turns = turns
-        session.keeper.save(turns, system, tools)
+        if tree and turns:
+            session.keeper.save_tree(tree, turns, system, tools)
+        else:
+            session.keeper.save(turns, system, tools)
         return session
 
     def keep(self, session: ChatSession, shown: str, system: str, tools: str, generation: dict[str, Any] | None = None) -> None:
