@@ -147,34 +147,51 @@ async def test_a_chat_open_in_two_tabs_shows_what_the_other_tab_writes_and_is_le
     here = chat_session(chats, "Hi", "Hello")
     chats.keep(here, here.chat_id, "", "")
     there = chats.open(here.chat_id, "")
-    assert await chat_sidebar.refresh_chat(here) == gr.skip(), "its own writes are nothing new to a tab"
-    assert await chat_sidebar.refresh_chat(there) == gr.skip()
+    assert await chat_sidebar.refresh_chat(chats, here) == {}, "its own writes are nothing new to a tab"
+    assert await chat_sidebar.refresh_chat(chats, there) == {}
 
     there.turns += [Turn(role="user", content="From the other tab"), Turn(role="assistant", content="Half a rep", writing=True)]
     there.keeper.save(there.turns)
-    shown = await chat_sidebar.refresh_chat(here)
-    assert [t.content for t in here.turns] == ["Hi", "Hello", "From the other tab", "Half a rep"] and shown == render(here.turns)
-    assert await chat_sidebar.refresh_chat(here) == gr.skip(), "nothing new since"
+    shown = await chat_sidebar.refresh_chat(chats, here)
+    assert [t.content for t in here.turns] == ["Hi", "Hello", "From the other tab", "Half a rep"] and shown == {"chatbot": render(here.turns)}
+    assert await chat_sidebar.refresh_chat(chats, here) == {}, "nothing new since"
     # A tab writing a reply, or with a change of its own not yet saved, is left as it is.
     there.turns[-1].content, there.turns[-1].writing = "Half a reply, then all of it.", False
     there.keeper.save(there.turns)
     here.answering = True
-    assert await chat_sidebar.refresh_chat(here) == gr.skip()
+    assert await chat_sidebar.refresh_chat(chats, here) == {}
     here.answering = False
     here.turns.append(Turn(role="user", content="Not saved yet"))
-    assert await chat_sidebar.refresh_chat(here) == gr.skip()
+    assert await chat_sidebar.refresh_chat(chats, here) == {}
     here.turns.pop()
-    assert await chat_sidebar.refresh_chat(here) == render(here.turns)
+    assert await chat_sidebar.refresh_chat(chats, here) == {"chatbot": render(here.turns)}
     assert here.turns[-1].content == "Half a reply, then all of it." and not here.turns[-1].stopped
     # A regenerated reply in the other tab: this tab shows it, with its ‹2/2›.
     there.turns[-1] = Turn(role="assistant", content="Another reply")
     there.keeper.save(there.turns)
-    await chat_sidebar.refresh_chat(here)
+    await chat_sidebar.refresh_chat(chats, here)
     assert here.turns[-1].content == "Another reply" and len(here.turns[-1].versions) == 2
     updates = await chat_sidebar.refresh(chats, here, "")
     assert set(updates) == {"chat_list"}, "the list once, then only what changed"
     assert await chat_sidebar.refresh(chats, here, "") == {}
     assert await chat_sidebar.refresh(None, ChatSession(), "") == {}
+
+
+async def test_a_chat_deleted_in_another_tab_stays_on_screen_and_is_saved_again_as_a_new_chat(chat_store):
+    chats, elsewhere = user_chats(chat_store), user_chats(chat_store)
+    here = chat_session(chats, "Hi", "Hello")
+    chats.keep(here, here.chat_id, "", "")
+    deleted = here.chat_id
+    assert elsewhere.delete(deleted)
+    updates = await chat_sidebar.refresh_chat(chats, here)
+    assert updates["note"] == chat_sidebar.DELETED_ELSEWHERE and updates["shown"] == here.chat_id != deleted
+    assert [t.content for t in here.turns] == ["Hi", "Hello"] and chats.find(here.chat_id) is None, "saved at its next message"
+    here.turns += [Turn(role="user", content="Still here?")]
+    chats.keep(here, here.chat_id, "", "")
+    assert [m.data["content"] for m in chat_store.messages(chats.owner, here.chat_id)] == ["Hi", "Hello", "Still here?"]
+    assert [chat_id for _, chat_id in chats.choices()] == [here.chat_id]
+    assert elsewhere.undo_delete() == deleted, "the other tab's Undo still brings it back"
+    assert [m.data["content"] for m in chat_store.messages(chats.owner, deleted)] == ["Hi", "Hello"], "as it was deleted"
 
 
 def test_a_tab_that_opened_a_reply_being_written_elsewhere_never_writes_its_copy_over_it(chat_store):

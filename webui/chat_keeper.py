@@ -37,6 +37,10 @@ SAVE_INTERVAL = 2.0
 TITLE_LENGTH = 60
 
 
+class ChatGone(Exception):
+    """The chat a keeper has written was deleted since, elsewhere (another tab, another device)."""
+
+
 class ChatKeeper:
     def __init__(self, store: ChatStore, owner: str, chat_id: str, written: dict[int, dict[str, Any]] | None = None,
                  known: dict[str, str] | None = None, shown: int | None = None) -> None:
@@ -149,11 +153,14 @@ class ChatKeeper:
     def written_elsewhere(self, turns: list[Turn], upload_folder: str) -> list[Turn] | None:
         """The turns of the branch the chat shows in the store, where another tab or device has
         written into the chat since this keeper last looked, and that differs from ``turns``;
-        None otherwise, and while ``turns`` hold changes of this tab's still to be saved."""
+        None otherwise, and while ``turns`` hold changes of this tab's still to be saved. ChatGone
+        where the chat ``turns`` were saved in is deleted."""
         with self._lock:
             if self.problem or self.discarded or any(turn.row is None for turn in turns):
                 return None
             chat = self.store.chat(self.owner, self.chat_id)
+            if chat is None and turns:
+                raise ChatGone(self.chat_id)
             if chat is None or chat.updated == self.seen:
                 return None
             self.seen = chat.updated

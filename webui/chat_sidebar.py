@@ -33,6 +33,7 @@ from store import ChatStore, StoreError
 
 from .browser_storage import BrowserChats, browser_memory, browser_storage, old_chats_storage
 from .by_name import by_name
+from .chat_keeper import ChatGone
 from .chats_export import export_chats
 from .chats_import import chats_in_archive
 from .conversation import ChatSession, render
@@ -50,6 +51,8 @@ SIDEBAR_HEAD = """<style>
 STOP_WAIT_SECONDS = 10.0
 # How often an open page looks for what its user's other tabs and devices have written.
 LIST_REFRESH_SECONDS = 5.0
+DELETED_ELSEWHERE = ("This chat was deleted in another tab or on another device. It stays on this page, and what you write "
+                     "next is saved as a new chat.")
 NOT_OPENED = "This page has not finished opening: reload it."
 STORE_DOWN = "The saved chats cannot be reached now ({problem}). The conversation on screen stays and goes on; try again in a moment."
 
@@ -135,8 +138,8 @@ class ChatSidebar:
         gr.on([self.title.submit, self.rename_btn.click], inputs=[self.chats, session, self.title],
               **by_name(rename_chat, renamed), **private)
         self.search.change(search_chats, [self.chats, self.search], self.list, trigger_mode="always_last", **private)
-        self.refresh.tick(inputs=[self.chats, session, self.search], **by_name(refresh, {"chat_list": self.list, "chatbot": chatbot}),
-                          show_progress="hidden", **private)
+        refreshed = {"chat_list": self.list, "chatbot": chatbot, "shown": self.shown, "title": self.title, "note": self.note}
+        self.refresh.tick(inputs=[self.chats, session, self.search], **by_name(refresh, refreshed), show_progress="hidden", **private)
         for event in replies:
             event.success(inputs=shown, inputs_kwargs=generation, **by_name(keep_chat, {**renamed, "note": self.note}), **private)
         for event in changes:
@@ -285,26 +288,35 @@ def search_chats(chats: SavedChats | None, query: str) -> dict[str, Any]:
 
 async def refresh(chats: SavedChats | None, session: ChatSession | None, query: str) -> dict[str, Any]:
     """What the user's other tabs and devices have written meanwhile: the list, and the chat shown."""
-    updates = {"chat_list": await asyncio.to_thread(refresh_list, chats, query), "chatbot": await refresh_chat(session)}
+    updates = {"chat_list": await asyncio.to_thread(refresh_list, chats, query), **await refresh_chat(chats, session)}
     return {name: update for name, update in updates.items() if update != gr.skip()}
 
 
-async def refresh_chat(session: ChatSession | None) -> Any:
-    """The chat shown, with what other tabs and devices wrote into it; left as it is while this
-    tab writes a reply or has changes of its own to save, and while the store cannot be reached."""
+async def refresh_chat(chats: SavedChats | None, session: ChatSession | None) -> dict[str, Any]:
+    """The chat shown, with what other tabs and devices wrote into it, or kept apart where they
+    deleted it; left as it is while this tab writes a reply or has changes of its own to save,
+    and while the store cannot be reached."""
     keeper = getattr(session, "keeper", None)
-    if keeper is None or session.answering:
-        return gr.skip()
+    if chats is None or keeper is None or session.answering:
+        return {}
     rows = [turn.row for turn in session.turns]
+    gone = False
     try:
         turns = await asyncio.to_thread(keeper.written_elsewhere, list(session.turns), get_upload_folder())
+    except ChatGone:
+        turns, gone = None, True
     except (SQLAlchemyError, StoreError, OSError):
-        return gr.skip()
-    # Checked and replaced on the event loop, where the reply handlers run: none starts in between.
-    if turns is None or session.answering or [turn.row for turn in session.turns] != rows:
-        return gr.skip()
+        return {}
+    # Checked and changed on the event loop, where the reply handlers run: none starts in between.
+    if session.answering or session.keeper is not keeper or [turn.row for turn in session.turns] != rows:
+        return {}
+    if gone:
+        chats.keep_apart(session)
+        return {"shown": session.chat_id, "title": "", "note": DELETED_ELSEWHERE}
+    if turns is None:
+        return {}
     session.turns = turns
-    return render(turns)
+    return {"chatbot": render(turns)}
 
 
 def refresh_list(chats: SavedChats | None, query: str) -> dict[str, Any]:

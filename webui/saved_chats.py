@@ -59,6 +59,14 @@ class SavedChats:
         self.current = uuid.uuid4().hex
         return ChatSession(chat_id=self.current, keeper=ChatKeeper(self.store, self.owner, self.current))
 
+    def keep_apart(self, session: ChatSession) -> None:
+        """Give a session whose chat was deleted elsewhere a chat of its own, written at its next
+        save: the conversation on screen is not lost, and the deleted chat stays deleted."""
+        session.chat_id = self.current = uuid.uuid4().hex
+        session.keeper = ChatKeeper(self.store, self.owner, session.chat_id)
+        for turn in session.turns:
+            turn.row, turn.versions = None, []
+
     def add(self, turns: list[Turn], system: str = "", tools: str = "", tree: MessageTree | None = None) -> ChatSession:
         """A new chat of ``turns`` (an imported conversation, a chat the browser held), saved now;
         with ``tree``, every version of its messages (``turns`` the branch shown among them)."""
