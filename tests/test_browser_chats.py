@@ -151,6 +151,7 @@ def test_each_chat_keeps_its_messages_system_prompt_and_tools(page):
     expect(versions).to_contain_text("1/2")
 
     # A preset keeps the chat's system prompt and settings, and puts them back in another chat.
+    choose_chat(page, "Say apple.")
     page.locator("#presets").get_by_text("Presets").click()
     textbox(page, "preset-name").fill("French six")
     page.locator("#save-preset-btn").click()
