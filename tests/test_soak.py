@@ -33,7 +33,7 @@ if not Path(CHROMIUM).exists():
 
 PAGE_CYCLES = 10
 API_DISCONNECTS = 20
-LIFETIME_CYCLES = {"huggingface": 5, "vllm": 3}
+LIFETIME_CYCLES = {"huggingface": 5, "vllm": 2}
 # Threads a run of cycles may end with beyond where it settled: pools that grow on demand.
 THREAD_SLACK = 3
 MEMORY_SLACK = 0.10
