@@ -256,7 +256,9 @@ def conversation_file(path):
     return str(path)
 
 
-def test_chats_and_their_media_survive_a_reload_and_a_restart_and_a_lost_file_shows_as_missing(browser, context, tmp_path):
+def test_chats_and_their_media_survive_a_reload_a_restart_and_a_killed_server_and_a_lost_file_shows_as_missing(browser, context, tmp_path):
+    """One app's store through a reload, a clean restart, lost media files and a killed server
+    (one test, so that the app starts three times rather than four)."""
     port = free_port()
     app = AppProcess(tmp_path, port=port)
     try:
@@ -315,6 +317,30 @@ def test_chats_and_their_media_survive_a_reload_and_a_restart_and_a_lost_file_sh
         ask(page, "Thanks!")
         expect(bot_messages(page).last).not_to_contain_text("could not answer")
         expect(user_messages(page)).to_have_count(2)
+
+        # A server killed mid-reply loses nothing the store had written before.
+        page.locator("#new-chat-btn").click()
+        expect(user_messages(page)).to_have_count(0)
+        seen = streamed_for(page, 4)
+        os.killpg(app.process.pid, signal.SIGKILL)
+        app.stop()
+        app = AppProcess(tmp_path, port=port)
+        open_chat(page, app.url)
+        expect(chat_list(page)).to_have_text(["Write a very long story about a lighthouse keeper.", "Look at this sunset.", "Say apple."])
+        expect(user_messages(page).first).to_contain_text("lighthouse keeper")
+        shown = bot_messages(page).first.inner_text()
+        assert len(shown) > 20 and seen.startswith(shown[:20]), f"the reply so far is lost: {shown[:80]!r}, seen {seen[:80]!r}"
+        # Cut short by the kill, it shows as stopped, and the chat goes on.
+        expect(page.locator("#chatbot")).to_contain_text("■ Stopped")
+        reply_length(page, 4)
+        ask(page, "Thanks!")
+        expect(user_messages(page)).to_have_count(2)
+        # Another browser has none of this one's chats.
+        stranger = browser.new_context().new_page()
+        open_chat(stranger, app.url)
+        expect(stranger.locator("#saved-chats-note")).to_contain_text("No saved chats yet")
+        expect(chat_list(stranger)).to_have_count(0)
+        stranger.context.close()
     finally:
         app.stop()
 
@@ -342,33 +368,3 @@ def test_a_reload_mid_reply_keeps_the_message_and_the_reply_so_far(page, app):
     expect(user_messages(page).first).to_contain_text("lighthouse keeper")
     shown = bot_messages(page).first.inner_text()
     assert len(shown) > 20 and (shown[:20] == seen[:20]), f"the reply so far is lost: {shown[:80]!r}, seen {seen[:80]!r}"
-
-
-def test_a_killed_server_loses_nothing_written_before(browser, context, tmp_path):
-    port = free_port()
-    app = AppProcess(tmp_path, port=port)
-    try:
-        page = context.new_page()
-        open_chat(page, app.url)
-        seen = streamed_for(page, 4)
-        os.killpg(app.process.pid, signal.SIGKILL)
-        app.stop()
-        app = AppProcess(tmp_path, port=port)
-        open_chat(page, app.url)
-        expect(chat_list(page)).to_have_text(["Write a very long story about a lighthouse keeper."])
-        expect(user_messages(page).first).to_contain_text("lighthouse keeper")
-        shown = bot_messages(page).first.inner_text()
-        assert len(shown) > 20 and seen.startswith(shown[:20]), f"the reply so far is lost: {shown[:80]!r}, seen {seen[:80]!r}"
-        # Cut short by the kill, it shows as stopped, and the chat goes on.
-        expect(page.locator("#chatbot")).to_contain_text("■ Stopped")
-        reply_length(page, 4)
-        ask(page, "Thanks!")
-        expect(user_messages(page)).to_have_count(2)
-        # Another browser has none of this one's chats.
-        stranger = browser.new_context().new_page()
-        open_chat(stranger, app.url)
-        expect(stranger.locator("#saved-chats-note")).to_contain_text("No saved chats yet")
-        expect(chat_list(stranger)).to_have_count(0)
-        stranger.context.close()
-    finally:
-        app.stop()
