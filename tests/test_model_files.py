@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -26,19 +27,21 @@ def test_second_load_uses_the_cache_without_converting(chat_model, monkeypatch):
     assert (Path(path) / COMPLETE_MARKER).is_file()
 
 
-def test_half_written_cache_is_ignored_and_redone(tmp_path, monkeypatch):
+def test_half_written_cache_is_ignored_and_redone(tmp_path, monkeypatch, default_model_dir):
     monkeypatch.setenv("ANYCHAT_CACHE_DIR", str(tmp_path))
     gguf = default_gguf()
     converted = []
     real_convert = conversion._convert
     monkeypatch.setattr(conversion, "_convert", lambda *a, **k: (converted.append(1), real_convert(*a, **k)))
     # What an interrupted run leaves: the target without its marker, with a truncated weights file.
-    first = converted_gguf_dir(gguf)
-    (first / COMPLETE_MARKER).unlink()
+    # Copied from the session's finished conversion of the same GGUF (the same folder name), not
+    # converted a first time here: that conversion is what the test does not look at.
+    first = tmp_path / "converted" / Path(default_model_dir).name
+    shutil.copytree(default_model_dir, first, ignore=shutil.ignore_patterns(COMPLETE_MARKER, "model.safetensors"))
     (first / "model.safetensors").write_bytes(b"truncated")
     messages = []
     again = converted_gguf_dir(gguf, progress=lambda fraction, message: messages.append(message))
-    assert again == first and len(converted) == 2
+    assert again == first and len(converted) == 1
     assert (again / COMPLETE_MARKER).is_file()
     assert (again / "model.safetensors").stat().st_size > 100e6
     assert any("Converting" in m for m in messages), "conversion must report progress"
