@@ -177,6 +177,15 @@ async def test_a_chat_open_in_two_tabs_shows_what_the_other_tab_writes_and_is_le
     assert await chat_sidebar.refresh(None, ChatSession(), "") == {}
 
 
+async def test_a_reply_written_in_this_tab_is_nothing_new_to_it(handlers, chat_store):
+    chats = user_chats(chat_store)
+    session = chats.new_session()
+    await run(handlers.send(session, message("Say apple."), **settings(4)))
+    await run(handlers.regenerate(session, **settings(4, temperature=1.0, seed=3)))
+    assert session.turns[-1].stats is not None and len(session.turns[-1].versions) == 2
+    assert await chat_sidebar.refresh_chat(chats, session) == {}, "the tab would redraw its own reply"
+
+
 async def test_a_chat_deleted_in_another_tab_stays_on_screen_and_is_saved_again_as_a_new_chat(chat_store):
     chats, elsewhere = user_chats(chat_store), user_chats(chat_store)
     here = chat_session(chats, "Hi", "Hello")
