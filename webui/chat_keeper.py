@@ -24,7 +24,7 @@ from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
 from limits import size_text
-from store import ChatStore, MessageChanges, StoredMessage, StoreError
+from store import ChatStore, MessageChanges, StoredMessage, StoreError, store_problem
 from store.media import file_hash
 
 from .conversation import ChatSession, Turn, kept_media
@@ -221,7 +221,7 @@ class ChatKeeper:
         return self.store.media.put(path, digest)
 
     def _failed(self, error: Exception) -> None:
-        problem = str(getattr(error, "orig", None) or error).splitlines()[0]
+        problem = store_problem(error)
         logger.warning("Could not save chat %s: %s", self.chat_id, problem)
         if not self.problem:
             gr.Warning(f"⚠ This chat could not be saved ({problem}). It stays on the page and goes on; it is saved again as soon as "

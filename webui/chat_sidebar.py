@@ -29,7 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from engines import ChatError
 from limits import Limits
-from store import ChatStore, StoreError
+from store import ChatStore, StoreError, store_problem
 
 from .browser_storage import BrowserChats, browser_memory, browser_storage, old_chats_storage
 from .by_name import by_name
@@ -62,8 +62,7 @@ def store_errors(handler: Callable) -> Callable:
     message, leaving what it shows as it is."""
 
     def explained(error: Exception) -> gr.Error:
-        problem = str(getattr(error, "orig", None) or error).splitlines()[0]
-        return gr.Error(STORE_DOWN.format(problem=problem), print_exception=False)
+        return gr.Error(STORE_DOWN.format(problem=store_problem(error)), print_exception=False)
 
     if inspect.iscoroutinefunction(handler):
         @functools.wraps(handler)

@@ -29,7 +29,7 @@ from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlac
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
 from limits import Limits
-from store import NoSuchMessage, StoreError
+from store import NoSuchMessage, StoreError, store_problem
 
 from .attachments import is_chip, page_images, read_documents, split_files, tokens_note
 from .chat_keeper import SAVE_INTERVAL, kept, kept_now
@@ -218,7 +218,7 @@ class ChatHandlers:
             gr.Warning(str(error))
             return unchanged
         except (SQLAlchemyError, StoreError, OSError) as error:
-            gr.Warning(f"The other version could not be read ({str(getattr(error, 'orig', None) or error).splitlines()[0]}); "
+            gr.Warning(f"The other version could not be read ({store_problem(error)}); "
                        "the conversation on screen stays as it is.")
             return unchanged
         session.turns[:] = turns
@@ -324,7 +324,7 @@ class ChatHandlers:
             try:
                 tree = session.keeper.tree(session.turns, get_upload_folder())
             except (SQLAlchemyError, StoreError, OSError) as error:
-                gr.Warning(f"The other versions of this chat's messages could not be read ({str(getattr(error, 'orig', None) or error).splitlines()[0]}); "
+                gr.Warning(f"The other versions of this chat's messages could not be read ({store_problem(error)}); "
                            "the file keeps the messages shown.")
         elif session.keeper is not None:
             gr.Warning("This chat is not saved now, so the file keeps the messages shown but not their other versions.")
