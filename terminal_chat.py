@@ -5,6 +5,7 @@ Ctrl-C while a reply is being written stops it and returns to the prompt; Ctrl-C
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Any
 
@@ -18,6 +19,9 @@ def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin
         stdout.write(text + end)
         stdout.flush()
 
+    # Started in the background of a script (`cmd &`), a process inherits SIGINT ignored, and
+    # Python then leaves it so: Ctrl-C would neither stop a reply nor quit.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     say("Loading the model…")
     with ChatModel(settings, progress=lambda fraction, message: say(message)) as model:
         why = f" ({model.backend_reason})" if model.backend_reason else ""

@@ -40,6 +40,8 @@ def test_ctrl_c_stops_the_reply_and_a_second_ctrl_c_at_the_prompt_quits():
         [sys.executable, "app.py", "chat", "--temperature", "0", "--max-new-tokens", "2000"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
+        # As a shell script's background job (`cmd &`) starts it: with SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     output = Output(chat.stdout)
     try:
