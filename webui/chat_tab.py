@@ -97,9 +97,9 @@ class ChatTab:
                                                          inputs_kwargs=chat_settings, api_name="regenerate", **streaming),
             self.continue_btn.click(**started).success(inputs=[session], **by_name(handlers.continue_reply, chat),
                                                        inputs_kwargs=chat_settings, api_name="continue_reply", **streaming),
-            self.chatbot.edit(inputs=[session], **by_name(handlers.edit, chat), inputs_kwargs=chat_settings, api_visibility="private", **streaming),
+            self.chatbot.edit(inputs=[session], **by_name(handlers.edit, {**chat, "stop_btn": self.stop_btn}), inputs_kwargs=chat_settings,
+                              api_visibility="private", **streaming),
         ]
-        self.chatbot.edit(replying.show_stop, None, self.stop_btn, queue=False, api_visibility="private")
         for reply in self.replies:
             reply.then(replying.stop_button, [session], self.stop_btn, queue=False, api_visibility="private")
         self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")

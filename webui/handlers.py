@@ -174,6 +174,10 @@ class ChatHandlers:
         del session.turns[index + 1:]
         # A new version of the message: the one edited stays in the chat's store, with its replies.
         session.turns[index] = turn.model_copy(update={"content": edited_text(edit.value), "error": None, "row": None}, deep=True)
+        # Stop is shown by this handler itself: the edit's data reaches only the listener the edit
+        # triggers, so no start can run before it in one chain, and a listener of its own beside it
+        # could land after a short reply had ended, leaving Stop shown for good.
+        yield {"stop_btn": gr.update(visible=True)}
         async for update in self._answer(session, settings, request):
             yield update
 

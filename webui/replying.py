@@ -45,10 +45,6 @@ def start(session: ChatSession) -> dict[str, Any]:
     return gr.update(visible=True)
 
 
-def show_stop() -> dict[str, Any]:
-    return gr.update(visible=True)
-
-
 def stop_button(session: ChatSession) -> dict[str, Any]:
     """After a reply event: Stop stays only while a reply is still written (a refused send ends
     while the reply it waited for goes on)."""
