@@ -1,12 +1,35 @@
 #!/usr/bin/env bash
-# Runs the whole test suite offline on the real embedded model. Run scripts/setup.sh --test first.
-# The tests that need torchvision (marked video) run in .venv-video; everything else in .venv.
+# Runs the tests offline on the real embedded model. Run scripts/setup.sh --test first.
+#   bash scripts/test.sh            the whole suite, as CI runs it: the tests marked video in .venv-video
+#                                   (they need torchvision), everything else in .venv
+#   bash scripts/test.sh --quick    the fast loop while working: no browser, no vLLM, no app process
+#                                   (a few minutes; the whole suite still has to pass)
+#   bash scripts/test.sh ARGS...    pytest ARGS in .venv
+# Here a skipped test fails the run unless it needs hardware this machine lacks (tests/strict_run.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 GRADIO_ANALYTICS_ENABLED=False
+export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 GRADIO_ANALYTICS_ENABLED=False ANYCHAT_STRICT_SKIPS=1
 # torch's OpenMP threads otherwise busy-wait and starve every other process on a small machine.
 export OMP_WAIT_POLICY=PASSIVE
-if [ "$#" = 0 ] && [ -x .venv-video/bin/python ]; then
-  .venv-video/bin/python -m pytest -m video tests/test_multimodal.py tests/test_vllm_multimodal.py tests/test_page_bad_input.py tests/test_security_media.py
+
+if [ "${1:-}" = --quick ]; then
+  shift
+  exec .venv/bin/python -m pytest -m "not browser and not vllm and not app_process" "$@"
 fi
-exec .venv/bin/python -m pytest "$@"
+if [ "$#" -gt 0 ]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
+
+if [ ! -x .venv-video/bin/python ]; then
+  echo "No .venv-video, so the video tests cannot run: bash scripts/setup.sh --test makes it." >&2
+  exit 1
+fi
+status=0
+started=$SECONDS
+mapfile -t video_modules < <(grep -l "pytest.mark.video" tests/test_*.py)
+.venv-video/bin/python -m pytest -m video "${video_modules[@]}" || status=$?
+echo "test.sh: the video tests took $((SECONDS - started)) s"
+started=$SECONDS
+.venv/bin/python -m pytest || status=$?
+echo "test.sh: the rest took $((SECONDS - started)) s"
+exit "$status"

@@ -16,10 +16,6 @@ from media_samples import solid_image, tone, write_audio, write_video
 from harness.tiny_models import build_llava, build_qwen2_audio, build_qwen2_vl
 
 HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None
-needs_torchvision = pytest.mark.skipif(
-    not HAS_TORCHVISION,
-    reason="transformers' video processors need torchvision; these run in .venv-video (scripts/setup_video_env.sh)",
-)
 GREEDY = {"temperature": 0, "max_new_tokens": 4}
 
 # An 80x60 image: Qwen2-VL resizes it to 84x56 (multiples of 28) = 6x4 patches of 14, merged
@@ -259,7 +255,6 @@ def test_video_without_torchvision_names_what_to_install(qwen2_vl, tmp_path):
 
 
 @pytest.mark.video
-@needs_torchvision
 def test_qwen2_vl_video_frames_become_video_tokens(qwen2_vl, received, tmp_path):
     calls = received(qwen2_vl)
     clip = write_video(tmp_path / "clip.mp4", seconds=3.0, fps=10, size=(64, 48))
@@ -276,7 +271,6 @@ def test_qwen2_vl_video_frames_become_video_tokens(qwen2_vl, received, tmp_path)
 
 
 @pytest.mark.video
-@needs_torchvision
 def test_qwen2_vl_video_and_images_across_turns(qwen2_vl, received, tmp_path):
     calls = received(qwen2_vl)
     short = write_video(tmp_path / "short.mp4", seconds=2.0, fps=10, size=(64, 48))
@@ -296,7 +290,6 @@ def test_qwen2_vl_video_and_images_across_turns(qwen2_vl, received, tmp_path):
 
 
 @pytest.mark.video
-@needs_torchvision
 def test_unreadable_video_is_a_clear_error_with_torchvision(qwen2_vl, tmp_path):
     broken = tmp_path / "party.mp4"
     broken.write_bytes(b"garbage" * 100)

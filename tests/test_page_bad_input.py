@@ -10,7 +10,6 @@ HANDLED_KINDS count them. What only a browser shows is in tests/test_browser_bad
 """
 
 import base64
-import importlib.util
 import io
 import json
 import re
@@ -32,8 +31,6 @@ from harness.tiny_models import build_qwen2_audio
 from webui.conversation import ChatSession, Turn, render, render_turn
 from webui.handlers import ChatHandlers
 
-HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None
-video = [pytest.mark.video, pytest.mark.skipif(not HAS_TORCHVISION, reason="transformers' video processors need torchvision: run in .venv-video")]
 REFUSED = "⚠ The model could not answer"
 # A Python traceback, an exception's repr, or a source place of C/C++ code such as a decoder's log line.
 STACK_TRACE = re.compile(r'Traceback|File "|\w+Error\(|\.(?:py|c|cc|cpp|h):\d+')
@@ -172,13 +169,13 @@ SENT = [
          text="Describe <image> please."),
     # Video, to Qwen2-VL (transformers' video processors need torchvision).
     Sent("corrupt video", "vision", r"The video 1 \(party.mp4\) could not be opened as a video .*Send an MP4, WebM",
-         files=(write("party.mp4", b"\x00\x00\x00\x18ftypmp42 garbage " * 60),), marks=video),
+         files=(write("party.mp4", b"\x00\x00\x00\x18ftypmp42 garbage " * 60),), marks=pytest.mark.video),
     Sent("zero-byte video", "vision", r"The video 1 \(empty.mp4\) is an empty file \(0 bytes\)\. Upload the file again",
-         files=(write("empty.mp4", b""),), marks=video),
+         files=(write("empty.mp4", b""),), marks=pytest.mark.video),
     Sent("image mislabelled as .mp4", "vision", r"The video 1 \(photo.mp4\) could not be opened as a video .*Send an MP4, WebM",
-         files=(write("photo.mp4", png_bytes(solid_image((0, 0, 255)))),), marks=video),
+         files=(write("photo.mp4", png_bytes(solid_image((0, 0, 255)))),), marks=pytest.mark.video),
     Sent("audio sent as video", "vision", r"The video 1 \(song.mp4\) could not be opened as a video .*Send an MP4, WebM",
-         files=(write("song.mp4", wav_bytes(1.0)),), marks=video),
+         files=(write("song.mp4", wav_bytes(1.0)),), marks=pytest.mark.video),
     # Audio, to Qwen2-Audio.
     Sent("corrupt audio", "audio", r"The audio 2 \(voice.wav\) is not an audio file this app can read .*Send a WAV, FLAC, OGG or MP3",
          files=(write("voice.wav", b"RIFF\x10\x00\x00\x00WAVEjunk" * 30),)),

