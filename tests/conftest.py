@@ -16,7 +16,8 @@ from engines.model_files.paths import default_gguf
 from harness.browser import CHROMIUM, AppProcess, chromium, open_chat
 from harness.postgres import postgres_bin, postgres_server
 from harness.tiny_models import build_qwen2_vl
-from strict_run import pytest_collection_modifyitems, pytest_collectreport, pytest_configure, pytest_runtest_makereport  # noqa: F401
+from needs import pytest_collection_modifyitems, pytest_configure  # noqa: F401
+from strict_run import pytest_collectreport, pytest_runtest_makereport  # noqa: F401
 
 GREEDY = {"temperature": 0, "max_new_tokens": 24}
 

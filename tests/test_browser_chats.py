@@ -19,6 +19,7 @@ from harness.browser import (
     wait_until_answered,
 )
 
+pytestmark = [pytest.mark.browser, pytest.mark.server]  # AppProcess in tests, beside the `app` fixture
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 if not Path(CHROMIUM).exists():

@@ -10,6 +10,7 @@ from harness.browser import AppProcess
 from harness.postgres import fresh_database
 from tests.page_client import PageClient, browser_kept, error, shown
 
+pytestmark = pytest.mark.server
 PASSWORD = "alice-pw"
 
 

@@ -6,7 +6,11 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from engines import ChatModel
+
+pytestmark = pytest.mark.server  # `python app.py chat`, a process of its own
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYSTEM = "Answer in one short sentence."
