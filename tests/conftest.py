@@ -16,6 +16,7 @@ from engines.model_files.paths import default_gguf
 from harness.browser import CHROMIUM, AppProcess, chromium, open_chat
 from harness.postgres import postgres_bin, postgres_server
 from harness.tiny_models import build_qwen2_vl
+from tests.vllm_fixtures import shared_vllm_engine, vllm_model  # noqa: F401 (one vLLM engine for the session's vLLM tests)
 
 GREEDY = {"temperature": 0, "max_new_tokens": 24}
 
