@@ -29,6 +29,7 @@ from engines import ChatModel, ConfigError, MediaError  # noqa: E402
 from media_samples import solid_image, tone, write_audio, write_video  # noqa: E402
 from harness.tiny_models import build_llava, build_qwen2_audio, build_qwen2_vl  # noqa: E402
 from harness.vllm_settings import VLLM  # noqa: E402
+from tests.vllm_fixtures import assert_idle  # noqa: E402
 
 GREEDY = {"temperature": 0, "max_new_tokens": 4}
 # vLLM's CPU attention takes head sizes 32, 64, ... (not the builders' default 16).
@@ -72,13 +73,13 @@ def vision_model_dir(tmp_path_factory):
     return build_qwen2_vl(tmp_path_factory.mktemp("qwen2_vl"), head_size=HEAD_SIZE)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def vllm_vision(vision_model_dir):
     with ChatModel({"model_name_or_path": str(vision_model_dir), **VLLM, **GREEDY}) as model:
         yield model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def hf_vision(vision_model_dir):
     with ChatModel({"model_name_or_path": str(vision_model_dir), **GREEDY}) as model:
         yield model
@@ -120,6 +121,15 @@ def received(monkeypatch):
         return calls
 
     return watch
+
+
+@pytest.fixture(autouse=True)
+def engines_left_idle(request):
+    """Each test leaves the module's vLLM engines, which the next tests reuse, running no request."""
+    yield
+    for name in ("vllm_audio", "vllm_vision", "vllm_llava"):
+        if name in request.node.funcargs:
+            assert_idle(request.node.funcargs[name])
 
 
 def _token_id(model: ChatModel, token: str) -> int:
@@ -220,48 +230,45 @@ def test_a_prompt_over_the_context_once_expanded_is_a_clear_error(vllm_audio, re
 
 @pytest.mark.video
 @needs_torchvision
-def test_two_images_in_one_turn_each_get_the_tokens_transformers_computes(vllm_vision, hf_vision, received):
-    calls = received(vllm_vision)
-    messages = [{"role": "user", "content": "Compare <image> with <image>."}]
-    [reply] = vllm_vision.chat(messages, images=[RED, BLUE])
-    [call] = calls
-    ids = call["input"]["prompt_token_ids"]
-    runs = call["input"]["mm_placeholders"]["image"]
-    assert [run.length for run in runs] == [IMAGE_TOKENS["red"], IMAGE_TOKENS["blue"]]
-    assert ids.count(_token_id(vllm_vision, "<|image_pad|>")) == sum(IMAGE_TOKENS.values())
-    # The template's content parts: each image wrapped in the vision start/end tokens.
-    assert "Compare <|vision_start|><|image_pad|>" in _turns(vllm_vision, ids)[1]
-    [hf_reply] = hf_vision.chat(messages, images=[RED, BLUE])
-    assert len(call["final"].prompt_token_ids) == reply.prompt_length == hf_reply.prompt_length
-    assert call["final"].finished and reply.response_length >= 1
+class TestQwen2VL:
+    """Its engines are closed at the class's end, before LLaVA's starts."""
 
+    def test_two_images_in_one_turn_each_get_the_tokens_transformers_computes(self, vllm_vision, hf_vision, received):
+        calls = received(vllm_vision)
+        messages = [{"role": "user", "content": "Compare <image> with <image>."}]
+        [reply] = vllm_vision.chat(messages, images=[RED, BLUE])
+        [call] = calls
+        ids = call["input"]["prompt_token_ids"]
+        runs = call["input"]["mm_placeholders"]["image"]
+        assert [run.length for run in runs] == [IMAGE_TOKENS["red"], IMAGE_TOKENS["blue"]]
+        assert ids.count(_token_id(vllm_vision, "<|image_pad|>")) == sum(IMAGE_TOKENS.values())
+        # The template's content parts: each image wrapped in the vision start/end tokens.
+        assert "Compare <|vision_start|><|image_pad|>" in _turns(vllm_vision, ids)[1]
+        [hf_reply] = hf_vision.chat(messages, images=[RED, BLUE])
+        assert len(call["final"].prompt_token_ids) == reply.prompt_length == hf_reply.prompt_length
+        assert call["final"].finished and reply.response_length >= 1
 
-@pytest.mark.video
-@needs_torchvision
-def test_images_across_two_turns_stay_in_their_turn(vllm_vision, received):
-    calls = received(vllm_vision)
-    messages = [
-        {"role": "user", "content": "<image> What color is this?"},
-        {"role": "assistant", "content": "Red."},
-        {"role": "user", "content": "And this one? <image>"},
-    ]
-    vllm_vision.chat(messages, images=[RED, BLUE])
-    system, first, answer, second, _ = _turns(vllm_vision, calls[0]["input"]["prompt_token_ids"])
-    assert first.count("<|image_pad|>") == IMAGE_TOKENS["red"] and "What color" in first
-    assert second.count("<|image_pad|>") == IMAGE_TOKENS["blue"] and "And this one?" in second
-    assert "<|image_pad|>" not in answer + system
+    def test_images_across_two_turns_stay_in_their_turn(self, vllm_vision, received):
+        calls = received(vllm_vision)
+        messages = [
+            {"role": "user", "content": "<image> What color is this?"},
+            {"role": "assistant", "content": "Red."},
+            {"role": "user", "content": "And this one? <image>"},
+        ]
+        vllm_vision.chat(messages, images=[RED, BLUE])
+        system, first, answer, second, _ = _turns(vllm_vision, calls[0]["input"]["prompt_token_ids"])
+        assert first.count("<|image_pad|>") == IMAGE_TOKENS["red"] and "What color" in first
+        assert second.count("<|image_pad|>") == IMAGE_TOKENS["blue"] and "And this one?" in second
+        assert "<|image_pad|>" not in answer + system
 
-
-@pytest.mark.video
-@needs_torchvision
-def test_video_frames_become_the_video_tokens_transformers_computes(vllm_vision, hf_vision, received, tmp_path):
-    calls = received(vllm_vision)
-    clip = write_video(tmp_path / "clip.mp4", seconds=3.0, fps=10, size=(64, 48))
-    messages = [{"role": "user", "content": "<video> What happens?"}]
-    [reply] = vllm_vision.chat(messages, videos=[str(clip)])
-    [run] = calls[0]["input"]["mm_placeholders"]["video"]
-    assert calls[0]["input"]["prompt_token_ids"].count(_token_id(vllm_vision, "<|video_pad|>")) == run.length > 0
-    assert reply.prompt_length == hf_vision.chat(messages, videos=[str(clip)])[0].prompt_length
+    def test_video_frames_become_the_video_tokens_transformers_computes(self, vllm_vision, hf_vision, received, tmp_path):
+        calls = received(vllm_vision)
+        clip = write_video(tmp_path / "clip.mp4", seconds=3.0, fps=10, size=(64, 48))
+        messages = [{"role": "user", "content": "<video> What happens?"}]
+        [reply] = vllm_vision.chat(messages, videos=[str(clip)])
+        [run] = calls[0]["input"]["mm_placeholders"]["video"]
+        assert calls[0]["input"]["prompt_token_ids"].count(_token_id(vllm_vision, "<|video_pad|>")) == run.length > 0
+        assert reply.prompt_length == hf_vision.chat(messages, videos=[str(clip)])[0].prompt_length
 
 
 @pytest.mark.video
