@@ -28,11 +28,13 @@ os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "an
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engines import ChatModel  # noqa: E402
+from harness.vllm_settings import VLLM  # noqa: E402
 
 TOPICS = ["a lighthouse keeper", "a lost robot", "a dragon who cannot fly", "a city under the sea",
           "a baker's apprentice", "a comet", "a haunted library", "two rival chess players"]
-# The same settings for our vLLM engine and the bare one.
-VLLM_SETTINGS = {"kv_cache_space_gb": 1, "max_model_len": 2048, "infer_dtype": "bfloat16"}
+# The same settings for our vLLM engine and the bare one: the tests' (harness/vllm_settings.py),
+# in bf16 named for both; max_concurrent becomes the most users a round runs.
+VLLM_SETTINGS = {**VLLM, "infer_dtype": "bfloat16"}
 
 
 def messages(user: int) -> list[dict[str, str]]:
@@ -93,7 +95,7 @@ def main() -> None:
 
     loop = asyncio.new_event_loop()
     hf = ChatModel({"infer_backend": "huggingface", "max_concurrent": most})
-    ours_vllm = ChatModel({"infer_backend": "vllm", "max_concurrent": most, **VLLM_SETTINGS})
+    ours_vllm = ChatModel({**VLLM_SETTINGS, "max_concurrent": most})
     engine = loop.run_until_complete(start_bare(ours_vllm.engine.model_path, most))
     tokenizer = ours_vllm.engine.tokenizer
     prompts = [tokenizer(ours_vllm.render_prompt(messages(u)), add_special_tokens=False).input_ids

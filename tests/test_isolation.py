@@ -24,21 +24,19 @@ session's reply is in flight (its Stop button shown) before any of them has fini
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from harness.browser import CHROMIUM, AppProcess, bot_messages, open_tab, set_number, user_messages, wait_until_ready
+from harness.vllm_settings import VLLM
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
-os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "anychat-test-vllm-cache"))
 
 BROWSER_WAIT_MS = 180_000  # on a busy 2-core machine one request can wait behind seven others
 MAX_NEW_TOKENS = 32
@@ -87,9 +85,11 @@ TOKENS = re.compile(r"^(?:■ stopped after )?(\d+) tokens")
 # Each backend's flags, and how many requests it generates at once (--max-concurrent).
 BACKENDS = {
     "huggingface": (("--backend", "huggingface", "--max-concurrent", "2"), 2),
-    # Small and fixed, as in tests/test_vllm_engine.py, so the engine fits beside other tests.
-    "vllm": (("--backend", "vllm", "--dtype", "float32", "--max-concurrent", "8",
-              "--engine-args", json.dumps({"max_model_len": 2048, "kv_cache_memory_bytes": 1 << 30})), 8),
+    # The shared vLLM settings (the app takes vLLM's serving settings in --engine-args), in
+    # float32 (see the module's note).
+    "vllm": (("--backend", "vllm", "--dtype", "float32", "--max-concurrent", str(VLLM["max_concurrent"]),
+              "--engine-args", json.dumps({"max_model_len": VLLM["max_model_len"], "kv_cache_memory_bytes": VLLM["kv_cache_space_gb"] << 30})),
+             VLLM["max_concurrent"]),
 }
 
 

