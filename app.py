@@ -166,14 +166,10 @@ def main(argv: list[str] | None = None) -> None:
             from terminal_chat import run_terminal_chat
 
             run_terminal_chat(settings, system=args.system)
-        elif args.command == "api":
-            from server import serve_api
-
-            serve_api(settings, args)
         else:
-            from server import serve_web
+            from server import serve
 
-            serve_web(settings, args)
+            serve(settings, args)
     except ChatError as error:
         sys.exit(f"error: {error}")
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +12,8 @@ from engines.model_files.model_args import MediaSettings
 from limits import Limits
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from access import Logins
     from webui import ModelRights
 
@@ -20,15 +24,27 @@ if TYPE_CHECKING:
 SERVER_WIDE = ("max_concurrent", "max_waiting", "max_waiting_per_user", *MediaSettings.model_fields)
 
 
-def serve_web(settings: dict[str, Any], args: argparse.Namespace) -> None:
-    """The page at / and the API at /v1, both on the one loaded model, until interrupted."""
+def serve(settings: dict[str, Any], args: argparse.Namespace) -> None:
+    """What ``args.command`` serves on the one loaded model, until interrupted: for web the page
+    at / and the API at /v1, for api the API alone (no page, for headless use)."""
     from engines import ModelSlot
 
-    slot = ModelSlot()
-    app = web_app(slot, args)  # checks the flags before the slow load
-    load_slot(slot, settings)
+    with loaded_app(ModelSlot(), settings, args) as app:
+        http_server(app, args).run()
+
+
+@contextmanager
+def loaded_app(slot, settings: dict[str, Any], args: argparse.Namespace) -> Iterator[Any]:
+    """The FastAPI app that ``args.command`` serves, not yet served, over ``slot`` loaded with
+    ``settings``; the model is unloaded after."""
+    if args.command == "web":
+        app = web_app(slot, args)  # checks the flags before the slow load
+        load_slot(slot, settings)
+    else:
+        load_slot(slot, settings)
+        app = api_app(slot, args, server_logins(page_users(args), args))
     try:
-        run(app, args, page=True)
+        yield app
     finally:
         slot.unload()
 
@@ -67,18 +83,6 @@ def web_app(slot, args: argparse.Namespace):
     return page
 
 
-def serve_api(settings: dict[str, Any], args: argparse.Namespace) -> None:
-    """The OpenAI-compatible API alone (no page), for headless use."""
-    from engines import ModelSlot
-
-    slot = ModelSlot()
-    load_slot(slot, settings)
-    try:
-        run(api_app(slot, args, server_logins(page_users(args), args)), args, page=False)
-    finally:
-        slot.unload()
-
-
 def load_slot(slot, settings: dict[str, Any]) -> None:
     """Load the model into ``slot``, with its progress in the terminal."""
     print(f"Loading {settings.get('model_name_or_path') or 'the embedded default model'}…", flush=True)
@@ -103,7 +107,9 @@ def api_app(slot, args: argparse.Namespace, logins: Logins):
     return app
 
 
-def run(app, args: argparse.Namespace, page: bool) -> None:
+def http_server(app, args: argparse.Namespace, **config: Any) -> uvicorn.Server:
+    """uvicorn for ``app`` on --host and --port, which says where once it listens; ``config``:
+    more of uvicorn's settings."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -111,11 +117,11 @@ def run(app, args: argparse.Namespace, page: bool) -> None:
             await super().startup(sockets)
             if self.started:  # listening now: say where
                 url = f"http://{args.host}:{args.port}"
-                if page:
+                if args.command == "web":
                     print(f"Running on local URL:  {url}/", flush=True)
                 print(f"OpenAI-compatible API on {url}/v1 ({app.state.api_access.describe()})", flush=True)
 
-    Server(uvicorn.Config(app, host=args.host, port=args.port)).run()
+    return Server(uvicorn.Config(app, host=args.host, port=args.port, **config))
 
 
 def server_logins(users: list[tuple[str, str]] | None, args: argparse.Namespace) -> Logins:

@@ -1,9 +1,9 @@
-"""Bad input that only a browser shows, in a real headless Chromium against `python app.py` (like
-tests/test_browser.py, whose browser and page fixtures this module shares, on an app of its own
-with a small upload limit): a giant paste, invalid tools JSON, an invalid reply schema (and a valid
-one holding the reply), broken conversation files imported
-with the Import button, and a corrupt image and one over the upload limit attached for a
-multimodal model. Each shows a clear message and leaves the conversation as it was. The same kinds
+"""Bad input that only a browser shows, in a real headless Chromium against the app of `python
+app.py` (like tests/test_browser.py, whose browser and page fixtures this module shares, on an app
+of its own with a small upload limit, served in the test process: harness/app_in_process.py): a
+giant paste, invalid tools JSON, an invalid reply schema (and a valid one holding the reply),
+broken conversation files imported with the Import button, and a corrupt image and one over the
+upload limit attached for a multimodal model. Each shows a clear message and leaves the conversation as it was. The same kinds
 and many more are checked on the handlers in tests/test_page_bad_input.py.
 """
 
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from harness.browser import CHROMIUM, AppProcess, ask, bot_messages, load_model, open_tab, set_number, user_messages
+from harness.app_in_process import AppInProcess
+from harness.browser import CHROMIUM, ask, bot_messages, load_model, open_tab, set_number, user_messages
 from tests.reply_schemas import SCHEMAS
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -32,7 +33,7 @@ STACK_TRACE = re.compile(r'Traceback|File "')
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, models_folder):
     """test_browser's app, with a small upload limit (--max-upload-size) to show what a larger file gets."""
-    process = AppProcess(tmp_path_factory.mktemp("app"), ("--models-dir", str(models_folder), "--max-upload-size", UPLOAD_LIMIT))
+    process = AppInProcess(tmp_path_factory.mktemp("app"), ("--models-dir", str(models_folder), "--max-upload-size", UPLOAD_LIMIT))
     yield process
     process.stop()
 

@@ -3,9 +3,11 @@ model: the API beside a login page, DNS rebinding and pages of other origins, a 
 its network, guessing passwords, secrets on the command line, an empty API key, and a reply's
 Markdown image carrying the conversation out (Content-Security-Policy, in Chromium).
 
-Two servers: one with logins (alice, admin, from --auth; bob from --auth-file), as issue 18 was
-tried, and one bound to 0.0.0.0 without logins. Addresses in X-Forwarded-For stand for other
-machines: uvicorn takes them from a proxy on this machine, as it would from nginx in front.
+Two servers: `python app.py` with logins (alice, admin, from --auth; bob from --auth-file), as
+issue 18 was tried, a process of its own as its command line is checked; and the app of one bound
+to 0.0.0.0 without logins, served in the test process (harness/app_in_process.py). Addresses in
+X-Forwarded-For stand for other machines: uvicorn takes them from a proxy on this machine, as it
+would from nginx in front.
 """
 
 import base64
@@ -32,6 +34,7 @@ from gradio_client.exceptions import AppError
 from access import Logins, exposure_warnings
 from api.auth import ApiAccess, ApiAccessCheck
 from app import parse_args
+from harness.app_in_process import AppInProcess
 from harness.browser import CHROMIUM, ROOT, AppProcess, ask, bot_messages, free_port, wait_until_ready
 from tests.media_samples import png_bytes, solid_image, tone, write_audio, write_video
 from webui.model_rights import NEEDS_LOGINS
@@ -66,7 +69,7 @@ def open_app(tmp_path_factory):
     """Bound to every address, without logins or API key."""
     with pytest.MonkeyPatch.context() as env:
         env.delenv("ANYCHAT_API_KEY", raising=False)
-        process = AppProcess(tmp_path_factory.mktemp("open"), ("--backend", "huggingface", "--host", "0.0.0.0"))
+        process = AppInProcess(tmp_path_factory.mktemp("open"), ("--backend", "huggingface", "--host", "0.0.0.0"))
     yield process
     process.stop()
 

@@ -1,7 +1,8 @@
 """Saved chats out of other users' reach, tried the way an attacker tries: raw calls to the
 page's endpoints (tests/page_client.py), private listeners included, with another user's chat
-id in every field that takes one, against `python app.py --auth alice:… --auth bob:…` on the
-real default model; and, without logins, one browser's chats out of another browser's reach."""
+id in every field that takes one, against the app of `python app.py --auth alice:… --auth bob:…`
+on the real default model (served in the test process: harness/app_in_process.py); and,
+without logins, one browser's chats out of another browser's reach."""
 
 import json
 import re
@@ -10,7 +11,7 @@ import zipfile
 
 import pytest
 
-from harness.browser import AppProcess
+from harness.app_in_process import AppInProcess
 from store import open_store
 from tests.page_client import PageClient, browser_kept, error, file_data, shown
 
@@ -21,8 +22,8 @@ SECRET = "My locker code is 4711."
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     folder = tmp_path_factory.mktemp("app")
-    process = AppProcess(folder, ("--auth", f"alice:{PASSWORDS['alice']}", "--auth", f"bob:{PASSWORDS['bob']}"))
-    process.database = folder / "data" / "chats.db"  # ANYCHAT_DATA_DIR, as AppProcess sets it
+    process = AppInProcess(folder, ("--auth", f"alice:{PASSWORDS['alice']}", "--auth", f"bob:{PASSWORDS['bob']}"))
+    process.database = folder / "data" / "chats.db"  # ANYCHAT_DATA_DIR, as AppInProcess sets it
     yield process
     process.stop()
 
@@ -107,7 +108,7 @@ def test_before_the_page_has_opened_every_chat_listener_refuses(app, tabs):
 
 
 def test_without_logins_each_browser_has_its_own_chats(tmp_path_factory):
-    app = AppProcess(tmp_path_factory.mktemp("open"))
+    app = AppInProcess(tmp_path_factory.mktemp("open"))
     one, two = PageClient(app.url), PageClient(app.url)
     try:
         browser = browser_kept(one.call("restore", [None, None]))["id"]

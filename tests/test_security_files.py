@@ -4,7 +4,9 @@ against `python app.py --auth alice:… --auth bob:… --admin alice` on the rea
 as bob: server paths named as uploads (a file outside the upload folder, /etc/passwd, a FIFO, a
 device, a huge sparse file), bodies of hundreds of megabytes, an export of one upload named 200
 times, files kept past their lifetime, NUL bytes in paths, and the paths the model picker shows;
-and, in Chromium, what the page says when a message is over the page's request limit.
+and, in Chromium, what the page says when a message is over the page's request limit. The app
+whose memory is measured is a process of its own; the one with small limits for the page's files
+is served in the test process (harness/app_in_process.py).
 """
 
 import io
@@ -21,6 +23,7 @@ import pytest
 from PIL import Image
 
 from engines.model_files.paths import default_gguf
+from harness.app_in_process import AppInProcess
 from harness.browser import ROOT, AppProcess, open_chat
 from tests.page_client import GREEDY, PageClient, error, file_data, shown
 
@@ -249,8 +252,8 @@ def test_other_users_see_model_names_not_server_paths(app, tabs):
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     """An app with small limits: files kept 10 s and 3 MB in all, 64 KB page requests."""
-    process = AppProcess(tmp_path_factory.mktemp("small"), ("--backend", "huggingface", "--max-file-age", "10", "--max-cache-size", "3mb",
-                                                            "--max-page-request-size", "64kb"))
+    process = AppInProcess(tmp_path_factory.mktemp("small"), ("--backend", "huggingface", "--max-file-age", "10", "--max-cache-size", "3mb",
+                                                              "--max-page-request-size", "64kb"))
     yield process
     process.stop()
 

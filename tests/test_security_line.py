@@ -1,6 +1,7 @@
-"""Attacks on the engine's request path, made the way an outsider makes them: raw HTTP to a real
-`python app.py --backend huggingface` on the real default model, each attacker and each other
-user from its own loopback address (127.0.0.2, 127.0.0.3, …), as different machines would be.
+"""Attacks on the engine's request path, made the way an outsider makes them: raw HTTP to the app
+of `python app.py --backend huggingface` on the real default model (served in the test process:
+harness/app_in_process.py), each attacker and each other user from its own loopback address
+(127.0.0.2, 127.0.0.3, …), as different machines would be.
 
 - stop strings beyond the limits (transformers' StopStringCriteria held the model 40-60 s here
   for one 4,000-character string) are refused at once, and strings at the limits cost nothing;
@@ -27,7 +28,7 @@ import pytest
 from gradio_client import Client
 
 from engines.generation_args import MAX_STOP_LENGTH, MAX_STOP_STRINGS
-from harness.browser import AppProcess
+from harness.app_in_process import AppInProcess
 
 COUNTING = [{"role": "user", "content": "Write the numbers from 1 to 1000, separated by commas."}]
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -114,6 +115,15 @@ def running_stream(url: str, address: str, auth: tuple[str, str] | None = None) 
     return stream
 
 
+def wait_until_waiting(app: AppInProcess, count: int) -> None:
+    """Until ``count`` replies wait in the app's line for the model."""
+    line = app.slot.model.line
+    deadline = time.monotonic() + 120
+    while line.waiting != count:
+        assert time.monotonic() < deadline, f"{line.waiting} replies wait in line, not {count}"
+        time.sleep(0.05)
+
+
 def post(url: str, address: str, request: dict, timeout: float = 300, auth: tuple[str, str] | None = None) -> tuple[httpx.Response, float]:
     started = time.monotonic()
     with client_from(address, auth) as client:
@@ -133,9 +143,13 @@ def peak_rss(process: psutil.Process, until: threading.Event) -> list[int]:
     return samples
 
 
+# The tests come grouped by the app they run on: of in-process apps, only the one started last
+# may be used while it runs.
+
+
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    process = AppProcess(tmp_path_factory.mktemp("app"), ("--backend", "huggingface"))
+    process = AppInProcess(tmp_path_factory.mktemp("app"), ("--backend", "huggingface"))
     yield process
     process.stop()
 
@@ -143,7 +157,7 @@ def app(tmp_path_factory):
 @pytest.fixture(scope="module")
 def small_line_app(tmp_path_factory):
     """One slot and three places in line, two of them at most for one user."""
-    process = AppProcess(tmp_path_factory.mktemp("app"), ("--backend", "huggingface", "--max-waiting", "3", "--max-waiting-per-user", "2"))
+    process = AppInProcess(tmp_path_factory.mktemp("app"), ("--backend", "huggingface", "--max-waiting", "3", "--max-waiting-per-user", "2"))
     yield process
     process.stop()
 
@@ -152,7 +166,7 @@ def small_line_app(tmp_path_factory):
 
 
 def test_a_stop_string_beyond_the_limits_is_refused_at_once_and_others_carry_on(app):
-    server = psutil.Process(app.process.pid)
+    server = psutil.Process(app.pid)
     done = threading.Event()
     memory = peak_rss(server, done)
     attack = {}
@@ -233,77 +247,6 @@ def test_a_streaming_request_with_n_is_prepared_once(app):
         running.close()
 
 
-def test_requests_beyond_the_line_are_refused_before_any_work(small_line_app):
-    url = small_line_app.url
-    running = running_stream(url, "127.0.0.2")
-    waiting = [Stream(url, address, body(QUESTION)) for address in ("127.0.0.3", "127.0.0.4", "127.0.0.5")]
-    try:
-        for stream in waiting:
-            stream.start()
-        time.sleep(3)  # all three are in line now
-        started = time.monotonic()
-        long_prompt = body([{"role": "user", "content": "hello " * (LONG_PROMPT_CHARS // 6)}])
-        results = [post(url, f"127.0.0.{6 + i}", long_prompt) for i in range(8)]
-        gap = running.longest_gap(started, time.monotonic())
-        statuses = [response.status_code for response, _ in results]
-        slowest = max(seconds for _, seconds in results)
-        print(f"\n8 requests beyond a full line, each {LONG_PROMPT_CHARS:,} characters: statuses {statuses}, slowest "
-              f"{slowest:.2f} s; the running stream's longest pause {gap:.2f} s")
-        assert statuses == [503] * 8, [response.text[:300] for response, _ in results]
-        assert all("max_waiting=3" in response.json()["error"]["message"] for response, _ in results)
-        assert gap < STREAM_GAP_BOUND
-    finally:
-        for stream in [running, *waiting]:
-            stream.close()
-
-
-def test_a_streaming_request_with_n_takes_its_places_all_or_none(small_line_app):
-    """Three sampled replies streamed need three places while another user's reply is written
-    and one more waits, and there are two: refused whole, before its answer starts; two replies
-    fit. Four could never fit one user's share: refused as such."""
-    url = small_line_app.url
-    running = running_stream(url, "127.0.0.2")
-    other = Stream(url, "127.0.0.4", body(QUESTION))
-    other.start()
-    time.sleep(3)
-    try:
-        refused, seconds = post(url, "127.0.0.3", body(QUESTION, n=3, temperature=1.0, stream=True))
-        print(f"\nn=3 streamed with 2 places free: {refused.status_code} after {seconds:.2f} s")
-        assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_busy", refused.text[:500]
-        never, _ = post(url, "127.0.0.3", body(QUESTION, n=4, temperature=1.0, stream=True))
-        assert never.status_code == 400 and "one user may hold at most 3" in never.json()["error"]["message"], never.text[:500]
-        fits = Stream(url, "127.0.0.3", body(QUESTION, n=2, temperature=1.0))
-        fits.start()
-        time.sleep(1)
-        running.close()
-        fits.join(300)
-        assert fits.status == 200 and fits.finished_replies() == 2, "two replies should have found their two places"
-    finally:
-        running.close()
-        other.close()
-
-
-def test_the_page_and_the_api_from_one_address_share_its_places(small_line_app):
-    """A page user at 127.0.0.1, whose address holds its two places in line already (through
-    the API), is told so under the message, which stays in the conversation."""
-    url = small_line_app.url
-    running = running_stream(url, "127.0.0.2")
-    waiting = [Stream(url, "127.0.0.1", body(QUESTION)) for _ in range(2)]
-    try:
-        for stream in waiting:
-            stream.start()
-        time.sleep(3)
-        reply = Client(url, verbose=False).predict({"text": "What is the capital of France?", "files": []}, system="", tools="",
-                                                   temperature=0, max_new_tokens=8, seed=None, api_name="/chat")[0]
-        shown = json.dumps(reply)
-        print(f"\nthe page, for an address over its share: {shown[-300:]}")
-        assert "Your requests already hold 2 place(s) in line" in shown and "--max-waiting-per-user" in shown, shown
-        assert "What is the capital of France?" in shown
-    finally:
-        for stream in [running, *waiting]:
-            stream.close()
-
-
 # ---- one user's share of the line
 
 
@@ -334,25 +277,102 @@ def test_one_client_cannot_take_the_line_and_others_are_answered_in_turn(app):
         fill.close()
 
 
+# ---- a line of three places, two of them per user
+
+
+def test_requests_beyond_the_line_are_refused_before_any_work(small_line_app):
+    url = small_line_app.url
+    running = running_stream(url, "127.0.0.2")
+    waiting = [Stream(url, address, body(QUESTION)) for address in ("127.0.0.3", "127.0.0.4", "127.0.0.5")]
+    try:
+        for stream in waiting:
+            stream.start()
+        wait_until_waiting(small_line_app, 3)
+        started = time.monotonic()
+        long_prompt = body([{"role": "user", "content": "hello " * (LONG_PROMPT_CHARS // 6)}])
+        results = [post(url, f"127.0.0.{6 + i}", long_prompt) for i in range(8)]
+        gap = running.longest_gap(started, time.monotonic())
+        statuses = [response.status_code for response, _ in results]
+        slowest = max(seconds for _, seconds in results)
+        print(f"\n8 requests beyond a full line, each {LONG_PROMPT_CHARS:,} characters: statuses {statuses}, slowest "
+              f"{slowest:.2f} s; the running stream's longest pause {gap:.2f} s")
+        assert statuses == [503] * 8, [response.text[:300] for response, _ in results]
+        assert all("max_waiting=3" in response.json()["error"]["message"] for response, _ in results)
+        assert gap < STREAM_GAP_BOUND
+    finally:
+        for stream in [running, *waiting]:
+            stream.close()
+
+
+def test_a_streaming_request_with_n_takes_its_places_all_or_none(small_line_app):
+    """Three sampled replies streamed need three places while another user's reply is written
+    and one more waits, and there are two: refused whole, before its answer starts; two replies
+    fit. Four could never fit one user's share: refused as such."""
+    url = small_line_app.url
+    running = running_stream(url, "127.0.0.2")
+    other = Stream(url, "127.0.0.4", body(QUESTION))
+    other.start()
+    try:
+        wait_until_waiting(small_line_app, 1)
+        refused, seconds = post(url, "127.0.0.3", body(QUESTION, n=3, temperature=1.0, stream=True))
+        print(f"\nn=3 streamed with 2 places free: {refused.status_code} after {seconds:.2f} s")
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_busy", refused.text[:500]
+        never, _ = post(url, "127.0.0.3", body(QUESTION, n=4, temperature=1.0, stream=True))
+        assert never.status_code == 400 and "one user may hold at most 3" in never.json()["error"]["message"], never.text[:500]
+        fits = Stream(url, "127.0.0.3", body(QUESTION, n=2, temperature=1.0))
+        fits.start()
+        wait_until_waiting(small_line_app, 3)
+        running.close()
+        fits.join(300)
+        assert fits.status == 200 and fits.finished_replies() == 2, "two replies should have found their two places"
+    finally:
+        running.close()
+        other.close()
+
+
+def test_the_page_and_the_api_from_one_address_share_its_places(small_line_app):
+    """A page user at 127.0.0.1, whose address holds its two places in line already (through
+    the API), is told so under the message, which stays in the conversation."""
+    url = small_line_app.url
+    running = running_stream(url, "127.0.0.2")
+    waiting = [Stream(url, "127.0.0.1", body(QUESTION)) for _ in range(2)]
+    try:
+        for stream in waiting:
+            stream.start()
+        wait_until_waiting(small_line_app, 2)
+        reply = Client(url, verbose=False).predict({"text": "What is the capital of France?", "files": []}, system="", tools="",
+                                                   temperature=0, max_new_tokens=8, seed=None, api_name="/chat")[0]
+        shown = json.dumps(reply)
+        print(f"\nthe page, for an address over its share: {shown[-300:]}")
+        assert "Your requests already hold 2 place(s) in line" in shown and "--max-waiting-per-user" in shown, shown
+        assert "What is the capital of France?" in shown
+    finally:
+        for stream in [running, *waiting]:
+            stream.close()
+
+
+# ---- one user's share, with logins
+
+
 def test_with_logins_each_login_has_its_own_share_wherever_it_connects_from(tmp_path_factory):
     """alice and bob call /v1 from the same address, logged in: the line knows them by their
     logins. alice, with a reply being written and her two places taken, is refused a third;
     bob still gets in, and is answered before alice's waiting requests: she had the last turn."""
     alice, bob = ("alice", "alice-pw"), ("bob", "bob-pw")
-    app = AppProcess(tmp_path_factory.mktemp("app"), ("--backend", "huggingface", "--auth", ":".join(alice), "--auth", ":".join(bob),
-                                                      "--max-waiting", "4", "--max-waiting-per-user", "2"))
+    app = AppInProcess(tmp_path_factory.mktemp("app"), ("--backend", "huggingface", "--auth", ":".join(alice), "--auth", ":".join(bob),
+                                                        "--max-waiting", "4", "--max-waiting-per-user", "2"))
     streams = []
     try:
         streams.append(running := running_stream(app.url, "127.0.0.1", alice))
         streams += (alice_waiting := [Stream(app.url, "127.0.0.1", body(QUESTION), alice) for _ in range(2)])
         for stream in alice_waiting:
             stream.start()
-        time.sleep(3)
+        wait_until_waiting(app, 2)
         over_share, _ = post(app.url, "127.0.0.1", body(QUESTION, stream=True), auth=alice)
         assert over_share.status_code == 503 and "--max-waiting-per-user" in over_share.json()["error"]["message"], over_share.text[:500]
         streams.append(bob_waiting := Stream(app.url, "127.0.0.1", body(QUESTION), bob))
         bob_waiting.start()
-        time.sleep(3)
+        wait_until_waiting(app, 3)
         running.close()
         for stream in [bob_waiting, *alice_waiting]:
             stream.join(300)

@@ -1,5 +1,6 @@
 """A server with logins, admins and limits: what each user may do, in Chromium and through
-gradio_client, against `python app.py` on the real default model; and the page's queue filling up.
+gradio_client, against the app of `python app.py` on the real default model (served in the test
+process: harness/app_in_process.py); and the page's queue filling up.
 
 Needs Debian's chromium and the playwright Python package, like tests/test_browser.py.
 """
@@ -16,7 +17,8 @@ from gradio_client.exceptions import AppError
 from gradio_client.utils import QueueError, Status
 
 from engines import ModelSlot
-from harness.browser import CHROMIUM, AppProcess, free_port
+from harness.app_in_process import AppInProcess
+from harness.browser import CHROMIUM, free_port
 from harness.soak_cycles import load_request
 from tests.held_load import load_held
 from webui import build_demo
@@ -38,8 +40,8 @@ def app(tmp_path_factory):
     folder = tmp_path_factory.mktemp("app")
     users = folder / "users.txt"
     users.write_text("# one user:pass a line\nbob:bob-secret\n")
-    process = AppProcess(folder, ("--backend", "huggingface", "--auth", "alice:alice-secret", "--auth-file", str(users), "--admin", "alice",
-                                  "--max-upload-size", "2kb", "--max-request-size", "1kb"))
+    process = AppInProcess(folder, ("--backend", "huggingface", "--auth", "alice:alice-secret", "--auth-file", str(users), "--admin", "alice",
+                                    "--max-upload-size", "2kb", "--max-request-size", "1kb"))
     yield process
     process.stop()
 

@@ -1,9 +1,10 @@
 """Replies held to a JSON format (issue 22).
 
-- The real clients against `python app.py api` on the default model (llama.cpp): the `openai`
-  SDK's ``parse`` with a pydantic model, ``response_format`` json_object and json_schema (also
-  streamed), forced tool calls (``tool_choice`` "required" and a named function, with
-  ``parallel_tool_calls`` false), and LangChain's ``with_structured_output`` both ways.
+- The real clients against the app of `python app.py api` on the default model (llama.cpp),
+  served in the test process (harness/app_in_process.py): the `openai` SDK's ``parse`` with a
+  pydantic model, ``response_format`` json_object and json_schema (also streamed), forced tool
+  calls (``tool_choice`` "required" and a named function, with ``parallel_tool_calls`` false),
+  and LangChain's ``with_structured_output`` both ways.
 - Validity: every reply to each of 22 schemas (tests/reply_schemas.py) parses and validates, on
   llama.cpp and transformers, greedy and sampled.
 - Bad schemas and tool choices: a 400 naming what is wrong, in well under a second, while the
@@ -23,7 +24,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from engines import ChatModel, ConfigError
-from harness.browser import AppProcess
+from harness.app_in_process import AppInProcess
 from tests.api_samples import WEATHER_TOOL
 from tests.reply_schemas import FRACTION_BOUNDS, SCHEMAS, question
 
@@ -52,12 +53,12 @@ def assert_valid(text: str, schema: dict) -> dict:
     return value
 
 
-# ---- the real clients against `python app.py api`
+# ---- the real clients against the app of `python app.py api`
 
 
 @pytest.fixture(scope="module")
 def api_url(tmp_path_factory):
-    app = AppProcess(tmp_path_factory.mktemp("api"), ("api",))
+    app = AppInProcess(tmp_path_factory.mktemp("api"), ("api",))
     try:
         yield app.url
     finally:
