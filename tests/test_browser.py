@@ -19,6 +19,8 @@ from harness.browser import (
     wait_until_answered,
 )
 
+pytestmark = [pytest.mark.browser, pytest.mark.server]
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 if not Path(CHROMIUM).exists():

@@ -20,6 +20,8 @@ from harness.app_in_process import AppInProcess
 from harness.browser import CHROMIUM, ask, bot_messages, load_model, open_tab, set_number, user_messages
 from tests.reply_schemas import SCHEMAS
 
+pytestmark = [pytest.mark.browser, pytest.mark.server]
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 if not Path(CHROMIUM).exists():

@@ -33,6 +33,8 @@ import pytest
 from harness.browser import CHROMIUM, AppProcess, bot_messages, open_tab, set_number, user_messages, wait_until_ready
 from harness.vllm_settings import VLLM
 
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.vllm]
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 if not Path(CHROMIUM).exists():

@@ -39,6 +39,8 @@ from harness.browser import CHROMIUM, ROOT, AppProcess, ask, bot_messages, free_
 from tests.media_samples import png_bytes, solid_image, tone, write_audio, write_video
 from webui.model_rights import NEEDS_LOGINS
 
+pytestmark = [pytest.mark.browser, pytest.mark.server]
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing: apt-get install -y chromium")

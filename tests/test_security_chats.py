@@ -15,6 +15,8 @@ from harness.app_in_process import AppInProcess
 from store import open_store
 from tests.page_client import PageClient, browser_kept, error, file_data, shown
 
+pytestmark = pytest.mark.server
+
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
 SECRET = "My locker code is 4711."
 

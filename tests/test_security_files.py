@@ -27,6 +27,8 @@ from harness.app_in_process import AppInProcess
 from harness.browser import ROOT, AppProcess, open_chat
 from tests.page_client import GREEDY, PageClient, error, file_data, shown
 
+pytestmark = [pytest.mark.browser, pytest.mark.server]
+
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
 # Gradio's words for a file a request names that no user uploaded.
 NOT_UPLOADED = ("was not uploaded by a user", "is not in the cache folder")

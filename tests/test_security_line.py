@@ -30,6 +30,8 @@ from gradio_client import Client
 from engines.generation_args import MAX_STOP_LENGTH, MAX_STOP_STRINGS
 from harness.app_in_process import AppInProcess
 
+pytestmark = pytest.mark.server
+
 COUNTING = [{"role": "user", "content": "Write the numbers from 1 to 1000, separated by commas."}]
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 MODEL = "SmolLM2-135M-Instruct"

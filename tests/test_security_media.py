@@ -35,6 +35,8 @@ from harness.browser import ROOT, AppProcess
 from tests.media_samples import flat_png, solid_image, tone, write_audio, write_plain_video, write_silence
 from harness.tiny_models import build_qwen2_audio, build_qwen2_vl
 
+pytestmark = pytest.mark.server
+
 LIMITS = MediaSettings()
 BUDGET = 768 * 768
 QUESTION = "What is this?"

@@ -23,6 +23,8 @@ from harness.soak_cycles import load_request
 from tests.held_load import load_held
 from webui import build_demo
 
+pytestmark = [pytest.mark.browser, pytest.mark.server]
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 if not Path(CHROMIUM).exists():

@@ -26,6 +26,8 @@ from harness.soak_cycles import (
     page_load, page_reply, page_stop_regenerate, served_app, start_long_reply, timed_request, wait_until_idle,
 )
 
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.vllm]
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 if not Path(CHROMIUM).exists():

@@ -28,6 +28,8 @@ from harness.app_in_process import AppInProcess
 from tests.api_samples import WEATHER_TOOL
 from tests.reply_schemas import FRACTION_BOUNDS, SCHEMAS, question
 
+pytestmark = pytest.mark.server
+
 TIME_TOOL = {
     "type": "function",
     "function": {
