@@ -9,6 +9,7 @@ by it only with a log line, so the pairing is checked here, with a message that 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,25 +31,30 @@ class Projector:
 def find_projector(model: Path, named: str | None = None) -> Projector | None:
     """The projector for ``model``: the one ``named``, else the ``mmproj*.gguf`` beside it whose
     width fits (None where there is none). Raises ModelLoadError for a named file that is no
-    projector or does not fit."""
-    width = gguf_embedding_width(model)
+    projector or does not fit. The model's own metadata is read only where there is a projector
+    to check it against: gguf-py reads the whole header, vocabulary included (seconds)."""
+    if not model.is_file():
+        raise ModelLoadError(f"{model} does not exist.")
     if named:
         projector = read_projector(Path(named).expanduser())
         if projector is None:
             raise ModelLoadError(f"{named} is not a multimodal projector (an mmproj GGUF file); give the mmproj file that came with {model.name}.")
-        check_pair(model, width, projector)
+        check_pair(model, gguf_embedding_width(model), projector)
         return projector
     found = [projector for path in sorted(model.parent.glob("mmproj*.gguf"), key=lambda path: path.name.lower())
              if (projector := read_projector(path)) is not None]
+    if not found:
+        return None
+    width = gguf_embedding_width(model)
     fitting = [projector for projector in found if projector.width in (None, width)]
-    if found and not fitting:
+    if not fitting:
         names = ", ".join(projector.path.name for projector in found)
         raise ModelLoadError(
             f"{names} beside {model.name} {'is' if len(found) == 1 else 'are'} for another model: "
             f"{found[0].path.name} makes {found[0].width}-wide embeddings, {model.name} takes {width}. "
             "Put the projector that came with this model beside it, or name it with the mmproj setting."
         )
-    return fitting[0] if fitting else None
+    return fitting[0]
 
 
 def check_pair(model: Path, width: int | None, projector: Projector) -> None:
@@ -72,15 +78,14 @@ def read_projector(path: Path) -> Projector | None:
 
 
 def gguf_embedding_width(model: Path) -> int | None:
-    fields = _fields(model, ("general.architecture",))
+    fields = _fields(model, lambda key: key == "general.architecture" or key.endswith(".embedding_length"))
     architecture = (fields or {}).get("general.architecture")
-    if architecture is None:
-        return None
-    return (_fields(model, (f"{architecture}.embedding_length",)) or {}).get(f"{architecture}.embedding_length")
+    return None if architecture is None else fields.get(f"{architecture}.embedding_length")
 
 
-def _fields(path: Path, keys: tuple[str, ...]) -> dict | None:
-    """Some metadata fields of a GGUF file, or None where it is not one that can be read."""
+def _fields(path: Path, wanted: tuple[str, ...] | Callable[[str], bool]) -> dict | None:
+    """The metadata fields of a GGUF file that are ``wanted`` (names, or a test of a name), or None
+    where it is not one that can be read."""
     import gguf
 
     if not path.is_file():
@@ -89,4 +94,5 @@ def _fields(path: Path, keys: tuple[str, ...]) -> dict | None:
         reader = gguf.GGUFReader(path)
     except Exception:  # gguf-py raises whatever its parsing hits on a file that is no GGUF
         return None
-    return {key: reader.fields[key].contents() for key in keys if key in reader.fields}
+    keep = wanted if callable(wanted) else wanted.__contains__
+    return {key: field.contents() for key, field in reader.fields.items() if keep(key)}
