@@ -3,7 +3,7 @@
     OMP_WAIT_POLICY=PASSIVE python bench/structured_decode.py [--tokens 160] [--rounds 3] [--backends llamacpp huggingface]
 
 For each backend the default model is loaded once. Each round, for each of a few schemas of
-tests/reply_schemas.py, the same question is answered greedily twice, interleaved: under the
+harness/reply_schemas.py, the same question is answered greedily twice, interleaved: under the
 schema (llama.cpp's grammar sampler; xgrammar's logits processor on transformers), then as free
 text to the same number of tokens. Decode tok/s counts the tokens after the first over the time
 from the first piece to the last, so prompt evaluation is left out on both sides; figures are
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engines import ChatModel  # noqa: E402
 from engines.reply_format import ReplyFormat  # noqa: E402
-from tests.reply_schemas import SCHEMAS, question  # noqa: E402
+from harness.reply_schemas import SCHEMAS, question  # noqa: E402
 
 BENCH_SCHEMAS = ["list of objects", "address", "references", "matrix", "deep nesting"]
 

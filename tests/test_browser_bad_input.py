@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from harness.browser import CHROMIUM, AppProcess, ask, bot_messages, load_model, open_tab, set_number, user_messages
-from tests.reply_schemas import SCHEMAS
+from harness.reply_schemas import SCHEMAS
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect

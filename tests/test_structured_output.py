@@ -4,7 +4,7 @@
   SDK's ``parse`` with a pydantic model, ``response_format`` json_object and json_schema (also
   streamed), forced tool calls (``tool_choice`` "required" and a named function, with
   ``parallel_tool_calls`` false), and LangChain's ``with_structured_output`` both ways.
-- Validity: every reply to each of 22 schemas (tests/reply_schemas.py) parses and validates, on
+- Validity: every reply to each of 22 schemas (harness/reply_schemas.py) parses and validates, on
   llama.cpp and transformers, greedy and sampled.
 - Bad schemas and tool choices: a 400 naming what is wrong, in well under a second, while the
   model is busy with another reply (so the refusal took no place in its line).
@@ -24,8 +24,8 @@ from pydantic import BaseModel, Field
 
 from engines import ChatModel, ConfigError
 from harness.browser import AppProcess
+from harness.reply_schemas import FRACTION_BOUNDS, SCHEMAS, question
 from tests.api_samples import WEATHER_TOOL
-from tests.reply_schemas import FRACTION_BOUNDS, SCHEMAS, question
 
 TIME_TOOL = {
     "type": "function",

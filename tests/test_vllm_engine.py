@@ -28,7 +28,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from engines import ChatModel, ChatRequest, ConfigError, UnsupportedError  # noqa: E402
 from engines.model_files.paths import resolve_model_path  # noqa: E402
 from harness.engine_contract import LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract  # noqa: E402
-from tests.reply_schemas import SCHEMAS, question  # noqa: E402
+from harness.reply_schemas import SCHEMAS, question  # noqa: E402
 
 # Small and fixed, so several engines fit beside each other on a shared CI machine.
 VLLM_SETTINGS = {"infer_backend": "vllm", "kv_cache_space_gb": 1, "max_model_len": 2048, "max_concurrent": 8}
