@@ -84,6 +84,18 @@ async def start_bare(model_path: str, max_seqs: int):
     ))
 
 
+async def stop_bare(engine) -> None:
+    """Shut the bare engine down in its own loop, and end its tasks there as asyncio.run ends a
+    loop's: called from outside the loop, vLLM only schedules the closing of its sockets on it,
+    which this script never runs again, and a ZeroMQ context left with open sockets hangs the
+    process that collects it."""
+    engine.shutdown()
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=64)
@@ -127,7 +139,7 @@ def main() -> None:
     print(markdown_table(["users", "way", "tok/s", "TTFT ms", "tokens"], rows))
     print("\n".join(summary))
 
-    engine.shutdown()
+    loop.run_until_complete(stop_bare(engine))
     # Collected now, while vLLM's modules are alive: its __del__ fails at interpreter exit.
     del engine
     gc.collect()
