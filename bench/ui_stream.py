@@ -117,8 +117,10 @@ def main() -> None:
     server = AppProcess(Path(folder), ("--model", args.model) if args.model else ())
     rows = {}
     try:
-        client = Client(server.url, verbose=False)
-        with ChatModel({"model_name_or_path": args.model} if args.model else None) as chat_model, \
+        # Closed before the app is stopped: the app waits for the client's heartbeat stream to end
+        # before it exits (closed, the stream ends at its next beat).
+        with contextlib.closing(Client(server.url, verbose=False)) as client, \
+                ChatModel({"model_name_or_path": args.model} if args.model else None) as chat_model, \
                 contextlib.ExitStack() as browsers:
             ways = {
                 "ChatModel": lambda history, saved, tokens: timed_direct(chat_model, history, tokens),
