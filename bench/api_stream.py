@@ -32,6 +32,7 @@ import openai  # noqa: E402
 import psutil  # noqa: E402
 
 from engines import ChatModel, Response  # noqa: E402
+from harness.markdown_table import markdown_table  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Write the numbers from 1 to 1000, separated by commas."}]
 
@@ -115,11 +116,12 @@ def main() -> None:
     ttft_direct, ttft_api = (statistics.median(r[0] for r in results) for results in (direct, api))
     rate_direct, rate_api = (statistics.median(r[1] for r in results) for results in (direct, api))
     print(f"{args.rounds} rounds, {args.tokens} tokens each, greedy, medians")
-    print(f"{'':22}{'ChatModel':>12}{'API':>12}{'API/direct':>12}")
-    print(f"{'time to first token':22}{ttft_direct * 1000:>10.0f}ms{ttft_api * 1000:>10.0f}ms{ttft_direct / ttft_api:>12.2f}  (direct/API: higher is better)")
-    print(f"{'decode tokens/s':22}{rate_direct:>12.1f}{rate_api:>12.1f}{rate_api / rate_direct:>12.2f}")
     per_token = {side: seconds / tokens * 1000 for side, (seconds, tokens) in cpu.items()}
-    print(f"{'CPU ms per token':22}{per_token['direct']:>12.1f}{per_token['api']:>12.1f}{per_token['direct'] / per_token['api']:>12.2f}  (direct/API)")
+    print(markdown_table(["figure", "ChatModel", "API", "ratio (higher is better)"], [
+        ["time to first token", f"{ttft_direct * 1000:.0f} ms", f"{ttft_api * 1000:.0f} ms", f"{ttft_direct / ttft_api:.2f} (direct/API)"],
+        ["decode tokens/s", f"{rate_direct:.1f}", f"{rate_api:.1f}", f"{rate_api / rate_direct:.2f} (API/direct)"],
+        ["CPU ms per token", f"{per_token['direct']:.1f}", f"{per_token['api']:.1f}", f"{per_token['direct'] / per_token['api']:.2f} (direct/API)"],
+    ]))
     print(f"load average while running: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 

@@ -28,6 +28,7 @@ os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "an
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engines import ChatModel  # noqa: E402
+from harness.markdown_table import markdown_table  # noqa: E402
 from harness.vllm_settings import VLLM  # noqa: E402
 
 TOPICS = ["a lighthouse keeper", "a lost robot", "a dragon who cannot fly", "a city under the sea",
@@ -85,6 +86,18 @@ async def start_bare(model_path: str, max_seqs: int):
     ))
 
 
+async def stop_bare(engine) -> None:
+    """Shut the bare engine down in its own loop, and end its tasks there as asyncio.run ends a
+    loop's: called from outside the loop, vLLM only schedules the closing of its sockets on it,
+    which this script never runs again, and a ZeroMQ context left with open sockets hangs the
+    process that collects it."""
+    engine.shutdown()
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=64)
@@ -115,20 +128,20 @@ def main() -> None:
         print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
 
     print(f"greedy, {args.tokens} new tokens per chat, median of {args.rounds} interleaved rounds")
-    print(f"{'users':>5}  {'way':<16}{'tok/s':>9}{'TTFT ms':>10}{'tokens':>8}")
-    summary = []
+    rows, summary = [], []
     for users in args.concurrency:
         rates = {}
         for name in ways:
             runs = results[name, users]
             rates[name] = statistics.median(count / wall for wall, _, count in runs)
             ttft = statistics.median(first for _, first, _ in runs) * 1000
-            print(f"{users:>5}  {name:<16}{rates[name]:>9.2f}{ttft:>10.1f}{runs[0][2]:>8}")
+            rows.append([users, name, f"{rates[name]:.2f}", f"{ttft:.1f}", runs[0][2]])
         summary.append(f"{users} users: vLLM engine / bare vLLM = {rates['vLLM ChatModel'] / rates['bare AsyncLLM']:.3f}, "
                        f"vLLM engine / HF engine = {rates['vLLM ChatModel'] / rates['HF ChatModel']:.2f}")
+    print(markdown_table(["users", "way", "tok/s", "TTFT ms", "tokens"], rows))
     print("\n".join(summary))
 
-    engine.shutdown()
+    loop.run_until_complete(stop_bare(engine))
     # Collected now, while vLLM's modules are alive: its __del__ fails at interpreter exit.
     del engine
     gc.collect()

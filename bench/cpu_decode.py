@@ -31,6 +31,7 @@ import psutil  # noqa: E402
 
 from engines import ChatModel  # noqa: E402
 from engines.model_files.paths import default_gguf  # noqa: E402
+from harness.markdown_table import markdown_table  # noqa: E402
 
 QUESTION = "Write a long story about a lighthouse keeper and a storm."
 # SmolLM2's trained context, which our llamacpp engine takes by default where memory allows.
@@ -123,12 +124,13 @@ def main() -> None:
 
     print(f"greedy, up to {args.tokens} new tokens, median of {args.rounds} interleaved rounds, "
           f"load average {os.getloadavg()[0]:.1f}, {psutil.cpu_count(logical=False)} physical cores, llama.cpp on {threads} threads")
-    print(f"{'way':<24}{'decode tok/s':>13}{'TTFT ms':>9}{'tokens':>8}{'vs bare':>9}{'vs HF':>7}{'load s':>8}{'RSS MiB':>9}")
     rate = {name: statistics.median(r for _, r, _ in runs) for name, runs in results.items()}
+    rows = []
     for name, runs in results.items():
         ttft = statistics.median(t for t, _, _ in runs) * 1000
-        print(f"{name:<24}{rate[name]:>13.1f}{ttft:>9.0f}{runs[0][2]:>8}{rate[name] / rate[WAYS[0]]:>9.2f}"
-              f"{rate[name] / rate[WAYS[2]]:>7.2f}{loads[name]['load_s']:>8.1f}{loads[name]['rss_mib']:>9.0f}")
+        rows.append([name, f"{rate[name]:.1f}", f"{ttft:.0f}", runs[0][2], f"{rate[name] / rate[WAYS[0]]:.2f}", f"{rate[name] / rate[WAYS[2]]:.2f}",
+                     f"{loads[name]['load_s']:.1f}", f"{loads[name]['rss_mib']:.0f}"])
+    print(markdown_table(["way", "decode tok/s", "TTFT ms", "tokens", "vs bare", "vs HF", "load s", "RSS MiB"], rows))
 
 
 if __name__ == "__main__":

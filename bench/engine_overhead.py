@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 from engines import ChatModel  # noqa: E402
+from harness.markdown_table import markdown_table  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
 
@@ -104,7 +105,7 @@ def main() -> None:
 
     print(f"greedy, {args.tokens} new tokens, {torch.get_num_threads()} threads, median of {args.rounds} interleaved rounds")
     print(f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'way':<24}{'tok/s':>8}{'TTFT ms':>10}{'tokens':>8}{'tok/s ratio':>13}{'TTFT +ms':>10}{'CPU ms/tok':>12}{'CPU ratio':>11}")
+    rows = []
     bare_rate = bare_ttft = bare_cpu = None
     for name, runs in results.items():
         rate = statistics.median(count / total for _, total, count, _ in runs)
@@ -112,8 +113,9 @@ def main() -> None:
         cpu = statistics.median(cpu / count for _, _, count, cpu in runs) * 1000
         count = runs[0][2]
         bare_rate, bare_ttft, bare_cpu = bare_rate or rate, bare_ttft if bare_ttft is not None else ttft, bare_cpu or cpu
-        print(f"{name:<24}{rate:>8.2f}{ttft:>10.1f}{count:>8}{rate / bare_rate:>13.3f}{ttft - bare_ttft:>+10.1f}"
-              f"{cpu:>12.1f}{cpu / bare_cpu:>11.3f}")
+        rows.append([name, f"{rate:.2f}", f"{ttft:.1f}", count, f"{rate / bare_rate:.3f}", f"{ttft - bare_ttft:+.1f}", f"{cpu:.1f}",
+                     f"{cpu / bare_cpu:.3f}"])
+    print(markdown_table(["way", "tok/s", "TTFT ms", "tokens", "tok/s ratio", "TTFT +ms", "CPU ms/tok", "CPU ratio"], rows))
     chat_model.close()
 
 

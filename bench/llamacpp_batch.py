@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engines import ChatModel  # noqa: E402
 from engines.model_files.paths import default_gguf  # noqa: E402
+from harness.markdown_table import markdown_table  # noqa: E402
 
 TOPICS = ["a lighthouse keeper", "a lost robot", "a dragon who cannot fly", "a city under the sea",
           "a baker's apprentice", "a comet", "a haunted library", "two rival chess players"]
@@ -125,10 +126,11 @@ def main() -> None:
     first = args.concurrency[0]
     print(f"greedy, {args.tokens} tokens per chat, median of {args.rounds} interleaved rounds, "
           f"load average {os.getloadavg()[0]:.1f}, {settings['n_threads']} threads")
-    print(f"{'chats':>6}{'ours tok/s':>12}{'bare tok/s':>12}{'ours/bare':>11}{f'ours vs {first} chat':>18}")
+    rows = []
     for users in args.concurrency:
         ours_rate, bare_rate = median[("ours", users)], median[("bare", users)]
-        print(f"{users:>6}{ours_rate:>12.1f}{bare_rate:>12.1f}{ours_rate / bare_rate:>11.2f}{ours_rate / median[('ours', first)]:>18.2f}")
+        rows.append([users, f"{ours_rate:.1f}", f"{bare_rate:.1f}", f"{ours_rate / bare_rate:.2f}", f"{ours_rate / median[('ours', first)]:.2f}"])
+    print(markdown_table(["chats", "ours tok/s", "bare tok/s", "ours/bare", f"ours vs {first} chat"], rows))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from PIL import Image  # noqa: E402
 
 from engines import ChatModel  # noqa: E402
 from harness.bare_mtmd import BareMtmd  # noqa: E402
+from harness.markdown_table import markdown_table  # noqa: E402
 from harness.tiny_gguf import build_gguf  # noqa: E402
 
 QUESTION = "What is in this picture?"
@@ -86,9 +87,10 @@ def main() -> None:
     median = {name: statistics.median(seconds for seconds, _ in values) for name, values in times.items()}
     print(f"one {args.size}x{args.size * 3 // 4} image, tiny Qwen2-VL GGUF, median of {args.rounds} rounds, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'way':<26}{'first token':>12}{'vs bare':>9}{'prompt tokens':>15}")
-    for name, label in (("bare", "bare libmtmd helpers"), ("ours", "our llamacpp engine")):
-        print(f"{label:<26}{median[name] * 1000:>10.1f}ms{median[name] / median['bare']:>9.2f}{times[name][-1][1]:>15}")
+    print(markdown_table(["way", "first token", "vs bare", "prompt tokens"], [
+        [label, f"{median[name] * 1000:.1f} ms", f"{median[name] / median['bare']:.2f}", times[name][-1][1]]
+        for name, label in (("bare", "bare libmtmd helpers"), ("ours", "our llamacpp engine"))
+    ]))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from engines import ChatModel  # noqa: E402
 from engines.logprobs import MAX_TOP_LOGPROBS  # noqa: E402
 from engines.prompt.reply_parser import ReplyChunk  # noqa: E402
+from harness.markdown_table import markdown_table  # noqa: E402
 
 QUESTION = "Write a long story about a lighthouse keeper and a storm."
 SETTINGS = {"no logprobs": None, "logprobs=0": 0, f"logprobs={MAX_TOP_LOGPROBS}": MAX_TOP_LOGPROBS}
@@ -57,10 +58,8 @@ def main() -> None:
         baseline = statistics.median(rates["no logprobs"])
         rows += [(backend, name, statistics.median(values), statistics.median(values) / baseline) for name, values in rates.items()]
     print(f"\n{args.tokens} tokens, greedy, median of {args.rounds} rounds\n")
-    print("| backend | setting | decode tok/s | ratio to no logprobs |")
-    print("|---|---|---|---|")
-    for backend, name, rate, ratio in rows:
-        print(f"| {backend} | {name} | {rate:.1f} | {ratio:.2f} |")
+    print(markdown_table(["backend", "setting", "decode tok/s", "ratio to no logprobs"],
+                         [[backend, name, f"{rate:.1f}", f"{ratio:.2f}"] for backend, name, rate, ratio in rows]))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import MediaError  # noqa: E402
 from harness.blank_pdf import blank_pdf  # noqa: E402
+from harness.markdown_table import markdown_table  # noqa: E402
 from engines.prompt.documents import read_document  # noqa: E402
 from limits import Limits  # noqa: E402
 
@@ -57,9 +58,8 @@ def main() -> None:
             times[name].append(way(data, args.pages))
     ours_s, pypdf_s = statistics.median(times["ours"]), statistics.median(times["pypdf"])
     print(f"A PDF of {args.pages:,} blank pages ({len(data) / 2**20:.1f} MB), {args.rounds} rounds, median seconds:\n")
-    print("| way | seconds |\n|---|---|")
-    print(f"| read_document refuses it (PDFium counts) | {ours_s:.3f} |")
-    print(f"| pypdf counts its pages | {pypdf_s:.3f} |")
+    print(markdown_table(["way", "seconds"], [["read_document refuses it (PDFium counts)", f"{ours_s:.3f}"],
+                                              ["pypdf counts its pages", f"{pypdf_s:.3f}"]]))
     print(f"\npypdf / ours: {pypdf_s / ours_s:.0f}x")
 
 

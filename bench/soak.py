@@ -33,6 +33,7 @@ from gradio_client import Client  # noqa: E402
 
 from engines import ModelSlot  # noqa: E402
 from harness.browser import chromium, open_chat  # noqa: E402
+from harness.markdown_table import markdown_table  # noqa: E402
 from harness.soak_cycles import (  # noqa: E402
     BACKENDS, COUNTING, ENGINE_STOPPED, VLLM, Trace, api_disconnects, busy, engine_core, load_unload_cycles, model_id, page_load,
     page_stop_regenerate, served_app, start_long_reply, timed_request, wait_until_idle,
@@ -159,10 +160,7 @@ def main() -> None:
 
     print(f"\npage cycles {args.page_cycles}, API disconnects {args.api_disconnects}, load/unload cycles {args.lifetime_cycles}; "
           f"{(time.perf_counter() - started) / 60:.0f} min; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    width = max(len(name) for name, _ in rows)
-    print(f"| {'figure':{width}} | value |\n|{'-' * (width + 2)}|-------|")
-    for name, value in rows:
-        print(f"| {name:{width}} | {value} |")
+    print(markdown_table(["figure", "value"], rows))
 
 
 if __name__ == "__main__":

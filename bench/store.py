@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import text  # noqa: E402
 
 from engines import ModelSlot  # noqa: E402
+from harness.markdown_table import markdown_table  # noqa: E402
 from harness.postgres import fresh_database, postgres_bin, postgres_server  # noqa: E402
 from store import open_store  # noqa: E402
 from webui.conversation import ChatSession, Turn, render  # noqa: E402
@@ -142,20 +143,23 @@ def main() -> None:
 
         print(f"streaming through the page's handler: {slot.describe()} greedy, {args.tokens} new tokens, median of {args.rounds} "
               f"rotated rounds; load average {os.getloadavg()[0]:.1f}")
-        print(f"{'way':<26}{'tok/s':>8}{'ratio':>8}{'CPU ms/tok':>12}{'CPU ratio':>11}{'saves':>7}{'ms saving':>11}{'of reply':>10}")
         off_rate = statistics.median(rate for rate, *_ in rates["store off"])
         off_cpu = statistics.median(cpu for _, cpu, *_ in rates["store off"])
+        streaming = []
         for name, runs in rates.items():
             rate, cpu = statistics.median(r for r, *_ in runs), statistics.median(c for _, c, *_ in runs)
             saves, saving = statistics.median(n for *_, n, _ in runs), statistics.median(ms for *_, ms in runs)
             share = statistics.median(ms / (args.tokens / r * 1000) for r, _, _, ms in runs)
-            print(f"{name:<26}{rate:>8.2f}{rate / off_rate:>8.3f}{cpu:>12.2f}{cpu / off_cpu:>11.3f}{saves:>7.0f}{saving:>11.1f}{share:>10.2%}")
+            streaming.append([name, f"{rate:.2f}", f"{rate / off_rate:.3f}", f"{cpu:.2f}", f"{cpu / off_cpu:.3f}", f"{saves:.0f}", f"{saving:.1f}",
+                              f"{share:.2%}"])
+        print(markdown_table(["way", "tok/s", "ratio", "CPU ms/tok", "CPU ratio", "saves", "ms saving", "of reply"], streaming))
         print()
         print(f"a chat of {args.messages} messages, median of {args.rounds}")
-        print(f"{'database':<14}{'write ms':>10}{'open ms':>10}{'bytes per 1,000 messages':>26}")
+        opened = []
         for name, store in stores.items():
             write, open_, size = opening(store, args.messages, args.rounds, upload_folder)
-            print(f"{name:<14}{write:>10.1f}{open_:>10.1f}{size:>26,}")
+            opened.append([name, f"{write:.1f}", f"{open_:.1f}", f"{size:,}"])
+        print(markdown_table(["database", "write ms", "open ms", "bytes per 1,000 messages"], opened))
 
 
 if __name__ == "__main__":

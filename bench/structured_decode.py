@@ -3,7 +3,7 @@
     OMP_WAIT_POLICY=PASSIVE python bench/structured_decode.py [--tokens 160] [--rounds 3] [--backends llamacpp huggingface]
 
 For each backend the default model is loaded once. Each round, for each of a few schemas of
-tests/reply_schemas.py, the same question is answered greedily twice, interleaved: under the
+harness/reply_schemas.py, the same question is answered greedily twice, interleaved: under the
 schema (llama.cpp's grammar sampler; xgrammar's logits processor on transformers), then as free
 text to the same number of tokens. Decode tok/s counts the tokens after the first over the time
 from the first piece to the last, so prompt evaluation is left out on both sides; figures are
@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engines import ChatModel  # noqa: E402
 from engines.reply_format import ReplyFormat  # noqa: E402
-from tests.reply_schemas import SCHEMAS, question  # noqa: E402
+from harness.markdown_table import markdown_table  # noqa: E402
+from harness.reply_schemas import SCHEMAS, question  # noqa: E402
 
 BENCH_SCHEMAS = ["list of objects", "address", "references", "matrix", "deep nesting"]
 
@@ -80,9 +81,10 @@ def main() -> None:
     results = {backend: measure(backend, args.tokens, args.rounds) for backend in args.backends}
     print(f"greedy, up to {args.tokens} tokens, {len(BENCH_SCHEMAS)} schemas x {args.rounds} rounds (medians), "
           f"compile over all {len(SCHEMAS)} test schemas, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'backend':>12}{'free tok/s':>12}{'schema tok/s':>14}{'schema/free':>13}{'tokens':>8}{'compile ms':>12}{'worst ms':>10}")
-    for backend, r in results.items():
-        print(f"{backend:>12}{r['free']:>12.1f}{r['schema']:>14.1f}{r['ratio']:>13.2f}{r['tokens']:>8.0f}{r['compile']:>12.1f}{r['compile_max']:>10.1f}")
+    print(markdown_table(["backend", "free tok/s", "schema tok/s", "schema/free", "tokens", "compile ms", "worst ms"], [
+        [backend, f"{r['free']:.1f}", f"{r['schema']:.1f}", f"{r['ratio']:.2f}", f"{r['tokens']:.0f}", f"{r['compile']:.1f}", f"{r['compile_max']:.1f}"]
+        for backend, r in results.items()
+    ]))
 
 
 if __name__ == "__main__":

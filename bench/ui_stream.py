@@ -37,6 +37,7 @@ from engines import ChatModel, Response  # noqa: E402
 from harness.browser import (  # noqa: E402
     WATCH_REPLY, AppProcess, bot_messages, chromium, import_conversation, open_chat, open_tab, send, set_number, wait_until_answered,
 )
+from harness.markdown_table import markdown_table  # noqa: E402
 
 QUESTION = "Write the numbers from 1 to 1000, separated by commas."
 
@@ -116,8 +117,10 @@ def main() -> None:
     server = AppProcess(Path(folder), ("--model", args.model) if args.model else ())
     rows = {}
     try:
-        client = Client(server.url, verbose=False)
-        with ChatModel({"model_name_or_path": args.model} if args.model else None) as chat_model, \
+        # Closed before the app is stopped: the app waits for the client's heartbeat stream to end
+        # before it exits (closed, the stream ends at its next beat).
+        with contextlib.closing(Client(server.url, verbose=False)) as client, \
+                ChatModel({"model_name_or_path": args.model} if args.model else None) as chat_model, \
                 contextlib.ExitStack() as browsers:
             ways = {
                 "ChatModel": lambda history, saved, tokens: timed_direct(chat_model, history, tokens),
@@ -155,12 +158,12 @@ def main() -> None:
         server.stop()
 
     print(f"{args.rounds} rounds, {args.tokens} tokens each, greedy, medians, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'history':>8}  {'way':<15}{'first token':>12}{'tokens/s':>10}{'vs direct':>11}{'updates':>9}")
+    lines = []
     for length, row in rows.items():
         direct_rate = row["ChatModel"][1]
         for name, (ttft, rate, updates) in row.items():
-            print(f"{length:>8}  {name:<15}{ttft * 1000:>10.0f}ms{rate:>10.1f}{rate / direct_rate:>11.2f}"
-                  f"{'' if name == 'ChatModel' else f'{updates:>9.0f}'}")
+            lines.append([length, name, f"{ttft * 1000:.0f} ms", f"{rate:.1f}", f"{rate / direct_rate:.2f}", "" if name == "ChatModel" else f"{updates:.0f}"])
+    print(markdown_table(["history", "way", "first token", "tokens/s", "vs direct", "updates"], lines))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from PIL import Image
 
 from harness.app_in_process import AppInProcess
 from harness.browser import CHROMIUM, ask, bot_messages, load_model, open_tab, set_number, user_messages
-from tests.reply_schemas import SCHEMAS
+from harness.reply_schemas import SCHEMAS
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
 

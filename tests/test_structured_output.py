@@ -5,7 +5,7 @@
   pydantic model, ``response_format`` json_object and json_schema (also streamed), forced tool
   calls (``tool_choice`` "required" and a named function, with ``parallel_tool_calls`` false),
   and LangChain's ``with_structured_output`` both ways.
-- Validity: every reply to each of 22 schemas (tests/reply_schemas.py) parses and validates, on
+- Validity: every reply to each of 22 schemas (harness/reply_schemas.py) parses and validates, on
   llama.cpp and transformers, greedy and sampled.
 - Bad schemas and tool choices: a 400 naming what is wrong, in well under a second, while the
   model is busy with another reply (so the refusal took no place in its line).
@@ -25,8 +25,8 @@ from pydantic import BaseModel, Field
 
 from engines import ChatModel, ConfigError
 from harness.app_in_process import AppInProcess
+from harness.reply_schemas import FRACTION_BOUNDS, SCHEMAS, question
 from tests.api_samples import WEATHER_TOOL
-from tests.reply_schemas import FRACTION_BOUNDS, SCHEMAS, question
 
 pytestmark = pytest.mark.server
 

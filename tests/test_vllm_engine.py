@@ -27,8 +27,8 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from engines import ChatModel, ChatRequest, ConfigError, UnsupportedError  # noqa: E402
 from engines.model_files.paths import resolve_model_path  # noqa: E402
 from harness.engine_contract import LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract  # noqa: E402
+from harness.reply_schemas import SCHEMAS, question  # noqa: E402
 from harness.vllm_settings import VLLM  # noqa: E402
-from tests.reply_schemas import SCHEMAS, question  # noqa: E402
 
 def family_tree(process: psutil.Process) -> list[psutil.Process]:
     return [process, *process.children(recursive=True)]

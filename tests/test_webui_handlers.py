@@ -18,11 +18,11 @@ from PIL import Image
 
 from engines import ConfigError, ModelSlot
 from engines.backends.registry import BACKENDS
+from harness.reply_schemas import SCHEMAS
 from limits import Limits
 from tests.held_load import load_held
 from tests.hub_cache import cache_model
 from tests.page_input import CONTROLS, message, run, settings, written_imports
-from tests.reply_schemas import SCHEMAS
 from webui.conversation import ChatSession, SavedToolCall, Turn, model_request, render, turn_of_message
 from webui.handlers import ChatHandlers, backend_options, message_box_for, page_user
 from webui.model_rights import ModelRights
