@@ -36,9 +36,6 @@ PARITY_PROMPTS = [
 class EngineContract:
     """Tests that hold for every engine. Subclasses provide the ``model`` fixture."""
 
-    # Pieces a cancelled stream may still produce after the consumer left (engines stop at the
-    # next token; a stand-in or a batching runtime may have a few already in flight).
-    cancel_slack_tokens = 8
     # False for a stand-in runtime, whose words are a function of the prompt rather than a model's.
     writes_model_text = True
 
@@ -163,8 +160,13 @@ class EngineContract:
             pieces.append(piece)
             if len(pieces) == 5:
                 break
+        # Read while the reply is being written, so that the count read after it is seen to move.
+        counted = model.engine.unfinished_requests()
         await stream.aclose()
         assert len(pieces) == 5
+        assert counted == 1, "the runtime did not count the reply it was writing"
+        # Closing the stream returns once the model has stopped (BaseEngine.stream_replies).
+        self.assert_no_request_running(model)
         # The engine is free again at once: a short request completes quickly, which it could
         # not do if the 2,000-token generation were still holding the only slot.
         started = time.perf_counter()
@@ -174,5 +176,7 @@ class EngineContract:
         self.assert_no_request_running(model)
 
     def assert_no_request_running(self, model: ChatModel) -> None:
-        """Backends check their runtime's own state here (no unfinished requests)."""
+        """Nothing runs or waits, by the runtime's own count and by the waiting line's."""
+        assert model.engine.unfinished_requests() == 0, f"the runtime still runs {model.engine.unfinished_requests()} requests"
+        assert (model.line.running, model.line.waiting) == (0, 0)
 

@@ -27,9 +27,6 @@ class TestHuggingFaceContract(EngineContract):
     def model(self, chat_model):
         return chat_model
 
-    def assert_no_request_running(self, model):
-        assert model.line.running == 0
-
 
 async def test_cancel_ends_generation_within_a_few_tokens(chat_model):
     engine = chat_model.engine

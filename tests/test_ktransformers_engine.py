@@ -53,9 +53,6 @@ class TestKTransformersContract(EngineContract):
     def model(self, kt_model):
         return kt_model
 
-    def assert_no_request_running(self, model):
-        assert model.engine.model.tokenizer_manager.rid_to_state == {}
-
 
 def test_starts_sglang_kt_with_what_kt_run_passes(kt_model):
     server_args = kt_model.engine.model.server_args

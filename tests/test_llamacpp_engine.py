@@ -34,9 +34,6 @@ class TestLlamaCppContract(EngineContract):
     def model(self, llama_model):
         return llama_model
 
-    def assert_no_request_running(self, model):
-        assert turn_is_free(model)
-
 
 def test_the_gguf_runs_as_it_is(llama_model):
     assert llama_model.engine.model_path == default_gguf()

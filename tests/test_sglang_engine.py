@@ -52,9 +52,6 @@ class TestSGLangContract(EngineContract):
     def model(self, sglang_model):
         return sglang_model
 
-    def assert_no_request_running(self, model):
-        assert runtime(model).tokenizer_manager.rid_to_state == {}
-
 
 async def test_sglang_import_leaves_the_app_event_loop_policy_alone():
     policy = asyncio.get_event_loop_policy()

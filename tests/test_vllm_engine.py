@@ -59,9 +59,6 @@ class TestVllmContract(EngineContract):
     def model(self, vllm_model):
         return vllm_model
 
-    def assert_no_request_running(self, model):
-        assert model.engine.unfinished_requests() == 0
-
 
 def test_default_model_is_the_converted_directory(vllm_model):
     assert vllm_model.engine.model_path == resolve_model_path(None)

@@ -261,6 +261,12 @@ class BaseEngine(ABC):
         raise UnsupportedError(f"The {self.name} engine does not score texts.")
 
     @abstractmethod
+    def unfinished_requests(self) -> int:
+        """The replies the runtime itself is still working on (queued inside it, evaluating their
+        prompt or generating), by its own count rather than the waiting line's: a reply whose
+        stream was closed must no longer be among them."""
+
+    @abstractmethod
     async def close(self) -> None:
         """Free the model and everything the backend holds (memory, processes, threads)."""
 

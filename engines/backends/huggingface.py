@@ -71,6 +71,8 @@ class HuggingFaceEngine(BaseEngine):
         # One long-lived thread per slot of the waiting line (BaseEngine.line): torch's per-thread
         # OpenMP pools are set up once, not per request.
         self._executor = ThreadPoolExecutor(model_args.max_concurrent, thread_name_prefix="hf-generate")
+        # The jobs handed to those threads that have not returned yet.
+        self._generating: set[asyncio.Future] = set()
         if self.can_generate:
             self._formats = XGrammarFormats(self.tokenizer, self.model.config.get_text_config().vocab_size)
 
@@ -138,12 +140,17 @@ class HuggingFaceEngine(BaseEngine):
         """Run ``job`` on a generation thread; if the awaiting task is cancelled, stop the model
         and wait for the thread before letting go."""
         future = asyncio.get_running_loop().run_in_executor(self._executor, job)
+        self._generating.add(future)
+        future.add_done_callback(self._generating.discard)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             cancel.set()
             await asyncio.wait([future])
             raise
+
+    def unfinished_requests(self) -> int:
+        return len(self._generating)
 
     def _generate(
         self, prompt_ids: torch.Tensor, args: GenerationArgs, cancel: threading.Event, streamer, media_inputs: dict[str, torch.Tensor],

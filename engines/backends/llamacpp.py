@@ -261,6 +261,9 @@ class LlamaCppEngine(BaseEngine):
             # The sequence is free for the next request only once the batcher has let go of it.
             await asyncio.shield(released)
 
+    def unfinished_requests(self) -> int:
+        return self._batcher.unfinished
+
     # ---- lifetime
 
     async def close(self) -> None:
@@ -363,6 +366,8 @@ class _Batcher:
         self._batch = lib.llama_batch_init(prompt_batch + sequences, 0, 1)
         self._arrived: collections.deque[_Job | None] = collections.deque()
         self._wake = threading.Condition()
+        # Jobs submitted and not handed back yet (written under _wake: two threads change it).
+        self.unfinished = 0
         # What has been put into the caches so far: text tokens and media chunks (each encoded once).
         self.evaluated = collections.Counter()
         self._thread = threading.Thread(target=self._run, name="llamacpp", daemon=True)
@@ -387,6 +392,7 @@ class _Batcher:
         ``cancel`` ends it within one step, or within milliseconds while its prompt is evaluated."""
         with self._wake:
             self._arrived.append(job)
+            self.unfinished += 1
             self._wake.notify()
 
     def close(self) -> None:
@@ -424,9 +430,7 @@ class _Batcher:
         free = [sequence for sequence in self._sequences if sequence.job is None]
         if not free:
             # The waiting line in front admits no more jobs than there are sequences.
-            job.release()
-            job.hand_over(ChatError("llama.cpp has no free sequence for this request; try again."))
-            job.hand_over(None)
+            self._hand_back(job, ChatError("llama.cpp has no free sequence for this request; try again."))
             return
         fresh = job.args.seed is not None
         keys = _cache_keys(job.prompt)
@@ -457,9 +461,16 @@ class _Batcher:
         if sequence.grammar is not None:
             sequence.grammar.free()
             sequence.grammar = None
+        self._hand_back(job, error)
+
+    def _hand_back(self, job: _Job, error: BaseException | None) -> None:
+        """The job's end: its media chunks freed, the error if any, then None; not counted as
+        unfinished by the time its stream reads that None."""
         job.release()
         if error is not None:
             job.hand_over(error)
+        with self._wake:
+            self.unfinished -= 1
         job.hand_over(None)
 
     def _step(self) -> None:

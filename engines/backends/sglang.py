@@ -205,6 +205,10 @@ class SGLangEngine(BaseEngine):
             if chunks is not None:
                 await chunks.aclose()
 
+    def unfinished_requests(self) -> int:
+        # SGLang's tokenizer manager holds each request's state until the request has ended.
+        return 0 if self._runtime is None else len(self._runtime.tokenizer_manager.rid_to_state)
+
     # ---- lifetime
 
     async def close(self) -> None:
