@@ -347,8 +347,9 @@ def api():
 
 
 def wait_for_free_turn(model: ChatModel, seconds: float) -> float:
+    """Seconds until llama.cpp runs no request and the line has given the turn back."""
     started = time.monotonic()
-    while not turn_is_free(model):
+    while model.engine.unfinished_requests() or not turn_is_free(model):
         assert time.monotonic() - started < seconds, f"the model was still busy {seconds} s after the client left"
         time.sleep(0.01)
     return time.monotonic() - started
@@ -358,24 +359,40 @@ def test_a_client_that_leaves_stops_the_generation(api):
     url, client, llama_model = api
     stream = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Count from 1 to 5000."}],
                                             temperature=0, max_tokens=3000, stream=True)
-    received = 0
+    received, text = 0, ""
     for chunk in stream:
         received += 1
+        text += chunk.choices[0].delta.content or ""
         if received == 10:
             break
+    assert received == 10 and text.strip(), f"the reply ended, or wrote nothing, before the client left: {text!r}"
+    assert llama_model.engine.unfinished_requests() == 1, "llama.cpp was not writing the reply when the client left"
     stream.close()
     freed = wait_for_free_turn(llama_model, 5)  # the 3,000 tokens would take over 20 s
     print(f"\nAPI client gone mid-reply: model free after {freed * 1000:.0f} ms")
 
 
-def test_a_client_that_leaves_during_a_long_prompt_stops_its_evaluation(api):
+async def test_a_client_that_leaves_during_a_long_prompt_stops_its_evaluation(api):
     import httpx
 
     url, _, llama_model = api
+    engine = llama_model.engine
+    prompt_tokens = len(engine.tokenizer(llama_model.render_prompt(LONG_PROMPT), add_special_tokens=False).input_ids)
+    evaluated_before = engine._batcher.evaluated["tokens"]
     body = {"model": "SmolLM2-135M-Instruct", "messages": LONG_PROMPT, "max_tokens": 5, "stream": True}
-    with pytest.raises(httpx.ReadTimeout):  # the client gives up while the prompt is evaluated
-        httpx.post(f"{url}/v1/chat/completions", json=body, timeout=httpx.Timeout(60, read=0.5))
+    async with httpx.AsyncClient(timeout=60) as http:
+        request = asyncio.create_task(http.post(f"{url}/v1/chat/completions", json=body))
+        deadline = time.monotonic() + 60
+        while not engine.unfinished_requests():
+            assert not request.done() and time.monotonic() < deadline, "the request did not reach llama.cpp"
+            await asyncio.sleep(0.01)
+        # The response starts with the reply's first chunk: none yet, so the prompt is being evaluated.
+        assert not request.done()
+        request.cancel()  # the client gives up: its connection is closed
+        await asyncio.gather(request, return_exceptions=True)
     freed = wait_for_free_turn(llama_model, 3)  # evaluating the prompt takes about 15 s here
     print(f"\nAPI client gone during prefill: model free after {freed * 1000:.0f} ms")
+    evaluated = engine._batcher.evaluated["tokens"] - evaluated_before
+    assert evaluated < prompt_tokens, f"{evaluated} of the prompt's {prompt_tokens} tokens were evaluated: its evaluation was not stopped"
     [reply] = llama_model.chat(QUESTION, temperature=0, max_new_tokens=3)
     assert reply.response_length == 3
