@@ -296,22 +296,36 @@ def test_a_model_directory_or_a_broken_file_is_refused_and_the_old_model_keeps_s
     slot.unload()
 
 
+# The share of a loaded model's memory that may stay after it is unloaded.
+UNLOAD_LEFT_BEHIND = 0.1
+
+
 def rss() -> int:
     gc.collect()
     return psutil.Process().memory_info().rss
 
 
 def test_unload_gives_the_memory_back_and_reload_serves_again():
+    """The baseline is taken after one load and unload, not before: the first load sets up what
+    stays for the process's life (the modules and tokenizer code it imports, llama.cpp's
+    backends, the allocator's arenas of its threads), about 60 MiB here, which is no leak. The
+    reload then fills the KV cache with a long prompt, and unloading it must give back all but a
+    small part of what it took (about 4 % stays here)."""
+    with ChatModel(LLAMACPP) as warm:
+        assert warm.chat(QUESTION, temperature=0, max_new_tokens=2)[0].response_length == 2
     before = rss()
-    for _ in range(2):
-        model = ChatModel(LLAMACPP)
-        model.chat(LONG_PROMPT, temperature=0, max_new_tokens=2)
-        loaded = rss()
-        model.close()
-        after = rss()
-        print(f"\nRSS before {before / 2**20:.0f} MiB, loaded {loaded / 2**20:.0f} MiB, unloaded {after / 2**20:.0f} MiB")
-        assert loaded - before > 100 * 2**20, "loading should take memory (weights and KV cache)"
-        assert after - before < 0.1 * before, f"unloading left {(after - before) / 2**20:.0f} MiB behind"
+    model = ChatModel(LLAMACPP)
+    [reply] = model.chat(LONG_PROMPT, temperature=0, max_new_tokens=2)
+    assert reply.response_length == 2, "the reloaded model serves"
+    loaded = rss()
+    model.close()
+    after = rss()
+    print(f"\nRSS before {before / 2**20:.0f} MiB, loaded {loaded / 2**20:.0f} MiB, unloaded {after / 2**20:.0f} MiB")
+    footprint = loaded - before
+    assert footprint > 100 * 2**20, "loading should take memory (weights and KV cache)"
+    assert after - before < UNLOAD_LEFT_BEHIND * footprint, (
+        f"unloading left {(after - before) / 2**20:.0f} MiB of the model's {footprint / 2**20:.0f} MiB behind"
+    )
 
 
 def test_auto_chooses_llamacpp_for_a_gguf_where_installed_and_says_why(monkeypatch, default_model_dir):
