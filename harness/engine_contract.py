@@ -160,10 +160,11 @@ class EngineContract:
             pieces.append(piece)
             if len(pieces) == 5:
                 break
-        assert len(pieces) == 5
-        # Read while the reply is being written, so that the count read after it is shown to move.
-        assert model.engine.unfinished_requests() == 1, "the runtime did not count the reply it was writing"
+        # Read while the reply is being written, so that the count read after it is seen to move.
+        counted = model.engine.unfinished_requests()
         await stream.aclose()
+        assert len(pieces) == 5
+        assert counted == 1, "the runtime did not count the reply it was writing"
         # Closing the stream returns once the model has stopped (BaseEngine.stream_replies).
         self.assert_no_request_running(model)
         # The engine is free again at once: a short request completes quickly, which it could

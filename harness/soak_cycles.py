@@ -259,10 +259,18 @@ def page_unload(client) -> str:
 
 
 def page_reply(client, text: str = "Hi") -> str:
-    """A short greedy reply through the page's /chat endpoint, in a conversation of its own."""
+    """A short greedy reply through the page's /chat endpoint, in a conversation of its own: its
+    text. Fails unless the page shows under the message a written reply and the stats line that
+    ends it, and no note (such as the one saying that the model could not answer)."""
     client.reset_session()
     chatbot = client.predict({"text": text, "files": []}, system="", tools="", temperature=0, max_new_tokens=4, seed=None, api_name="/chat")[0]
-    return json.dumps(chatbot[-1])
+    asked = max(index for index, message in enumerate(chatbot) if message["role"] == "user")
+    shown = chatbot[asked + 1:]
+    notes = [message["metadata"]["title"] for message in shown if (message.get("metadata") or {}).get("title")]
+    texts = ["".join(part.get("text", "") for part in message["content"]) for message in shown]
+    answered = not notes and len(texts) == 2 and texts[0].strip() and 'class="reply-stats"' in texts[1]
+    assert answered, f"the page shows no reply to {text!r}, but: {json.dumps(shown, ensure_ascii=False)}"
+    return texts[0]
 
 
 @dataclass
@@ -279,7 +287,7 @@ def load_unload_cycles(client, settings: dict, cycles: int, on_cycle: Callable[[
         status = page_load(client, settings)
         assert status.startswith("✓ Loaded"), status
         seconds = time.perf_counter() - started
-        assert '"role": "assistant"' in page_reply(client)
+        page_reply(client)
         page_unload(client)
         done.append(LifetimeCycle(seconds, Usage.now()))
         if on_cycle is not None:

@@ -11,6 +11,7 @@ script that loads this backend needs the ``if __name__ == "__main__":`` guard.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import uuid
@@ -187,17 +188,20 @@ class VllmEngine(BaseEngine):
         length = 0
         logprobs: list[TokenLogprobs] | None = None if args.logprobs is None else []
         params = self._sampling(args, RequestOutputKind.DELTA, prompt.request.reply_format)
-        async for output in self._generate(engine_input, params, args.lora_adapter):
-            [completion] = output.outputs
-            length += len(completion.token_ids)
-            for token in self._logprobs(completion, args) or ():
-                logprobs.append(token)
-                yield token
-            if completion.text:
-                pieces.append(completion.text)
-                yield completion.text
-            if output.finished:
-                yield _response("".join(pieces), length, prompt_length, completion.finish_reason, logprobs)
+        # Closed with this stream, so vLLM has aborted the request when closing this returns
+        # (left to the garbage collector, the abort came a moment later).
+        async with contextlib.aclosing(self._generate(engine_input, params, args.lora_adapter)) as outputs:
+            async for output in outputs:
+                [completion] = output.outputs
+                length += len(completion.token_ids)
+                for token in self._logprobs(completion, args) or ():
+                    logprobs.append(token)
+                    yield token
+                if completion.text:
+                    pieces.append(completion.text)
+                    yield completion.text
+                if output.finished:
+                    yield _response("".join(pieces), length, prompt_length, completion.finish_reason, logprobs)
 
     def _logprobs(self, completion: Any, args: GenerationArgs) -> list[TokenLogprobs] | None:
         """The logprobs vLLM gives with ``completion``'s tokens (one mapping of token ids to
