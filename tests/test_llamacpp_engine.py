@@ -297,8 +297,9 @@ def test_a_model_directory_or_a_broken_file_is_refused_and_the_old_model_keeps_s
     slot.unload()
 
 
-# The share of a loaded model's memory that may stay after it is unloaded.
-UNLOAD_LEFT_BEHIND = 0.1
+# The share of a loaded model's memory that may stay after it is unloaded: 1-7 % stayed in module
+# runs (allocator noise in a long-lived process); a model kept whole leaves over 95 %.
+UNLOAD_LEFT_BEHIND = 0.25
 
 
 def rss() -> int:
