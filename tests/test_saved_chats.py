@@ -177,6 +177,37 @@ async def test_a_chat_open_in_two_tabs_shows_what_the_other_tab_writes_and_is_le
     assert await chat_sidebar.refresh(None, ChatSession(), "") == {}
 
 
+async def test_a_refresh_that_ends_after_a_switch_of_chats_leaves_the_chat_switched_to(chat_store, monkeypatch):
+    """The 5 s refresh reads the store in a thread; when the tab switches chats meanwhile, what it
+    read of the chat left behind must not be painted over the chat switched to."""
+    chats = user_chats(chat_store)
+    left = chat_session(chats, "Say apple.", "Apple.")
+    chats.keep(left, left.chat_id, "", "")
+    other = chat_session(chats, "Write a story.", "Once")
+    chats.keep(other, other.chat_id, "", "")
+    left = chats.open(left.chat_id, "")
+    elsewhere = chats.open(left.chat_id, "")
+    elsewhere.turns.append(Turn(role="user", content="Written in another tab"))
+    elsewhere.keeper.save(elsewhere.turns)
+    chats.current = left.chat_id
+    reading, switched = asyncio.Event(), asyncio.Event()
+    read = left.keeper.written_elsewhere
+    loop = asyncio.get_running_loop()
+
+    def slow_read(*args):
+        loop.call_soon_threadsafe(reading.set)
+        asyncio.run_coroutine_threadsafe(switched.wait(), loop).result()
+        return read(*args)
+
+    monkeypatch.setattr(left.keeper, "written_elsewhere", slow_read)
+    refreshing = asyncio.create_task(chat_sidebar.refresh_chat(chats, left))
+    await reading.wait()
+    view = await chat_sidebar.switch_chat(chats, left, left.chat_id, "", "", other.chat_id)
+    switched.set()
+    assert await refreshing == {}, "the chat left behind was painted over the one switched to"
+    assert [t.content for t in view["session"].turns] == ["Write a story.", "Once"]
+
+
 async def test_a_reply_written_in_this_tab_is_nothing_new_to_it(handlers, chat_store):
     chats = user_chats(chat_store)
     session = chats.new_session()

@@ -307,7 +307,10 @@ async def refresh_chat(chats: SavedChats | None, session: ChatSession | None) ->
     except (SQLAlchemyError, StoreError, OSError):
         return {}
     # Checked and changed on the event loop, where the reply handlers run: none starts in between.
-    if session.answering or session.keeper is not keeper or [turn.row for turn in session.turns] != rows:
+    # A switch of chats meanwhile leaves this session behind unchanged (the tab shows a new one),
+    # so the chat the tab shows now is checked too: the old chat must not be painted over it.
+    if (session.answering or session.keeper is not keeper or chats.current != session.chat_id
+            or [turn.row for turn in session.turns] != rows):
         return {}
     if gone:
         chats.keep_apart(session)
