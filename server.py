@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 # with, so that models loaded from the page get them too: how many requests run and wait, and
 # what media a request may make it decode. (--served-model-name names the command line's model;
 # another model loaded from the page is served under its own name.)
+# How long a stopping server lets the replies being streamed go on before it cuts them off.
+GRACEFUL_SHUTDOWN_SECONDS = 3
 SERVER_WIDE = ("max_concurrent", "max_waiting", "max_waiting_per_user", *MediaSettings.model_fields)
 
 
@@ -55,6 +57,8 @@ def web_app(slot, args: argparse.Namespace):
     from gradio.route_utils import API_PREFIX as PAGE_PREFIX
     from gradio.utils import get_upload_folder
 
+    from starlette.routing import Mount
+
     from api.body_limit import BodyLimit, is_api_path
     from store import StoreError, open_store, shown_url
     from webui import PAGE_KWARGS, FileCache, build_demo
@@ -80,6 +84,8 @@ def web_app(slot, args: argparse.Namespace):
     # Gradio checks that a file a request names is one its users uploaded only once launch() has
     # run; a mounted page never runs it, and would copy any file on the server that it is sent.
     demo.has_launched = True
+    # Gradio's heartbeat streams (one per open page) end only when its app is told the server stops.
+    page.state.page_streams_stop = next(route.app for route in page.routes if isinstance(route, Mount)).stop_event
     return page
 
 
@@ -108,11 +114,19 @@ def api_app(slot, args: argparse.Namespace, logins: Logins):
 
 
 def http_server(app, args: argparse.Namespace, **config: Any) -> uvicorn.Server:
-    """uvicorn for ``app`` on --host and --port, which says where once it listens; ``config``:
-    more of uvicorn's settings."""
+    """uvicorn for ``app`` on --host and --port, which says where once it listens, and stops
+    within seconds of being told to (SIGTERM, Ctrl-C) however many pages and replies are open;
+    ``config``: more of uvicorn's settings."""
     import uvicorn
 
     class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            # uvicorn waits for every open connection to end: a page's heartbeat never does until
+            # Gradio is told, and a streamed reply may go on for minutes (GRACEFUL_SHUTDOWN_SECONDS).
+            if stop := getattr(app.state, "page_streams_stop", None):
+                stop.set()
+            await super().shutdown(sockets)
+
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)
             if self.started:  # listening now: say where
@@ -121,7 +135,7 @@ def http_server(app, args: argparse.Namespace, **config: Any) -> uvicorn.Server:
                     print(f"Running on local URL:  {url}/", flush=True)
                 print(f"OpenAI-compatible API on {url}/v1 ({app.state.api_access.describe()})", flush=True)
 
-    return Server(uvicorn.Config(app, host=args.host, port=args.port, **config))
+    return Server(uvicorn.Config(app, host=args.host, port=args.port, **{"timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS, **config}))
 
 
 def server_logins(users: list[tuple[str, str]] | None, args: argparse.Namespace) -> Logins:

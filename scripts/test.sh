@@ -2,8 +2,8 @@
 # Runs the tests offline on the real embedded model. Run scripts/setup.sh --test first.
 #   bash scripts/test.sh            the whole suite, as CI runs it: the tests marked video in .venv-video
 #                                   (they need torchvision), everything else in .venv
-#   bash scripts/test.sh --quick    the fast loop while working: no browser, no vLLM, no app process
-#                                   (a few minutes; the whole suite still has to pass)
+#   bash scripts/test.sh --quick    the fast loop while working: no browser, no vLLM, no app served,
+#                                   nothing slow (tests/needs.py); a few minutes; the whole suite still has to pass
 #   bash scripts/test.sh ARGS...    pytest ARGS in .venv
 # Here a skipped test fails the run unless it needs hardware this machine lacks (tests/strict_run.py).
 set -euo pipefail
@@ -14,7 +14,7 @@ export OMP_WAIT_POLICY=PASSIVE
 
 if [ "${1:-}" = --quick ]; then
   shift
-  exec .venv/bin/python -m pytest -m "not browser and not vllm and not app_process" "$@"
+  exec .venv/bin/python -m pytest -n 2 -m "not browser and not vllm and not server and not slow" "$@"
 fi
 if [ "$#" -gt 0 ]; then
   exec .venv/bin/python -m pytest "$@"
@@ -30,6 +30,8 @@ mapfile -t video_modules < <(grep -l "pytest.mark.video" tests/test_*.py)
 .venv-video/bin/python -m pytest -m video "${video_modules[@]}" || status=$?
 echo "test.sh: the video tests took $((SECONDS - started)) s"
 started=$SECONDS
-.venv/bin/python -m pytest || status=$?
+# Two workers (tests/workers.py shares the modules between them): most tests wait on a model,
+# a server or a browser part of the time.
+.venv/bin/python -m pytest -n 2 || status=$?
 echo "test.sh: the rest took $((SECONDS - started)) s"
 exit "$status"

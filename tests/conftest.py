@@ -18,6 +18,7 @@ from harness.postgres import postgres_bin, postgres_server
 from harness.tiny_models import build_qwen2_vl
 from needs import pytest_collection_modifyitems, pytest_configure  # noqa: F401
 from strict_run import pytest_collectreport, pytest_runtest_makereport  # noqa: F401
+from workers import pytest_xdist_make_scheduler  # noqa: F401
 from tests.vllm_fixtures import shared_vllm_engine, vllm_model  # noqa: F401 (one vLLM engine for the session's vLLM tests)
 
 GREEDY = {"temperature": 0, "max_new_tokens": 24}

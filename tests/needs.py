@@ -4,7 +4,7 @@
   build beside the CPU torch of .venv, so where it is missing these tests are left out of the run
   (not skipped), and ``scripts/test.sh`` runs them in .venv-video.
 - ``browser``: Chromium. ``vllm``: a vLLM engine. ``server``: the app served, as ``python app.py``
-  or in this process. ``scripts/test.sh --quick`` leaves these three out.
+  or in this process. ``slow``: over 15 s on its own. ``scripts/test.sh --quick`` leaves these four out.
 
 A test gets ``browser`` or ``server`` from the fixtures it uses; a module or test that starts one
 itself says so with ``pytestmark`` or the marker.
@@ -16,11 +16,14 @@ import importlib.util
 
 import pytest
 
+from workers import slowest_first
+
 MARKERS = {
     "video": "needs torchvision; where it is missing, left out here and run in .venv-video (scripts/test.sh)",
     "browser": "drives Chromium (left out by scripts/test.sh --quick)",
     "vllm": "starts a vLLM engine (left out by scripts/test.sh --quick)",
     "server": "serves the app, as a process or in this one (left out by scripts/test.sh --quick)",
+    "slow": "takes over 15 s on its own (left out by scripts/test.sh --quick)",
 }
 FIXTURE_NEEDS = {"browser": "browser", "app": "server"}
 HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None
@@ -41,3 +44,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if video:
             config.hook.pytest_deselected(items=video)
             items[:] = [item for item in items if not item.get_closest_marker("video")]
+    slowest_first(items)

@@ -17,6 +17,7 @@ import openai
 import pytest
 from fastapi import FastAPI
 
+import server
 from api import add_api
 from engines import ModelSlot
 from harness.running_server import running_server
@@ -405,6 +406,8 @@ def test_scores_of_a_reward_model(reward_model_dir):
 # ---- the page and the API in one process
 
 
+@pytest.mark.browser
+@pytest.mark.server
 def test_page_and_api_at_once_on_one_model(tmp_path):
     """`python app.py` serves the page and /v1 from one ModelSlot: both answer at the same time,
     and what the page does to the model (unload, load) is what the API serves."""
@@ -463,6 +466,15 @@ def test_page_and_api_at_once_on_one_model(tmp_path):
             sync_api.expect(page.locator("#model-status")).to_contain_text("Loaded SmolLM2-135M-Instruct (embedded) on ")
             assert [card.id for card in client.models.list().data] == [model]
             assert client.chat.completions.create(model=model, messages=QUESTION, max_tokens=2).choices[0].message.content
+
+            # Told to stop with the page open (its heartbeat stream) and a long reply streaming,
+            # the server stops within seconds rather than waiting for them.
+            long_reply = client.chat.completions.create(model=model, messages=COUNTING, temperature=0, max_tokens=3000, stream=True)
+            next(iter(long_reply))
+            told = time.monotonic()
+            app.process.terminate()
+            app.process.wait(timeout=60)
+            assert time.monotonic() - told < server.GRACEFUL_SHUTDOWN_SECONDS + 5, app.log()
             browser.close()
     finally:
         app.stop()

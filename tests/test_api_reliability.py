@@ -299,6 +299,7 @@ FUZZ_PLAN = [
 ]
 
 
+@pytest.mark.slow
 def test_fuzzing_the_api_from_its_schema_finds_no_server_error(slot):
     app = add_api(FastAPI(), slot, api_key=API_KEY)
     schema = fuzzing_schema(app, slot.model.model_id)

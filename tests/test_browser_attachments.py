@@ -161,5 +161,7 @@ def test_the_microphone_records_and_the_recording_reaches_an_audio_model(app, br
         wait_until_answered(page, send(page, "What do you hear?"))
         # Sent as an uploaded audio file is: shown as audio in the message, read by the model.
         expect(page.locator("#chatbot [data-testid=user] audio")).to_have_count(1)
-        expect(bot_messages(page)).to_have_count(1)
-        expect(bot_messages(page).last).not_to_contain_text("could not answer")
+        # The reply's stats line says it was written; its text may be empty: the random tiny
+        # model's 4 tokens for a recording whose length varies may all be special tokens.
+        expect(page.locator("#chatbot .reply-stats")).to_have_count(1)
+        expect(page.locator("#chatbot")).not_to_contain_text("could not answer")

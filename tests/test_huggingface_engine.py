@@ -58,6 +58,7 @@ async def test_cancel_ends_generation_within_a_few_tokens(chat_model):
     assert engine.line.running == 0
 
 
+@pytest.mark.slow
 async def test_stop_while_a_long_prompt_is_evaluated_frees_the_model_within_a_chunk(chat_model, monkeypatch):
     """The prompt is evaluated in chunks (engines/backends/huggingface.py), which gives the same reply as
     one pass, and a Stop during it takes effect at the next chunk rather than after the prompt."""

@@ -247,6 +247,7 @@ async def test_a_hundred_streams_closed_mid_reply_leave_memory_flat(batched_mode
     assert reply.response_length == 4
 
 
+@pytest.mark.slow
 def test_a_long_conversation_reuses_the_cache_for_its_next_turn(llama_model):
     conversation = [*LONG_PROMPT]
     [first] = llama_model.chat(conversation, temperature=0, max_new_tokens=8)
@@ -307,6 +308,7 @@ def rss() -> int:
     return psutil.Process().memory_info().rss
 
 
+@pytest.mark.slow
 def test_unload_gives_the_memory_back_and_reload_serves_again():
     """The baseline is taken after one load and unload, not before: the first load sets up what
     stays for the process's life (the modules and tokenizer code it imports, llama.cpp's

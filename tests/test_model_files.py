@@ -27,6 +27,7 @@ def test_second_load_uses_the_cache_without_converting(chat_model, monkeypatch):
     assert (Path(path) / COMPLETE_MARKER).is_file()
 
 
+@pytest.mark.slow
 def test_half_written_cache_is_ignored_and_redone(tmp_path, monkeypatch, default_model_dir):
     monkeypatch.setenv("ANYCHAT_CACHE_DIR", str(tmp_path))
     gguf = default_gguf()
