@@ -27,6 +27,30 @@ done
 
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+
+# What only the tests need and .venv does not (Chromium and PostgreSQL from apt-get, .venv-video)
+# installs in the background meanwhile: mostly downloads and unpacking, beside llama.cpp's compile.
+background=()
+# Where this script stops early, what it started stops too.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+if [ "$want_tests" = 1 ]; then
+  mkdir -p .cache
+  (
+    # The browser tests drive Debian's Chromium (playwright cannot download its own browser here);
+    # the chat store's tests start a throwaway PostgreSQL server (harness/postgres.py).
+    missing=()
+    [ -x /usr/bin/chromium ] || missing+=(chromium)
+    compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || missing+=(postgresql)
+    if [ "${#missing[@]}" -gt 0 ]; then
+      sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+      $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+  ) > .cache/setup-apt.log 2>&1 &
+  background+=("$!:.cache/setup-apt.log")
+  # Video processors need torchvision, which has no build beside .venv's CPU torch: a second venv.
+  bash scripts/setup_video_env.sh > .cache/setup-video.log 2>&1 &
+  background+=("$!:.cache/setup-video.log")
+fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 has_module() { .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)"; }
 
@@ -85,20 +109,9 @@ fi
 
 if [ "$want_tests" = 1 ]; then
   "${pip[@]}" -r requirements-test.txt
-  # The browser tests drive Debian's Chromium (playwright cannot download its own browser here);
-  # the chat store's tests start a throwaway PostgreSQL server (harness/postgres.py).
-  missing=()
-  [ -x /usr/bin/chromium ] || missing+=(chromium)
-  compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || missing+=(postgresql)
-  if [ "${#missing[@]}" -gt 0 ]; then
-    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
-    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-  fi
   # SGLang and KTransformers need a GPU; their pinned wheels are only read by the interface tests.
   .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps -d .cache/runtime-wheels \
     sglang==0.5.23 sglang-kt==0.7.2 ktransformers==0.7.2 kt-kernel==0.7.2
-  # Video processors need torchvision, which has no build beside .venv's CPU torch: a second venv.
-  bash scripts/setup_video_env.sh
   # The tiny multimodal GGUF fixtures (harness/tiny_gguf.py) are written by llama.cpp's own converter,
   # at the version of the installed llama-cpp-python: its sdist holds it, with its gguf-py.
   if [ ! -f .cache/llama-cpp-src/convert_hf_to_gguf.py ]; then
@@ -125,4 +138,11 @@ PY
     rm -rf "$sdist_dir"
   fi
 fi
+for job in "${background[@]}"; do
+  if ! wait "${job%%:*}"; then
+    cat "${job#*:}" >&2
+    echo "setup failed: ${job#*:} says why" >&2
+    exit 1
+  fi
+done
 echo "setup done: .venv"
