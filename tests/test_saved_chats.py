@@ -208,6 +208,89 @@ async def test_a_refresh_that_ends_after_a_switch_of_chats_leaves_the_chat_switc
     assert [t.content for t in view["session"].turns] == ["Write a story.", "Once"]
 
 
+async def test_a_refresh_that_ends_while_the_tab_switches_chats_paints_nothing(chat_store, monkeypatch):
+    """A refresh can start once a switch has stopped the reply it waited for, and end before the
+    switch shows the other chat: what it read of the chat being left must not be painted (the
+    page could apply it after the switch, leaving the old chat under the new one's title)."""
+    chats = user_chats(chat_store)
+    left = chat_session(chats, "Say apple.", "Apple.")
+    chats.keep(left, left.chat_id, "", "")
+    other = chat_session(chats, "Write a story.", "Once")
+    chats.keep(other, other.chat_id, "", "")
+    left = chats.open(left.chat_id, "")
+    elsewhere = chats.open(left.chat_id, "")
+    elsewhere.turns.append(Turn(role="user", content="Written in another tab"))
+    elsewhere.keeper.save(elsewhere.turns)
+    loop = asyncio.get_running_loop()
+    reading, opening, refreshed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    read, open_chat = left.keeper.written_elsewhere, chats.open
+
+    def slow_read(*args):
+        loop.call_soon_threadsafe(reading.set)
+        asyncio.run_coroutine_threadsafe(opening.wait(), loop).result()
+        return read(*args)
+
+    def slow_open(*args):
+        loop.call_soon_threadsafe(opening.set)
+        asyncio.run_coroutine_threadsafe(refreshed.wait(), loop).result()
+        return open_chat(*args)
+
+    monkeypatch.setattr(left.keeper, "written_elsewhere", slow_read)
+    monkeypatch.setattr(chats, "open", slow_open)
+    refreshing = asyncio.create_task(chat_sidebar.refresh_chat(chats, left))
+    await reading.wait()
+    switching = asyncio.create_task(chat_sidebar.switch_chat(chats, left, left.chat_id, "", "", other.chat_id))
+    assert await refreshing == {}, "the chat being left was painted while the tab switched"
+    refreshed.set()
+    view = await switching
+    assert [t.content for t in view["session"].turns] == ["Write a story.", "Once"]
+    assert left.left and not view["session"].left
+
+
+async def test_a_reply_the_tab_switched_away_from_is_kept_and_shown_no_more(handlers, chat_store, monkeypatch):
+    """A switch waits a while for the reply it stops; a reply that ends later (a busy machine)
+    is still saved in its own chat, but paints nothing over the chat the tab shows now."""
+    chats = user_chats(chat_store)
+    other = chat_session(chats, "Say apple.", "Apple.")
+    chats.keep(other, other.chat_id, "", "")
+    session = chats.new_session()
+    updates = []
+
+    async def reply():
+        async for update in handlers.send(session, message("Write a long story about a lighthouse."), **settings(600)):
+            updates.append(update)
+
+    task = asyncio.create_task(reply())
+    while not (len(session.turns) == 2 and len(session.turns[1].content) > 10):
+        assert not task.done(), "the reply ended before it could be watched"
+        await asyncio.sleep(0.01)
+    monkeypatch.setattr(chat_sidebar, "STOP_WAIT_SECONDS", 0)
+    shown_before = len(updates)
+    view = await chat_sidebar.switch_chat(chats, session, session.chat_id, "", "", other.chat_id)
+    await task
+    assert [t.content for t in view["session"].turns] == ["Say apple.", "Apple."]
+    assert not [update for update in updates[shown_before:] if "chatbot" in update], "the reply painted over the chat switched to"
+    kept = chats.open(session.chat_id, "").turns
+    assert kept[1].stopped and kept[1].content == session.turns[1].content
+
+
+async def test_a_switch_that_fails_leaves_the_chat_shown(chat_store, monkeypatch):
+    chats = user_chats(chat_store)
+    session = chat_session(chats, "Say apple.", "Apple.")
+    chats.keep(session, session.chat_id, "", "")
+    with pytest.warns(UserWarning, match="too late|Too late|no longer"):
+        undone = await chat_sidebar.undo_delete(chats, session, session.chat_id, "", "")
+    assert "session" not in undone and not session.left, "nothing to undo: the chat stays shown"
+
+    def broken(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(chats, "open", broken)
+    with pytest.raises(gr.Error, match="cannot be reached now"):
+        await chat_sidebar.switch_chat(chats, session, session.chat_id, "", "", "x")
+    assert not session.left
+
+
 async def test_a_reply_written_in_this_tab_is_nothing_new_to_it(handlers, chat_store):
     chats = user_chats(chat_store)
     session = chats.new_session()

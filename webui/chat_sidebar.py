@@ -8,8 +8,9 @@ the store then. Every handler that shows a chat hands the page the same things, 
 which chat those belong to (``shown``, a hidden field, so that a save started before a switch
 still files them under the right chat), the ``chat_list``, the ``title``, the ``note``, the
 emptied ``search`` and what the browser keeps (``storage``). Switching away from a chat whose
-reply is being written stops that reply: the page drops its last updates (``cancels``) and the
-partial reply is saved, marked stopped, in the chat it belongs to.
+reply is being written stops that reply: the page drops its last updates (``cancels``), the
+session left shows nothing more (``leaves_the_chat``: not the reply's late updates, nor a refresh
+ending late), and the partial reply is saved, marked stopped, in the chat it belongs to.
 """
 
 from __future__ import annotations
@@ -81,6 +82,37 @@ def store_errors(handler: Callable) -> Callable:
     return guarded
 
 
+# Resolves once the chat view has had no change for a second (at most 15 s): what the page was
+# sent before has been applied by then.
+WHEN_THE_CHAT_IS_STILL = """async (...inputs) => {
+    const chatbot = document.querySelector("#chatbot");
+    let changed = Date.now();
+    const watcher = new MutationObserver(() => { changed = Date.now(); });
+    if (chatbot) watcher.observe(chatbot, {childList: true, subtree: true, characterData: true});
+    const started = Date.now();
+    while (Date.now() - changed < 1000 && Date.now() - started < 15000) await new Promise(r => setTimeout(r, 100));
+    watcher.disconnect();
+    return inputs;
+}"""
+
+
+def leaves_the_chat(handler: Callable) -> Callable:
+    """A handler that shows another chat in the tab: from its start, the session it leaves is
+    ``left`` (shown no more), unless the handler ends without showing another one."""
+
+    @functools.wraps(handler)
+    async def leaving(chats: SavedChats | None, session: ChatSession, *args: Any) -> dict[str, Any]:
+        session.left = True
+        view: dict[str, Any] = {}
+        try:
+            view = await handler(chats, session, *args)
+            return view
+        finally:
+            session.left = view.get("session", session) is not session
+
+    return leaving
+
+
 class ChatSidebar:
     """Built inside the page's Blocks; ``wire`` once the chat controls exist."""
 
@@ -127,12 +159,18 @@ class ChatSidebar:
         private = {"api_visibility": "private", "concurrency_limit": None}
         leaving = {"cancels": replies, **private}
         opening = {"chats": self.chats, "old_chats": self.old_chats, **view}
+        # Updates of a stopped reply still on their way to a busy browser are applied after the
+        # chat switched to (each event's stream is applied on its own): once the chat view has
+        # been still for a moment, the chat the tab shows is painted again. (Its progress goes to
+        # the hidden field: on the chat, Gradio would show a timer while the page waits.)
+        repainted = {"inputs": [session], **by_name(repaint, {"chatbot": chatbot}), "js": WHEN_THE_CHAT_IS_STILL,
+                     "show_progress": "hidden", "show_progress_on": self.shown, **private}
         self.opened = demo.load(inputs=[self.storage, self.old_chats], **by_name(self.restore, opening), **private)
-        self.new_btn.click(inputs=shown, **by_name(new_chat, view), **leaving)
-        self.list.input(inputs=[*shown, self.list], **by_name(switch_chat, view), trigger_mode="always_last", **leaving)
+        self.new_btn.click(inputs=shown, **by_name(new_chat, view), **leaving).then(**repainted)
+        self.list.input(inputs=[*shown, self.list], **by_name(switch_chat, view), trigger_mode="always_last", **leaving).then(**repainted)
         undoing = {"undo": self.undo_btn, "undo_timer": self.undo_timer}
-        self.delete_btn.click(inputs=[self.chats, session], **by_name(delete_chat, {**view, **undoing}), **leaving)
-        self.undo_btn.click(inputs=shown, **by_name(undo_delete, {**view, **undoing}), **leaving)
+        self.delete_btn.click(inputs=[self.chats, session], **by_name(delete_chat, {**view, **undoing}), **leaving).then(**repainted)
+        self.undo_btn.click(inputs=shown, **by_name(undo_delete, {**view, **undoing}), **leaving).then(**repainted)
         self.undo_timer.tick(lambda: (gr.update(visible=False), gr.Timer(active=False)), None, [self.undo_btn, self.undo_timer], **private)
         gr.on([self.title.submit, self.rename_btn.click], inputs=[self.chats, session, self.title],
               **by_name(rename_chat, renamed), **private)
@@ -216,6 +254,11 @@ def move_in(chats: SavedChats, old: Any) -> str:
     return problem or (f"Moved {len(kept.chats)} chat{'s' if len(kept.chats) != 1 else ''} from this browser to the server." if kept.chats else "")
 
 
+def repaint(session: ChatSession) -> dict[str, Any]:
+    """The chat the tab shows, once more (unless a reply is being written into it: that paints it)."""
+    return {} if session.answering else {"chatbot": render(session.turns)}
+
+
 def opened(chats: SavedChats | None) -> SavedChats:
     if chats is None:  # only a raw call skips the page's opening
         raise gr.Error(NOT_OPENED, print_exception=False)
@@ -223,6 +266,7 @@ def opened(chats: SavedChats | None) -> SavedChats:
 
 
 @store_errors
+@leaves_the_chat
 async def new_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
     chats = opened(chats)
     await leave(chats, session, shown, system, tools)
@@ -230,6 +274,7 @@ async def new_chat(chats: SavedChats | None, session: ChatSession, shown: str, s
 
 
 @store_errors
+@leaves_the_chat
 async def switch_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str, chosen: str | None) -> dict[str, Any]:
     chats = opened(chats)
     await leave(chats, session, shown, system, tools)
@@ -237,6 +282,7 @@ async def switch_chat(chats: SavedChats | None, session: ChatSession, shown: str
 
 
 @store_errors
+@leaves_the_chat
 async def delete_chat(chats: SavedChats | None, session: ChatSession) -> dict[str, Any]:
     """Delete the chat shown, stopping its reply, and show the newest one left (or a new chat),
     with Undo for a while."""
@@ -255,6 +301,7 @@ async def delete_chat(chats: SavedChats | None, session: ChatSession) -> dict[st
 
 
 @store_errors
+@leaves_the_chat
 async def undo_delete(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
     """Bring back the chat this tab deleted last, and show it; the chat shown before stays saved."""
     chats = opened(chats)
@@ -296,7 +343,7 @@ async def refresh_chat(chats: SavedChats | None, session: ChatSession | None) ->
     deleted it; left as it is while this tab writes a reply or has changes of its own to save,
     and while the store cannot be reached."""
     keeper = getattr(session, "keeper", None)
-    if chats is None or keeper is None or session.answering:
+    if chats is None or keeper is None or session.answering or session.left:
         return {}
     rows = [turn.row for turn in session.turns]
     gone = False
@@ -306,11 +353,9 @@ async def refresh_chat(chats: SavedChats | None, session: ChatSession | None) ->
         turns, gone = None, True
     except (SQLAlchemyError, StoreError, OSError):
         return {}
-    # Checked and changed on the event loop, where the reply handlers run: none starts in between.
-    # A switch of chats meanwhile leaves this session behind unchanged (the tab shows a new one),
-    # so the chat the tab shows now is checked too: the old chat must not be painted over it.
-    if (session.answering or session.keeper is not keeper or chats.current != session.chat_id
-            or [turn.row for turn in session.turns] != rows):
+    # Checked and changed on the event loop, where the reply and sidebar handlers run: none
+    # starts in between. A switch of chats begun meanwhile leaves this session.
+    if session.answering or session.left or session.keeper is not keeper or [turn.row for turn in session.turns] != rows:
         return {}
     if gone:
         chats.keep_apart(session)

@@ -74,7 +74,10 @@ class ChatSession:
     it changes (webui/chat_keeper.py; None for a session not kept); ``answering`` is true while
     a reply is written; ``pdfs_as_images``: PDFs attached in this tab go to a model that reads
     images as page images; ``imported``: every message of a conversation file just imported
-    (webui/conversation_file.py), until the sidebar writes them into a chat of their own."""
+    (webui/conversation_file.py), until the sidebar writes them into a chat of their own.
+    ``left``: the tab has switched to another chat (or is switching): nothing of this session is
+    shown any more, since a reply's late update or a refresh ending late would paint it over the
+    chat now shown."""
 
     turns: list[Turn] = field(default_factory=list)
     stop_requested: bool = False
@@ -83,6 +86,7 @@ class ChatSession:
     keeper: ChatKeeper | None = None
     pdfs_as_images: bool = False
     imported: MessageTree | None = None
+    left: bool = False
 
 
 def media_kind(path: str) -> str | None:

@@ -233,12 +233,15 @@ class ChatHandlers:
         """The chat updates of one reply, asked for by ``request`` (``continuing``: the last reply,
         written on). The box stays editable (the next message may be typed while the reply
         streams), so only the first update may touch it: ``emptied``, the sent message taken out
-        of it; later updates leave what is typed there alone."""
+        of it; later updates leave what is typed there alone. Once the tab has left the chat
+        (``session.left``) the reply goes on being saved, but is no longer shown."""
         first = {"message_box": emptied} if emptied else {}
         async for shown in self._reply(session, settings, page_user(request), continuing):
-            yield {"chatbot": shown, **first}
-            first = {}
-        yield {"chatbot": render(session.turns)}
+            if not session.left:
+                yield {"chatbot": shown, **first}
+                first = {}
+        if not session.left:
+            yield {"chatbot": render(session.turns)}
 
     async def _reply(self, session: ChatSession, settings: dict[str, Any], user: str | None,
                      continuing: bool = False) -> AsyncIterator[list]:
