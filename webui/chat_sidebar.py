@@ -101,7 +101,7 @@ def leaves_the_chat(handler: Callable) -> Callable:
     ``left`` (shown no more), unless the handler ends without showing another one."""
 
     @functools.wraps(handler)
-    async def leaving(chats: SavedChats | None, session: ChatSession, *args: Any) -> dict[str, Any]:
+    async def marking_left(chats: SavedChats | None, session: ChatSession, *args: Any) -> dict[str, Any]:
         session.left = True
         view: dict[str, Any] = {}
         try:
@@ -110,7 +110,7 @@ def leaves_the_chat(handler: Callable) -> Callable:
         finally:
             session.left = view.get("session", session) is not session
 
-    return leaving
+    return marking_left
 
 
 class ChatSidebar:
