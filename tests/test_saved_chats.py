@@ -177,10 +177,8 @@ async def test_a_chat_open_in_two_tabs_shows_what_the_other_tab_writes_and_is_le
     assert await chat_sidebar.refresh(None, ChatSession(), "") == {}
 
 
-async def test_a_refresh_that_ends_after_a_switch_of_chats_leaves_the_chat_switched_to(chat_store, monkeypatch):
-    """The 5 s refresh reads the store in a thread; when the tab switches chats meanwhile, what it
-    read of the chat left behind must not be painted over the chat switched to."""
-    chats = user_chats(chat_store)
+def chat_written_elsewhere_and_another(chats):
+    """Two saved chats, the first open here and written into by another tab since."""
     left = chat_session(chats, "Say apple.", "Apple.")
     chats.keep(left, left.chat_id, "", "")
     other = chat_session(chats, "Write a story.", "Once")
@@ -189,6 +187,14 @@ async def test_a_refresh_that_ends_after_a_switch_of_chats_leaves_the_chat_switc
     elsewhere = chats.open(left.chat_id, "")
     elsewhere.turns.append(Turn(role="user", content="Written in another tab"))
     elsewhere.keeper.save(elsewhere.turns)
+    return left, other
+
+
+async def test_a_refresh_that_ends_after_a_switch_of_chats_leaves_the_chat_switched_to(chat_store, monkeypatch):
+    """The 5 s refresh reads the store in a thread; when the tab switches chats meanwhile, what it
+    read of the chat left behind must not be painted over the chat switched to."""
+    chats = user_chats(chat_store)
+    left, other = chat_written_elsewhere_and_another(chats)
     chats.current = left.chat_id
     reading, switched = asyncio.Event(), asyncio.Event()
     read = left.keeper.written_elsewhere
@@ -213,14 +219,7 @@ async def test_a_refresh_that_ends_while_the_tab_switches_chats_paints_nothing(c
     switch shows the other chat: what it read of the chat being left must not be painted (the
     page could apply it after the switch, leaving the old chat under the new one's title)."""
     chats = user_chats(chat_store)
-    left = chat_session(chats, "Say apple.", "Apple.")
-    chats.keep(left, left.chat_id, "", "")
-    other = chat_session(chats, "Write a story.", "Once")
-    chats.keep(other, other.chat_id, "", "")
-    left = chats.open(left.chat_id, "")
-    elsewhere = chats.open(left.chat_id, "")
-    elsewhere.turns.append(Turn(role="user", content="Written in another tab"))
-    elsewhere.keeper.save(elsewhere.turns)
+    left, other = chat_written_elsewhere_and_another(chats)
     loop = asyncio.get_running_loop()
     reading, opening, refreshed = asyncio.Event(), asyncio.Event(), asyncio.Event()
     read, open_chat = left.keeper.written_elsewhere, chats.open
