@@ -16,8 +16,15 @@ from engines.logprobs import TokenLogprobs
 
 QUESTION = [{"role": "user", "content": "Name three colors."}]
 LONG_REQUEST = [{"role": "user", "content": "Write a very long story about a dragon, in many chapters."}]
+
+
+def weights_question(items: int) -> list[dict]:
+    """A conversation of about 9 tokens an item, that the model must read whole to answer."""
+    return [{"role": "user", "content": " ".join(f"Item {i} weighs {i * 7 % 13} kilograms." for i in range(items)) + " Which item is heaviest?"}]
+
+
 # About 3,500 tokens: seconds of prefill on this machine.
-LONG_PROMPT = [{"role": "user", "content": " ".join(f"Item {i} weighs {i * 7 % 13} kilograms." for i in range(400)) + " Which item is heaviest?"}]
+LONG_PROMPT = weights_question(400)
 # Greedy replies to these are compared token for token between backends on the same file.
 PARITY_PROMPTS = [
     "Name three colors.",

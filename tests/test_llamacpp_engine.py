@@ -14,7 +14,7 @@ llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not ins
 
 from engines import ChatModel, ConfigError, MediaError, ModelLoadError, ModelSlot  # noqa: E402
 from engines.model_files.paths import default_gguf  # noqa: E402
-from harness.engine_contract import LONG_PROMPT, LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract  # noqa: E402
+from harness.engine_contract import LONG_PROMPT, LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract, weights_question  # noqa: E402
 from tests.api_samples import COUNTING  # noqa: E402
 
 LLAMACPP = {"infer_backend": "llamacpp"}
@@ -249,7 +249,8 @@ async def test_a_hundred_streams_closed_mid_reply_leave_memory_flat(batched_mode
 
 @pytest.mark.slow
 def test_a_long_conversation_reuses_the_cache_for_its_next_turn(llama_model):
-    conversation = [*LONG_PROMPT]
+    # About 1,000 tokens: a next turn evaluated from the start costs over ten times one that reuses the cache.
+    conversation = weights_question(110)
     [first] = llama_model.chat(conversation, temperature=0, max_new_tokens=8)
     conversation += [{"role": "assistant", "content": first.response_text}, {"role": "user", "content": "And the lightest?"}]
     started = time.perf_counter()
