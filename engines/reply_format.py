@@ -11,6 +11,7 @@ in the model's line, and decodes under it: a reply cannot leave the schema.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any, Literal
@@ -38,6 +39,11 @@ MAX_DEPTH = 16
 MAX_REPEAT = 1_000
 MAX_PROPERTIES = 64
 _REPEATS = ("minItems", "maxItems", "minLength", "maxLength")
+# Grammar converters write a pattern's repetitions out in full, nested ones multiplied: a{300000000}
+# is 107 bytes of schema and gigabytes of grammar. Bounded like the lengths above, with room for
+# patterns such as ^[a-z]{1,1000}$ and (\d{3}-){100}.
+MAX_PATTERN_SIZE = 5_000
+_QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,11 @@ def check_schema(schema: Any, where: str = "schema") -> None:
         validator.check_schema(schema)
     except jsonschema.SchemaError as error:
         raise ConfigError(f"{_path(where, error.absolute_path)} is not valid JSON Schema: {error.message}.") from None
+    except ValueError:  # Python's re reading a pattern's bound of thousands of digits
+        raise ConfigError(
+            f"{where} holds a number thousands of digits long, such as a pattern's {{m,n}} bound; a reply schema's "
+            f"repetitions can write out at most {MAX_PATTERN_SIZE:,} pieces."
+        ) from None
     _check_part(schema, where, 0)
 
 
@@ -164,6 +175,11 @@ def _check_part(schema: Any, where: str, depth: int) -> None:
         raise ConfigError(f"{where}.format {schema['format']!r} is not supported; formats: {', '.join(sorted(FORMATS))} (or use a pattern).")
     if "pattern" in schema and ("minLength" in schema or "maxLength" in schema):
         raise ConfigError(f"{where} has both a pattern and a length; put the length into the pattern (like {{1,20}}).")
+    if isinstance(schema.get("pattern"), str) and pattern_size(schema["pattern"]) > MAX_PATTERN_SIZE:
+        raise ConfigError(
+            f"{where}.pattern writes out more than {MAX_PATTERN_SIZE:,} pieces once its {{m,n}} repetitions are multiplied out, "
+            "which would make the reply's grammar too large. Use smaller bounds, or + and * where no bound is needed."
+        )
     if len(schema.get("allOf", [])) > 1:
         raise ConfigError(f"{where}.allOf has {len(schema['allOf'])} parts; a reply schema takes one (merge them into one schema).")
     properties = schema.get("properties", {})
@@ -171,6 +187,52 @@ def _check_part(schema: Any, where: str, depth: int) -> None:
         raise ConfigError(f"{where}.properties has {len(properties)} properties; at most {MAX_PROPERTIES} per object keep the reply's grammar small.")
     for part_where, part in subschemas(schema, where):
         _check_part(part, part_where, depth + 1)
+
+
+def pattern_size(pattern: str) -> int:
+    """How many pieces (characters, classes, escapes) ``pattern`` amounts to with each {m,n}
+    written out as a grammar converter writes it: the repeated piece or group times its larger
+    bound, nested repetitions multiplied. Counted from the text alone, before any regular
+    expression engine or converter sees it; beyond MAX_PATTERN_SIZE the count stops growing."""
+    groups = [0]  # the size of each group open at this point, the whole pattern first
+    last = 0  # the size of the piece a quantifier here would repeat
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "{" and (quantifier := _QUANTIFIER.match(pattern, index)):
+            bound = quantifier[2] or quantifier[1]
+            times = int(bound) if len(bound) <= 9 else 10**9
+            groups[-1] += last * (times - 1)
+            last = min(last * times, MAX_PATTERN_SIZE + 1)
+            groups[-1] = min(groups[-1], MAX_PATTERN_SIZE + 1)
+            index = quantifier.end()
+            continue
+        if char == "(":
+            groups.append(0)
+            last = 0
+        elif char == ")" and len(groups) > 1:
+            last = groups.pop()
+            groups[-1] += last
+        else:
+            index = _piece_end(pattern, index) - 1
+            groups[-1] += 1
+            last = 1
+        index += 1
+    return min(sum(groups), MAX_PATTERN_SIZE + 1)
+
+
+def _piece_end(pattern: str, index: int) -> int:
+    """Where the piece at ``index`` ends: after an escape's next character, after a class's closing bracket."""
+    if pattern[index] == "\\":
+        return index + 2
+    if pattern[index] != "[":
+        return index + 1
+    end = index + 1
+    end += pattern.startswith("^", end)
+    end += pattern.startswith("]", end)  # a ] first in a class is one of its characters
+    while end < len(pattern) and pattern[end] != "]":
+        end += 2 if pattern[end] == "\\" else 1
+    return end + 1
 
 
 def subschemas(schema: dict[str, Any], where: str) -> list[tuple[str, dict[str, Any]]]:

@@ -263,6 +263,35 @@ def test_a_long_conversation_reuses_the_cache_for_its_next_turn(llama_model):
     assert next_turn < from_scratch / 3
 
 
+async def test_a_compile_keeps_its_turn_after_its_client_hangs_up(llama_model, monkeypatch):
+    """Reply formats compile one at a time. A client that hangs up mid-compile stops waiting, but
+    the compile's thread runs on: the next compile must wait for it, not start beside it (five
+    hung-up clients once ran five compiles at once)."""
+    engine = llama_model.engine
+    compile_reply_format = engine._compile_reply_format
+    running, most = [0], [0]
+
+    def slow_compile(reply_format):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        try:
+            time.sleep(1)
+            return compile_reply_format(reply_format)
+        finally:
+            running[0] -= 1
+
+    monkeypatch.setattr(engine, "_compile_reply_format", slow_compile)
+    schemas = [{"type": "json_schema", "json_schema": {"name": f"s{index}", "schema": {"type": "object", "properties": {f"k{index}": {"type": "integer"}}}}}
+               for index in range(3)]
+    left = [asyncio.ensure_future(llama_model.achat(QUESTION, response_format=schema, max_new_tokens=2)) for schema in schemas[:2]]
+    await asyncio.sleep(0.3)
+    for client in left:
+        client.cancel()
+    [reply] = await llama_model.achat(QUESTION, response_format=schemas[2], temperature=0, max_new_tokens=8)
+    assert most[0] == 1, f"{most[0]} compiles ran at once"
+    assert reply.response_text.startswith("{")
+
+
 def test_media_are_refused_clearly(llama_model):
     with pytest.raises(MediaError, match="does not accept images on the llamacpp backend: no projector"):
         llama_model.chat(QUESTION, images=[b"not used"])

@@ -25,6 +25,10 @@ QUESTION = [{"role": "user", "content": "Hi"}]
     ({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(65)}}, "schema.properties has 65 properties"),
     ({"type": "string", "format": "email"}, "schema.format 'email' is not supported"),
     ({"type": "string", "pattern": "^a+$", "maxLength": 3}, "both a pattern and a length"),
+    # 107 bytes that took the server up by 800 MiB before the grammar's own size was checked.
+    ({"type": "string", "pattern": "^a{300000000}$"}, "schema.pattern writes out more than 5,000 pieces"),
+    ({"type": "object", "properties": {"id": {"type": "string", "pattern": "^(a{100}){100}$"}}}, "schema.properties.id.pattern writes out more"),
+    ({"type": "string", "pattern": "^a{" + "9" * 5000 + "}$"}, "schema holds a number thousands of digits long"),
     ({"allOf": [{"type": "string"}, {"enum": ["a"]}]}, "allOf has 2 parts"),
     ({"type": "object", "properties": {"x": {"type": "string", "description": "x" * 40_000}}}, "characters long"),
     ("object", "must be a JSON Schema object"),
@@ -32,6 +36,11 @@ QUESTION = [{"role": "user", "content": "Hi"}]
 def test_the_door_refuses_schemas_naming_the_part(schema, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         ChatRequest.build(QUESTION, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+
+
+@pytest.mark.parametrize("pattern", [r"^[a-z]{1,1000}$", r"^(\d{3}-){100}$", r"^\d{4}-\d{2}-\d{2}$", r"^[\]a]{3,}[b-c]{2}$"])
+def test_patterns_with_bounded_repetitions_pass_the_door(pattern):
+    ReplyFormat.json_schema({"type": "string", "pattern": pattern})
 
 
 def test_deep_nesting_is_refused():

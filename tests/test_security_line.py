@@ -212,6 +212,28 @@ def test_stop_strings_at_the_limits_cost_nothing(app):
         assert timed["stops"] < 3 * timed["plain"] + 2
 
 
+def test_a_pattern_of_huge_repetitions_is_refused_before_any_grammar_is_built(app):
+    """107 bytes of schema, ^a{300000000}$, once took the server up by 800 MiB (which stayed)
+    before the grammar's own size was checked; a{4000000000} would have asked for 12 GB."""
+    server = psutil.Process(app.pid)
+    post(app.url, "127.0.0.3", body(QUESTION))  # the memory a first reply sets up is no attack's
+    done = threading.Event()
+    memory = peak_rss(server, done)
+    try:
+        for pattern in ("^a{300000000}$", "^a{4000000000}$", "^(a{1000}){1000}$"):
+            schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": pattern}}, "required": ["code"]}
+            response, seconds = post(app.url, "127.0.0.2", body(QUESTION, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}))
+            assert response.status_code == 400, response.text
+            assert "schema.properties.code.pattern writes out more than 5,000 pieces" in response.json()["error"]["message"], response.text
+            assert seconds < 30
+        answered, _ = post(app.url, "127.0.0.3", body(QUESTION))
+    finally:
+        done.set()
+    print(f"\nhuge pattern repetitions refused; server RSS {memory[0] / 2**20:.0f} -> peak {max(memory) / 2**20:.0f} MiB")
+    assert answered.status_code == 200
+    assert max(memory) - memory[0] < 100 * 2**20
+
+
 # ---- work before the line
 
 

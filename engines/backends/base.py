@@ -135,10 +135,21 @@ class BaseEngine(ABC):
         most of a second for a string with a maxLength. A ConfigError names what cannot be compiled."""
         generation = self.check(request)
         if request.reply_format is not None and request.reply_format not in self._compiled_formats:
+            # Shielded: a client that hangs up stops waiting, but the compile's thread runs on and
+            # keeps the turn until it ends, or each hang-up would let one more compile run beside it.
+            await asyncio.shield(self._compile_in_turn(request.reply_format))
+        return generation
+
+    def _compile_in_turn(self, reply_format: ReplyFormat) -> asyncio.Task:
+        async def compile_in_turn() -> None:
             # One compile at a time: many new schemas at once take one core, not all of them.
             async with self._compile_turn:
-                await asyncio.to_thread(self.reply_constraint, request.reply_format)
-        return generation
+                await asyncio.to_thread(self.reply_constraint, reply_format)
+
+        task = asyncio.ensure_future(compile_in_turn())
+        # Read the error of a compile nobody waits for any more, so that asyncio does not log it as lost.
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return task
 
     def reply_constraint(self, reply_format: ReplyFormat | None) -> Any:
         """What this backend decodes ``reply_format`` under (None for free text), compiled once
