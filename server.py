@@ -59,6 +59,7 @@ def web_app(slot, args: argparse.Namespace):
 
     from starlette.routing import Mount
 
+    from access.session_owners import SessionOwnerCheck, SessionOwners, keep_sessions_to_their_logins
     from api.body_limit import BodyLimit, is_api_path
     from store import StoreError, open_store, shown_url
     from webui import PAGE_KWARGS, FileCache, build_demo
@@ -84,9 +85,21 @@ def web_app(slot, args: argparse.Namespace):
     # Gradio checks that a file a request names is one its users uploaded only once launch() has
     # run; a mounted page never runs it, and would copy any file on the server that it is sent.
     demo.has_launched = True
+    gradio_app = next(route.app for route in page.routes if isinstance(route, Mount))
     # Gradio's heartbeat streams (one per open page) end only when its app is told the server stops.
-    page.state.page_streams_stop = next(route.app for route in page.routes if isinstance(route, Mount)).stop_event
+    page.state.page_streams_stop = gradio_app.stop_event
+    if logins:
+        owners = SessionOwners()
+        keep_sessions_to_their_logins(demo, owners)
+        page.add_middleware(SessionOwnerCheck, owners=owners, login_of=lambda request: gradio_login(gradio_app, request))
     return page
+
+
+def gradio_login(gradio_app, request) -> str | None:
+    """The page login a request's cookies carry, as Gradio reads them (its routes' get_current_user)."""
+    cookies = request.cookies
+    token = cookies.get(f"access-token-{gradio_app.cookie_id}") or cookies.get(f"access-token-unsecure-{gradio_app.cookie_id}")
+    return gradio_app.tokens.get(token)
 
 
 def load_slot(slot, settings: dict[str, Any]) -> None:

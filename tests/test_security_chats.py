@@ -11,6 +11,7 @@ import zipfile
 
 import pytest
 
+from access.session_owners import NOT_YOURS
 from harness.app_in_process import AppInProcess
 from store import open_store
 from tests.page_client import PageClient, browser_kept, error, file_data, shown
@@ -100,6 +101,28 @@ def test_another_users_chat_cannot_be_read_listed_changed_or_deleted(app, tabs):
     other_tab = tabs("alice")
     assert opened(other_tab, {"id": "c" * 32, "current": secret_chat}) == secret_chat
     assert chat_ids(other_tab) == [secret_chat]
+
+
+def test_another_logins_session_hash_opens_nothing(app, tabs):
+    """Alice's session hash is in every heartbeat and answer-stream URL, so in proxy logs. With it
+    and his own login, Bob's events are refused before they run (he lists, exports and writes
+    nothing of hers), and her answers' stream and heartbeat are refused him; her tab goes on."""
+    alice = tabs("alice")
+    secret_chat = opened(alice)
+    assert error(alice.chat(SECRET)) is None
+    before = rows(app, secret_chat)
+
+    bob = tabs("bob")
+    bob.session = alice.session
+    for listener, data in (("search_chats", [None, ""]), ("export_all", [None]), ("chat", [None, {"text": "Mine now", "files": []}]),
+                           ("delete_chat", [None, None])):
+        answer = bob.call(listener, data)
+        assert answer.get("status") == 400 and answer["detail"] == NOT_YOURS, answer
+    for path, params in (("/gradio_api/queue/data", {"session_hash": alice.session}), (f"/gradio_api/heartbeat/{alice.session}", {})):
+        refused = bob.http.get(path, params=params)
+        assert refused.status_code == 403 and refused.json()["detail"] == NOT_YOURS, refused.text
+    assert rows(app, secret_chat) == before
+    assert chat_ids(alice, "locker") == [secret_chat]
 
 
 def test_before_the_page_has_opened_every_chat_listener_refuses(app, tabs):
