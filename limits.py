@@ -44,8 +44,9 @@ class Limits(BaseModel):
                                                            "(saved chats keep their own copies)")
     max_user_media_size: int = byte_size(2 * 2**30, "the images, video and audio kept with one user's saved chats "
                                                     "(each file once however many chats use it)")
-    max_import_chats: int = Field(1000, gt=0, description="conversation files in one archive of chats imported at once; "
-                                                          "more is refused before any is read")
+    max_import_chats: int = Field(1000, gt=0, description="conversation files in one archive of chats imported at once (more is "
+                                                          "refused before any is read), and chats an older version kept in the "
+                                                          "browser moved in as the page opens (the newest of them)")
     max_queue_size: int = Field(64, gt=0, description="page requests waiting for their turn; more are told the server is busy")
     max_login_wait: int = Field(30, gt=0, description="longest wait in seconds before the next try after repeated failed logins "
                                                       "(page and API) from one address or for one user name")

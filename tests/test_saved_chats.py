@@ -610,6 +610,11 @@ def test_the_chats_a_browser_held_move_into_the_store_once(chat_store, upload_fo
     again = sidebar.restore(view["storage"], None)
     assert again["old_chats"] is not None and len(again["chats"].choices()) == 2
     assert [t.content for t in again["session"].turns] == ["Second", "Two"], "the page opens on the chat it showed last"
+    # A request naming more old chats than an import may hold moves the newest of them only.
+    many = {"chats": [{"id": str(n), "title": f"Old {n}", "turns": [{"role": "user", "content": "Hi"}]} for n in range(5)]}
+    capped = sidebar_over(chat_store, max_import_chats=3).restore({"id": "e" * 32}, many)
+    assert [title for title, _ in capped["chats"].choices()] == ["Old 0", "Old 1", "Old 2"]
+    assert "Moved 3 chats from this browser" in capped["note"] and "The 2 oldest were left out" in capped["note"], capped["note"]
     broken = sidebar.restore({"id": "d" * 32}, {"chats": [{"id": "a", "title": "x", "turns": [{"role": "robot"}]}]})
     assert broken["note"].startswith("⚠ The chats saved in this browser could not be read (chats.0.turns.0.role")
     assert broken["chats"].choices() == []

@@ -229,7 +229,7 @@ class ChatSidebar:
         browser, current = browser_memory(stored)
         chats = SavedChats(self.store, owner_of(request, browser), browser, current, self.setting_names)
         chats.purge_expired()
-        problem = move_in(chats, old)
+        problem = move_in(chats, old, self.limits.max_import_chats)
         session = chats.open(chats.current or chats.newest(), get_upload_folder())
         return {"chats": chats, "old_chats": None if old is not None else gr.skip(), **show(chats, session, problem)}
 
@@ -240,18 +240,26 @@ def owner_of(request: gr.Request | None, browser: str) -> str:
     return f"login:{username}" if username else f"browser:{browser}"
 
 
-def move_in(chats: SavedChats, old: Any) -> str:
+def move_in(chats: SavedChats, old: Any, most: int) -> str:
     """Move the chats the browser kept (older versions did) into the store, oldest first so the
-    newest stays on top; a note where they could not be read."""
+    newest stays on top, at most the ``most`` newest (a request can name a hundred thousand); a
+    note of what was moved, what was left out, or why they could not be read."""
     kept, problem = BrowserChats.from_browser(old)
+    if problem:
+        return problem
+    moving = kept.chats[:most]
     current = chats.current
-    for chat in reversed(kept.chats):
+    for chat in reversed(moving):
         moved = chats.add([turn.model_copy(deep=True) for turn in chat.turns], chat.system, chat.tools)
         chats.rename(moved.chat_id, chat.title)
         if chat.id == kept.current:
             current = moved.chat_id
     chats.current = current
-    return problem or (f"Moved {len(kept.chats)} chat{'s' if len(kept.chats) != 1 else ''} from this browser to the server." if kept.chats else "")
+    note = f"Moved {len(moving)} chat{'s' if len(moving) != 1 else ''} from this browser to the server." if moving else ""
+    if left_out := len(kept.chats) - len(moving):
+        note += (f" The {left_out} oldest were left out: this server moves at most {most} at once (--max-import-chats); "
+                 "export them from the old version to import them.")
+    return note
 
 
 def repaint(session: ChatSession) -> dict[str, Any]:
