@@ -100,8 +100,12 @@ class ChatTab:
             self.chatbot.edit(inputs=[session], **by_name(handlers.edit, {**chat, "stop_btn": self.stop_btn}), inputs_kwargs=chat_settings,
                               api_visibility="private", **streaming),
         ]
+        # Queued, so that its answer comes in order in the page's one stream of answers. Answered
+        # apart (queue=False), one that a busy machine delayed could land after a later one: the
+        # edit of a document's chip ends at once, while the edit of the text beside it answers, and
+        # its Stop-shown came in after the reply's own Stop-hidden, leaving Stop shown for good.
         for reply in self.replies:
-            reply.then(replying.stop_button, [session], self.stop_btn, queue=False, api_visibility="private")
+            reply.then(replying.stop_button, [session], self.stop_btn, concurrency_limit=None, show_progress="hidden", api_visibility="private")
         self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
         self.pdfs_as_images.change(handlers.pdfs_as_images, [session, self.pdfs_as_images], None, queue=False, api_visibility="private")
         self.pdfs_as_images.change(handlers.attachments_note, [session, self.message_box], self.attachments_note,
