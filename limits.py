@@ -43,7 +43,8 @@ class Limits(BaseModel):
     max_file_age: int = Field(24 * 3600, gt=0, description="seconds a file put on the page or exported from it is kept "
                                                            "(saved chats keep their own copies)")
     max_user_media_size: int = byte_size(2 * 2**30, "the images, video and audio kept with one user's saved chats "
-                                                    "(each file once however many chats use it)")
+                                                    "(each file once however many chats use it), and the conversation "
+                                                    "files of one Export all together")
     max_import_chats: int = Field(1000, gt=0, description="conversation files in one archive of chats imported at once (more is "
                                                           "refused before any is read), and chats an older version kept in the "
                                                           "browser moved in as the page opens (the newest of them)")

@@ -495,6 +495,24 @@ def test_all_of_a_users_chats_export_as_conversation_files_that_import(chat_stor
     assert "Bob's secret" not in json.dumps([(upload_folder / "unzipped" / name).read_text() for name in names])
 
 
+def test_an_export_of_all_chats_is_bounded_by_what_a_users_chats_may_keep(chat_store, upload_folder):
+    """One picture named in every message of several chats: each chat's file carries its own copy
+    (a 1 MB upload named 70 times in 4 chats made a 283 MB export). Chats that would take the
+    export over the user's media quota are left out by name."""
+    chats = user_chats(chat_store)
+    picture_path = str(noise(upload_folder / "n" / "noise.png"))
+    for number in range(3):
+        chats.add([Turn(role="user", content=f"Look {number}", files=[picture_path] * 3)])
+    with zipfile.ZipFile(sidebar_over(chat_store).export_all(chats)["value"]) as archive:
+        sizes = [member.file_size for member in archive.infolist()]
+    assert len(sizes) == 3 and min(sizes) > 3 * os.path.getsize(picture_path), "each chat carries each copy"
+    sidebar = sidebar_over(chat_store, max_user_media_size=sizes[0] + sizes[1] + sizes[2] // 2)
+    with pytest.warns(UserWarning, match=r"Left out of the export: Look 0: with it the export would be over .* \(--max-user-media-size\)"):
+        exported = sidebar.export_all(chats)
+    with zipfile.ZipFile(exported["value"]) as archive:
+        assert archive.namelist() == ["001 Look 2.json", "002 Look 1.json"]
+
+
 def test_all_chats_import_back_at_once_as_new_chats_of_the_importing_user(chat_store, upload_folder):
     alice = user_chats(chat_store, "login:alice")
     alice.add([Turn(role="user", content="Look", files=[str(picture(upload_folder / "a" / "red.png", "red"))]),

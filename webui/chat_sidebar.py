@@ -193,7 +193,7 @@ class ChatSidebar:
     @store_errors
     def export_all(self, chats: SavedChats | None) -> dict[str, Any]:
         try:
-            path, left_out = export_chats(opened(chats), get_upload_folder(), self.limits.max_upload_size)
+            path, left_out = export_chats(opened(chats), get_upload_folder(), self.limits.max_upload_size, self.limits.max_user_media_size)
         except (OSError, ChatError) as error:
             raise gr.Error(f"Could not export the chats: {error}", print_exception=False) from None
         for reason in left_out:
