@@ -69,8 +69,10 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
             )
         return model
 
+    # On the event loop: a synchronous route takes one of the worker threads the page's handlers
+    # share, and a flood of those kept the model list waiting for seconds.
     @router.get("/models")
-    def list_models() -> ModelList:
+    async def list_models() -> ModelList:
         return ModelList(data=[ModelCard(id=slot.model.model_id, created=now())] if slot.loaded else [])
 
     @router.post("/chat/completions", response_model=None)

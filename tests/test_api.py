@@ -3,6 +3,7 @@ localhost serving the real default model (greedy decoding, so replies are reprod
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -57,6 +58,25 @@ def test_models_lists_the_loaded_model(client, slot):
     [card] = client.models.list().data
     # A plain name clients can type: no spaces or brackets.
     assert card.id == slot.model.model_id == "SmolLM2-135M-Instruct"
+
+
+async def test_the_model_list_is_answered_while_every_worker_thread_is_taken():
+    """The page's synchronous handlers share the server's worker threads (40); a flood of them
+    took /v1/models to 15 s. Listing models needs none of those threads."""
+    import anyio.to_thread
+
+    app = add_api(FastAPI(), ModelSlot())
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    holders = [object() for _ in range(int(limiter.total_tokens))]
+    for holder in holders:
+        await limiter.acquire_on_behalf_of(holder)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://server") as http:
+            listed = await asyncio.wait_for(http.get("/v1/models"), 10)
+    finally:
+        for holder in holders:
+            limiter.release_on_behalf_of(holder)
+    assert listed.status_code == 200 and listed.json()["data"] == [], listed.text
 
 
 def test_completion_is_the_models_reply_with_its_token_counts(client, model_id, slot):
