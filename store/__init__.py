@@ -5,8 +5,8 @@ an SQLite file in the app's data folder by default or in PostgreSQL (``--databas
 migrations, in ``migrations/``, run at every start), ``chats.py`` what the page asks of it.
 """
 
-from .chats import ChatInfo, ChatStore, MessageChanges, NoSuchMessage, NotYours, PresetInfo, StoredMessage, StoreError, store_problem
+from .chats import ChatInfo, ChatStore, ListedChat, MessageChanges, NoSuchMessage, NotYours, PresetInfo, StoredMessage, StoreError, store_problem
 from .database import StoreSettings, data_dir, database_url, open_store, shown_url
 
-__all__ = ["ChatInfo", "ChatStore", "MessageChanges", "NoSuchMessage", "NotYours", "PresetInfo", "StoreError", "StoreSettings", "StoredMessage", "data_dir", "database_url", "open_store",
+__all__ = ["ChatInfo", "ChatStore", "ListedChat", "MessageChanges", "NoSuchMessage", "NotYours", "PresetInfo", "StoreError", "StoreSettings", "StoredMessage", "data_dir", "database_url", "open_store",
            "shown_url", "store_problem"]

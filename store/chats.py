@@ -50,6 +50,14 @@ class ChatInfo:
 
 
 @dataclass(frozen=True)
+class ListedChat:
+    """A chat as a list of chats shows it."""
+
+    id: str
+    title: str
+
+
+@dataclass(frozen=True)
 class PresetInfo:
     name: str
     system: str
@@ -98,15 +106,17 @@ class ChatStore:
     def close(self) -> None:
         self.engine.dispose()
 
-    def chats(self, owner: str, query: str = "") -> list[ChatInfo]:
-        """``owner``'s chats, newest first; with ``query``, those whose title or any message holds it, whatever its case."""
-        statement = select(Chat).where(Chat.owner == owner, Chat.deleted.is_(None)).order_by(Chat.updated.desc())
+    def chats(self, owner: str, query: str = "") -> list[ListedChat]:
+        """``owner``'s chats, newest first; with ``query``, those whose title or any message holds it, whatever its case.
+        Only what a list shows is read: every tab lists its user's chats every few seconds, and a
+        chat's system prompt, tools and settings can be megabytes each."""
+        statement = select(Chat.id, Chat.title).where(Chat.owner == owner, Chat.deleted.is_(None)).order_by(Chat.updated.desc())
         query = query.strip()
         if query:
             in_messages = exists().where(Message.chat_id == Chat.id, Message.content.icontains(query, autoescape=True))
             statement = statement.where(Chat.title.icontains(query, autoescape=True) | in_messages)
         with Session(self.engine) as session:
-            return [_info(chat) for chat in session.scalars(statement)]
+            return [ListedChat(chat_id, title) for chat_id, title in session.execute(statement)]
 
     def chat(self, owner: str, chat_id: str) -> ChatInfo | None:
         with Session(self.engine) as session:
