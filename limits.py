@@ -38,6 +38,10 @@ class Limits(BaseModel):
                                                                  "a longer one is refused before any page is rendered")
     max_document_unpacked_size: int = byte_size(100 * 2**20, "what one attached Word file (.docx, a zip) may unpack to; "
                                                              "more is refused before it is unpacked (zip bombs)")
+    max_document_seconds: int = Field(30, gt=0, description="CPU seconds reading one attached document may take (a small PDF "
+                                                            "can be built to cost hours); beyond them it is refused")
+    max_document_memory: int = byte_size(2**30, "memory reading one attached document may take (a small Word file can be built "
+                                                "to take gigabytes); beyond it the document is refused")
     max_cache_size: int = byte_size(5 * 2**30, "all files the page keeps together (uploads, imported media, exports); "
                                                "beyond it the oldest are deleted")
     max_file_age: int = Field(24 * 3600, gt=0, description="seconds a file put on the page or exported from it is kept "

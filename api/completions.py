@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from engines import ChatModel, ChatRequest, Response
-from engines.prompt.documents import DocumentLimits
+from engines.prompt.document_sandbox import SandboxLimits
 from engines.logprobs import TokenLogprobs
 from engines.prompt.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
 
@@ -40,12 +40,12 @@ from .schemas import (
 
 
 def chat_request(request: ChatCompletionRequest, model: ChatModel, local_media_dir: Path | None, user: str,
-                 limits: DocumentLimits) -> ChatRequest:
+                 limits: SandboxLimits) -> ChatRequest:
     """The engine's request for this API request (``user``: whom it counts for in the line);
     what the server cannot do is refused before any work starts. Slow where documents are read:
     call it off the event loop."""
     refuse_unsupported(request, model)
-    engine_input = to_engine_input(request.messages, local_media_dir, limits)
+    engine_input = to_engine_input(request.messages, local_media_dir, limits, user)
     generation = request.generation()
     use_tools = bool(request.tools) and request.tool_choice != "none"
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if use_tools else None

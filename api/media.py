@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engines import MediaError
-from engines.prompt.documents import DocumentLimits, read_document
+from engines.prompt.document_sandbox import SandboxLimits, read_bounded
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, MediaKind
 
 from .errors import APIError
@@ -39,11 +39,11 @@ class EngineInput:
     media: dict[MediaKind, list[Any]] = field(default_factory=lambda: {kind: [] for kind in MEDIA_KINDS})
 
 
-def to_engine_input(messages: list[Message], local_media_dir: Path | None, limits: DocumentLimits) -> EngineInput:
-    """Slow where documents are read: call it off the event loop."""
+def to_engine_input(messages: list[Message], local_media_dir: Path | None, limits: SandboxLimits, user: str | None = None) -> EngineInput:
+    """Slow where documents are read: call it off the event loop. ``user``: whose documents they are (read one at a time)."""
     result = EngineInput(messages=[])
     for index, message in enumerate(messages):
-        content = _content_text(message.content, result, f"messages[{index}].content", local_media_dir, limits)
+        content = _content_text(message.content, result, f"messages[{index}].content", local_media_dir, limits, user)
         converted: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role, "content": content}
         if message.tool_calls:
             converted["tool_calls"] = [_template_tool_call(call, f"messages[{index}].tool_calls[{i}]") for i, call in enumerate(message.tool_calls)]
@@ -56,7 +56,7 @@ def to_engine_input(messages: list[Message], local_media_dir: Path | None, limit
 
 
 def _content_text(content: str | list | None, result: EngineInput, param: str, local_media_dir: Path | None,
-                  limits: DocumentLimits) -> str:
+                  limits: SandboxLimits, user: str | None) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     text = ""
@@ -66,7 +66,7 @@ def _content_text(content: str | list | None, result: EngineInput, param: str, l
         if isinstance(part, TextPart):
             text += ("\n" if previous_was_text else "") + part.text
         elif isinstance(part, FilePart):
-            text += ("\n" if previous_was_text else "") + _document_text(part, where, limits)
+            text += ("\n" if previous_was_text else "") + _document_text(part, where, limits, user)
             previous_was_text = True
             continue
         elif isinstance(part, ImagePart):
@@ -85,7 +85,7 @@ def _content_text(content: str | list | None, result: EngineInput, param: str, l
     return text
 
 
-def _document_text(part: FilePart, param: str, limits: DocumentLimits) -> str:
+def _document_text(part: FilePart, param: str, limits: SandboxLimits, user: str | None) -> str:
     if part.file.file_data is None:
         reason = "file_id names a file uploaded to OpenAI's Files API, which this server does not have" if part.file.file_id else "it has no file_data"
         raise APIError(400, f"{param}.file: {reason}. Send the file itself in file_data, as a data: URL "
@@ -95,7 +95,7 @@ def _document_text(part: FilePart, param: str, limits: DocumentLimits) -> str:
     mime = part.file.file_data[len("data:"):].partition(";")[0].partition(",")[0] if data_url else ""
     name = os.path.basename(part.file.filename or "") or "document" + (mimetypes.guess_extension(mime) or ".txt")
     try:
-        return read_document(data, name, limits).for_model()
+        return read_bounded(data, name, limits, user).for_model()
     except MediaError as error:
         raise APIError(400, f"{param}: {error}", param=param, code="invalid_document") from None
 

@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 
 from engines import ChatError, ChatModel
 from engines.model_files.model_args import MediaSettings
-from engines.prompt.documents import PDF_EXTENSIONS, Document, is_document, read_document
+from engines.prompt.document_sandbox import ReadingLimits, read_bounded
+from engines.prompt.documents import PDF_EXTENSIONS, Document, is_document
 from engines.prompt.pdf_pages import pdf_page_images
 from limits import Limits
 
@@ -64,22 +65,21 @@ def page_images(paths: list[str], folder: str, limits: Limits) -> list[str]:
     return written
 
 
-def read_documents(paths: list[str], limits: Limits) -> list[AttachedDocument]:
-    """The documents at ``paths`` (the page's uploads), read; a ChatError naming the first that cannot be."""
+def read_documents(paths: list[str], limits: Limits, user: str | None = None) -> list[AttachedDocument]:
+    """The documents at ``paths`` (the page's uploads) of ``user``, read; a ChatError naming the first that cannot be."""
     documents = []
     for path in paths:
         modified = os.path.getmtime(path) if os.path.exists(path) else 0.0
-        document = _read(path, modified, limits.max_document_pages, limits.max_document_characters, limits.max_document_unpacked_size)
+        document = _read(path, modified, ReadingLimits.of(limits), user)
         documents.append(AttachedDocument(name=document.name, summary=document.summary(), text=document.for_model(), path=path))
     return documents
 
 
 @lru_cache(maxsize=16)
-def _read(path: str, modified: float, pages: int, characters: int, unpacked: int) -> Document:
+def _read(path: str, modified: float, limits: ReadingLimits, user: str | None) -> Document:
     """An upload read once, though the note reads it as it is attached and the send again."""
-    limits = Limits(max_document_pages=pages, max_document_characters=characters, max_document_unpacked_size=unpacked)
     # Gradio keeps each upload in a folder of its own under the name it was given.
-    return read_document(path, os.path.basename(path), limits)
+    return read_bounded(path, os.path.basename(path), limits, user)
 
 
 # Each model's counts of the documents last shown, dropped with the model (an unloaded model's
@@ -110,14 +110,14 @@ def is_chip(part: Any) -> bool:
     return isinstance(part, str) and part.startswith(f'<details class="{CHIP_CLASS}"')
 
 
-def tokens_note(model: ChatModel | None, paths: list[str], conversation: str, limits: Limits) -> str:
-    """What the note under the box says of the documents in it: each one's tokens in ``model``'s own
-    tokenizer and, against the model's context, whether the message can be sent after
-    ``conversation`` (the prompt so far, as the model would get it). Empty without documents."""
+def tokens_note(model: ChatModel | None, paths: list[str], conversation: str, limits: Limits, user: str | None = None) -> str:
+    """What the note under the box says of ``user``'s documents in it: each one's tokens in
+    ``model``'s own tokenizer and, against the model's context, whether the message can be sent
+    after ``conversation`` (the prompt so far, as the model would get it). Empty without documents."""
     if not paths:
         return ""
     try:
-        documents = read_documents(paths, limits)
+        documents = read_documents(paths, limits, user)
     except ChatError as error:
         return f"⚠ {error}"
     if model is None:

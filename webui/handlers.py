@@ -117,7 +117,7 @@ class ChatHandlers:
         as_images = session.pdfs_as_images and self.slot.loaded and "image" in self.slot.model.media_kinds
         media, document_files, pdfs = split_files(files, as_images)
         try:
-            documents = await asyncio.to_thread(read_documents, document_files, self.limits)
+            documents = await asyncio.to_thread(read_documents, document_files, self.limits, page_user(request))
             media += await asyncio.to_thread(page_images, pdfs, get_upload_folder(), self.limits)
         except ChatError as error:
             # The message stays in the box, to take the file out of it; the conversation is as it was.
@@ -300,7 +300,7 @@ class ChatHandlers:
                 kept_now(session)
         await kept(session)
 
-    def attachments_note(self, session: ChatSession, message: dict | None, **settings: Any) -> str:
+    def attachments_note(self, session: ChatSession, message: dict | None, request: gr.Request | None = None, **settings: Any) -> str:
         """The note under the box: what its documents take of the loaded model's context, after the
         conversation so far (sent with the chat's ``settings``)."""
         model = self.slot.model if self.slot.loaded else None
@@ -315,7 +315,7 @@ class ChatHandlers:
                 conversation = model.render_prompt(model_request([*session.turns, Turn(role="user")], **settings))
             except ChatError:
                 conversation = ""
-        note = tokens_note(model, documents, conversation, self.limits)
+        note = tokens_note(model, documents, conversation, self.limits, page_user(request))
         return f"{note} · {pages}." if pages else note
 
     def pdfs_as_images(self, session: ChatSession, chosen: bool) -> None:

@@ -1,0 +1,134 @@
+"""Document bombs, sent the way an attacker sends them: through /v1 and the page's message box of
+`python app.py --backend huggingface` on the real default model (served in the test process:
+harness/app_in_process.py), with a second user chatting meanwhile.
+
+- a PDF of 10 KB whose pages share one content stream of 3.8 MB: pypdf spends 5 s of pure-Python
+  work on each page (1.5-2 hours over a thousand pages, which no thread can be made to stop);
+- a .docx of 60 KB holding three million empty paragraphs, which python-docx builds into a tree
+  of gigabytes.
+
+Each is read in a process of its own (engines/prompt/document_sandbox.py), stopped at the
+server's limits (lowered here so that a test takes seconds), and refused in words; the other
+user is answered within seconds meanwhile, and the server's memory stays where it was.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import threading
+import time
+import zipfile
+
+import psutil
+import pytest
+
+from harness.app_in_process import AppInProcess
+from tests.page_client import PageClient, error, file_data
+from tests.test_security_line import QUESTION, body, peak_rss, post
+
+pytestmark = pytest.mark.server
+
+SECONDS = 3
+MEMORY = "400mb"
+
+
+def shared_stream_pdf(pages: int) -> bytes:
+    """``pages`` pages that all draw one content stream of 120,000 text operations writing nothing."""
+    from pypdf import PdfWriter
+    from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+    writer = PdfWriter()
+    content = DecodedStreamObject()
+    content.set_data(b"BT /F1 12 Tf 10 10 Td () Tj ET\n" * 120_000)
+    shared = writer._add_object(content.flate_encode())
+    font = DictionaryObject({NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+                             NameObject("/BaseFont"): NameObject("/Helvetica")})
+    for _ in range(pages):
+        page = writer.add_blank_page(612, 792)
+        page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+        page[NameObject("/Contents")] = shared
+    written = io.BytesIO()
+    writer.write(written)
+    return written.getvalue()
+
+
+def empty_paragraphs_docx(paragraphs: int) -> bytes:
+    import docx
+
+    blank = io.BytesIO()
+    docx.Document().save(blank)
+    written = io.BytesIO()
+    with zipfile.ZipFile(blank) as source, zipfile.ZipFile(written, "w", zipfile.ZIP_DEFLATED) as target:
+        for member in source.infolist():
+            data = source.read(member.filename)
+            if member.filename == "word/document.xml":
+                data = data.replace(b"<w:body>", b"<w:body>" + b"<w:p/>" * paragraphs, 1)
+            target.writestr(member, data)
+    return written.getvalue()
+
+
+BOMBS = {"pages.pdf": ("application/pdf", lambda: shared_stream_pdf(50)), "paragraphs.docx": (
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document", lambda: empty_paragraphs_docx(3_000_000))}
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    process = AppInProcess(tmp_path_factory.mktemp("app"), ("--backend", "huggingface", "--max-document-seconds", str(SECONDS),
+                                                            "--max-document-memory", MEMORY))
+    yield process
+    process.stop()
+
+
+def refused_in_words(message: str, name: str) -> None:
+    assert f"{name} takes more than this server gives to reading one document ({SECONDS} s of CPU time, 400 MB of memory" in message, message
+
+
+@pytest.mark.parametrize("name", list(BOMBS))
+def test_a_document_bomb_sent_to_the_api_is_stopped_and_others_are_answered(app, name):
+    mime, make = BOMBS[name]
+    data = make()
+    post(app.url, "127.0.0.3", body(QUESTION))  # the memory a first reply sets up is no attack's
+    server = psutil.Process(app.pid)
+    done = threading.Event()
+    memory = peak_rss(server, done)
+    part = {"type": "file", "file": {"filename": name, "file_data": f"data:{mime};base64,{base64.b64encode(data).decode()}"}}
+    attack = {}
+
+    def attacker() -> None:
+        attack["response"], attack["seconds"] = post(app.url, "127.0.0.2", body([{"role": "user", "content": [part]}]))
+
+    thread = threading.Thread(target=attacker)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        answered, seconds = post(app.url, "127.0.0.3", body(QUESTION))
+    finally:
+        thread.join(300)
+        done.set()
+    print(f"\n{name} ({len(data) / 1024:.0f} KB): {attack['response'].status_code} after {attack['seconds']:.1f} s; another user answered in "
+          f"{seconds:.1f} s; server RSS {memory[0] / 2**20:.0f} -> peak {max(memory) / 2**20:.0f} MiB")
+    assert answered.status_code == 200 and "Paris" in answered.json()["choices"][0]["message"]["content"]
+    assert seconds < 30
+    assert attack["response"].status_code == 400, attack["response"].text
+    refused_in_words(attack["response"].json()["error"]["message"], name)
+    assert attack["seconds"] < SECONDS + 60
+    assert max(memory) - memory[0] < 100 * 2**20
+
+
+def test_a_document_bomb_dropped_in_the_message_box_is_stopped_and_the_chat_stays(app):
+    """The page reads a document as it is dropped in the box (the note counts its tokens) and again
+    as it is sent: both are stopped, the note and the send say why, and the conversation stays."""
+    tab = PageClient(app.url)
+    try:
+        assert error(tab.call("restore", [None, None])) is None
+        assert error(tab.chat("Say hello.")) is None
+        path = tab.upload("pages.pdf", shared_stream_pdf(50))
+        message = {"text": "Summarise this.", "files": [file_data(path)]}
+        note = tab.call("attachments_note", [None, message, "", ""])
+        assert error(note) is None, note
+        refused_in_words(note["output"]["data"][0], "pages.pdf")
+        sent = tab.chat("Summarise this.", [file_data(path)])
+        assert "Say hello." in str(sent["output"]["data"]) and "Summarise this." not in str(sent["output"]["data"][0]), sent
+    finally:
+        tab.close()
