@@ -563,6 +563,26 @@ def test_an_archive_of_chats_that_is_not_one_is_refused_before_anything_is_impor
     assert chats.choices() == [] and not list(upload_folder.glob("anychat-import-*"))
 
 
+def test_an_archive_of_a_hundred_thousand_files_is_refused_before_its_directory_is_read(chat_store, upload_folder, tmp_path):
+    """Its directory would take some 50 MB to read (two million entries, in an upload's 100 MB, a
+    gigabyte): the count its end record declares is checked first."""
+    import tracemalloc
+
+    path = tmp_path / "chats.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        for number in range(100_000):
+            archive.writestr(f"{number}.json", b"")
+    chats = user_chats(chat_store)
+    tracemalloc.start()
+    try:
+        with pytest.raises(gr.Error, match=r"holds 100000 files, over this server's limit of 1000 chats imported at once"):
+            sidebar_over(chat_store, export_limit=100 * 2**20).import_all(chats, str(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 5 * 2**20, f"refusing it took {peak / 2**20:.0f} MiB"
+
+
 def test_a_zip_bomb_whose_directory_lies_about_its_size_is_read_no_further_than_it_says(chat_store, upload_folder, tmp_path):
     path = tmp_path / "chats.zip"
     archive_of(path, {"001 bomb.json": "0" * 50_000_000})
