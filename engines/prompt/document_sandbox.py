@@ -17,7 +17,6 @@ otherwise hand the server an object to run.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -125,5 +124,4 @@ def _read_in_child() -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     _read_in_child()
