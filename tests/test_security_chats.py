@@ -9,6 +9,7 @@ import re
 import sqlite3
 import zipfile
 
+import httpx
 import pytest
 
 from access.session_owners import NOT_YOURS
@@ -121,6 +122,13 @@ def test_another_logins_session_hash_opens_nothing(app, tabs):
     for path, params in (("/gradio_api/queue/data", {"session_hash": alice.session}), (f"/gradio_api/heartbeat/{alice.session}", {})):
         refused = bob.http.get(path, params=params)
         assert refused.status_code == 403 and refused.json()["detail"] == NOT_YOURS, refused.text
+    # Gradio's cancel route checks no login: neither Bob nor a visitor without one cancels her events.
+    cancel = {"session_hash": alice.session, "fn_index": alice.listeners["chat"], "event_id": "0" * 32}
+    with httpx.Client(base_url=app.url) as visitor:
+        for client in (bob.http, visitor):
+            refused = client.post("/gradio_api/cancel", json=cancel)
+            assert refused.status_code == 403 and refused.json()["detail"] == NOT_YOURS, refused.text
+    assert alice.http.post("/gradio_api/cancel", json=cancel).status_code == 200
     assert rows(app, secret_chat) == before
     assert chat_ids(alice, "locker") == [secret_chat]
 
