@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import base64
 import io
-import threading
-import time
 import zipfile
 
-import psutil
 import pytest
 
 from harness.app_in_process import AppInProcess
 from tests.page_client import PageClient, error, file_data
-from tests.test_security_line import QUESTION, body, peak_rss, post
+from tests.test_security_line import QUESTION, attack_while_another_asks, body, post
 
 pytestmark = pytest.mark.server
 
@@ -89,31 +86,16 @@ def test_a_document_bomb_sent_to_the_api_is_stopped_and_others_are_answered(app,
     mime, make = BOMBS[name]
     data = make()
     post(app.url, "127.0.0.3", body(QUESTION))  # the memory a first reply sets up is no attack's
-    server = psutil.Process(app.pid)
-    done = threading.Event()
-    memory = peak_rss(server, done)
     part = {"type": "file", "file": {"filename": name, "file_data": f"data:{mime};base64,{base64.b64encode(data).decode()}"}}
-    attack = {}
-
-    def attacker() -> None:
-        attack["response"], attack["seconds"] = post(app.url, "127.0.0.2", body([{"role": "user", "content": [part]}]))
-
-    thread = threading.Thread(target=attacker)
-    thread.start()
-    try:
-        time.sleep(0.5)
-        answered, seconds = post(app.url, "127.0.0.3", body(QUESTION))
-    finally:
-        thread.join(300)
-        done.set()
-    print(f"\n{name} ({len(data) / 1024:.0f} KB): {attack['response'].status_code} after {attack['seconds']:.1f} s; another user answered in "
-          f"{seconds:.1f} s; server RSS {memory[0] / 2**20:.0f} -> peak {max(memory) / 2**20:.0f} MiB")
-    assert answered.status_code == 200 and "Paris" in answered.json()["choices"][0]["message"]["content"]
-    assert seconds < 30
-    assert attack["response"].status_code == 400, attack["response"].text
-    refused_in_words(attack["response"].json()["error"]["message"], name)
-    assert attack["seconds"] < SECONDS + 60
-    assert max(memory) - memory[0] < 100 * 2**20
+    attack = attack_while_another_asks(app, body([{"role": "user", "content": [part]}]))
+    print(f"\n{name} ({len(data) / 1024:.0f} KB): {attack.response.status_code} after {attack.seconds:.1f} s; another user answered in "
+          f"{attack.answered_seconds:.1f} s; server RSS {attack.memory[0] / 2**20:.0f} -> peak {max(attack.memory) / 2**20:.0f} MiB")
+    assert attack.answered.status_code == 200 and "Paris" in attack.answered.json()["choices"][0]["message"]["content"]
+    assert attack.answered_seconds < 30
+    assert attack.response.status_code == 400, attack.response.text
+    refused_in_words(attack.response.json()["error"]["message"], name)
+    assert attack.seconds < SECONDS + 60
+    assert max(attack.memory) - attack.memory[0] < 100 * 2**20
 
 
 def test_a_document_bomb_dropped_in_the_message_box_is_stopped_and_the_chat_stays(app):

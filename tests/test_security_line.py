@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import dataclass
 
 import httpx
 import psutil
@@ -133,6 +134,38 @@ def post(url: str, address: str, request: dict, timeout: float = 300, auth: tupl
     return response, time.monotonic() - started
 
 
+@dataclass
+class Attack:
+    """An attacker's request and its answer, beside another user's ordinary question and its
+    answer, and the server's resident memory sampled meanwhile (read its max)."""
+
+    response: httpx.Response
+    seconds: float
+    answered: httpx.Response
+    answered_seconds: float
+    memory: list[int]
+
+
+def attack_while_another_asks(app: AppInProcess, request: dict) -> Attack:
+    """``request`` sent from 127.0.0.2, and half a second later a plain question from 127.0.0.3."""
+    done = threading.Event()
+    memory = peak_rss(psutil.Process(app.pid), done)
+    attack = {}
+
+    def attacker() -> None:
+        attack["response"], attack["seconds"] = post(app.url, "127.0.0.2", request)
+
+    thread = threading.Thread(target=attacker)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        answered, seconds = post(app.url, "127.0.0.3", body(QUESTION))
+    finally:
+        thread.join(600)
+        done.set()
+    return Attack(attack["response"], attack["seconds"], answered, seconds, memory)
+
+
 def peak_rss(process: psutil.Process, until: threading.Event) -> list[int]:
     """The server's resident memory, sampled until ``until`` is set; read the list's max."""
     samples = [process.memory_info().rss]
@@ -168,29 +201,14 @@ def small_line_app(tmp_path_factory):
 
 
 def test_a_stop_string_beyond_the_limits_is_refused_at_once_and_others_carry_on(app):
-    server = psutil.Process(app.pid)
-    done = threading.Event()
-    memory = peak_rss(server, done)
-    attack = {}
-
-    def attacker() -> None:
-        attack["response"], attack["seconds"] = post(app.url, "127.0.0.2", body(QUESTION, stop=["x" * 4000]))
-
-    thread = threading.Thread(target=attacker)
-    thread.start()
-    try:
-        time.sleep(0.5)
-        answered, seconds = post(app.url, "127.0.0.3", body(QUESTION))
-    finally:
-        thread.join(600)
-        done.set()
-    print(f"\n4,000-character stop string: {attack['response'].status_code} after {attack['seconds']:.2f} s; another user answered "
-          f"in {seconds:.2f} s; server RSS {memory[0] / 2**20:.0f} -> peak {max(memory) / 2**20:.0f} MiB")
-    assert answered.status_code == 200 and "Paris" in answered.json()["choices"][0]["message"]["content"]
-    assert attack["response"].status_code == 400, attack["response"].text
-    error = attack["response"].json()["error"]
+    attack = attack_while_another_asks(app, body(QUESTION, stop=["x" * 4000]))
+    print(f"\n4,000-character stop string: {attack.response.status_code} after {attack.seconds:.2f} s; another user answered "
+          f"in {attack.answered_seconds:.2f} s; server RSS {attack.memory[0] / 2**20:.0f} -> peak {max(attack.memory) / 2**20:.0f} MiB")
+    assert attack.answered.status_code == 200 and "Paris" in attack.answered.json()["choices"][0]["message"]["content"]
+    assert attack.response.status_code == 400, attack.response.text
+    error = attack.response.json()["error"]
     assert f"at most {MAX_STOP_LENGTH} characters" in error["message"], error
-    assert attack["seconds"] < 30 and seconds < 60
+    assert attack.seconds < 30 and attack.answered_seconds < 60
 
     too_many, _ = post(app.url, "127.0.0.2", body(QUESTION, stop=[str(i) for i in range(MAX_STOP_STRINGS + 1)]))
     assert too_many.status_code == 400 and f"at most {MAX_STOP_STRINGS} stop strings" in too_many.json()["error"]["message"], too_many.text
