@@ -51,9 +51,7 @@ if [ "$want_tests" = 1 ]; then
   bash scripts/setup_video_env.sh > .cache/setup-video.log 2>&1 &
   background+=("$!:.cache/setup-video.log")
 fi
-# --no-compile: pip would byte-compile every module of torch, vLLM and the rest (about a minute
-# on 2 cores); Python compiles the ones a run imports, once, as it first imports them.
-pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile)
+pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 has_module() { .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)"; }
 
 # torch first and pinned: the CPU wheel; an unpinned torch resolves to a multi-GB CUDA build.
