@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from harness.browser import CHROMIUM, AppProcess, bot_messages, open_tab, set_number, user_messages, wait_until_ready
@@ -42,6 +44,8 @@ if not Path(CHROMIUM).exists():
 
 BROWSER_WAIT_MS = 180_000  # on a busy 2-core machine one request can wait behind seven others
 MAX_NEW_TOKENS = 32
+# Logprobs (nats) this close are a tie that another kernel's rounding can tip.
+NEAR_TIE = 0.05
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,41 @@ def last_reply(page) -> tuple[str, int]:
     return text, int(match[1])
 
 
+def lone_reply(process: AppProcess, user: User) -> dict:
+    """The greedy reply to ``user``'s question, asked alone through the app's API with the
+    session's exact earlier turn (from the chat store), with each token's two likeliest tokens:
+    OpenAI's choice object."""
+    with sqlite3.connect(process.log_path.parent / "data" / "chats.db") as database:
+        [(chat_id,)] = database.execute("SELECT id FROM chats WHERE title = ?", (user.first,)).fetchall()
+        first, earlier = [content for (content,) in database.execute("SELECT content FROM messages WHERE chat_id = ? ORDER BY id LIMIT 2", (chat_id,))]
+    messages = [{"role": "system", "content": user.system}, {"role": "user", "content": first}, {"role": "assistant", "content": earlier},
+                {"role": "user", "content": user.question}]
+    model = httpx.get(f"{process.url}v1/models", timeout=60).json()["data"][0]["id"]
+    answer = httpx.post(f"{process.url}v1/chat/completions", timeout=300, json={
+        "model": model, "messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS, "logprobs": True, "top_logprobs": 2})
+    [choice] = answer.json()["choices"]
+    return choice
+
+
+def near_tie(lone: dict, at_once: str) -> str | None:
+    """Where ``at_once`` parts from the ``lone`` reply, if the lone reply's two likeliest tokens
+    there are within NEAR_TIE of each other and ``at_once`` took the second; None otherwise."""
+    written = ""
+    for token in lone["logprobs"]["content"]:
+        if not words(at_once).startswith(words(written + token["token"])):
+            best, second = token["top_logprobs"]
+            if words(at_once).startswith(words(written + second["token"])) and best["logprob"] - second["logprob"] < NEAR_TIE:
+                return f"at {written!r}, {best['token']!r} ({best['logprob']:.5f}) against {second['token']!r} ({second['logprob']:.5f})"
+            return None
+        written += token["token"]
+    return None
+
+
+def words(text: str) -> str:
+    """``text`` with its spacing as the page shows it."""
+    return " ".join(text.split())
+
+
 def send_to_all(pages, texts) -> None:
     """Send each page its text, all at once: the boxes are filled first, then Enter in each."""
     boxes = [page.locator("#chat-input textarea") for page in pages]
@@ -188,10 +227,19 @@ def test_eight_sessions_at_once_get_the_replies_they_get_alone(app, pages):
           f"alone one by one {alone_ms / 1000:.1f} s in all, 8 at once {wall_ms / 1000:.1f} s of wall time "
           f"({wall_ms / alone_ms:.2f}×); most requests ahead seen per page: {most_ahead}")
 
+    # The page's lone reply is the API's to the same conversation (what near_tie reads is that reply).
+    assert words(lone_reply(process, USERS[0])["message"]["content"]) == words(alone[0][0])
     for user, (text, tokens), (alone_text, alone_tokens) in zip(USERS, together, alone):
-        assert (text, tokens) == (alone_text, alone_tokens), (
-            f"{backend}: {user.name}'s reply at once differs from alone:\nalone:   {alone_text!r} ({alone_tokens} tokens)\n"
-            f"at once: {text!r} ({tokens} tokens)")
+        if (text, tokens) == (alone_text, alone_tokens):
+            continue
+        # vLLM batches with other kernels than it runs one request with: even in float32 a batch
+        # can tip a near-tie the other way (once in six loaded runs). That is no cross-talk, and
+        # only that is let pass: the replies part where the lone reply's two likeliest tokens tie.
+        lone = lone_reply(process, user)
+        tie = near_tie(lone, text) if backend == "vllm" and words(lone["message"]["content"]) == words(alone_text) else None
+        print(f"{user.name}'s reply at once parts from alone: {tie or 'not at a near-tie'}")
+        assert tie, (f"{backend}: {user.name}'s reply at once differs from alone:\nalone:   {alone_text!r} ({alone_tokens} tokens)\n"
+                     f"at once: {text!r} ({tokens} tokens)")
     for page, user, first_reply, (text, _) in zip(pages, USERS, earlier, together):
         # Each session's history holds its own messages, and nobody else's words.
         assert user_messages(page).all_inner_texts() == [user.first, user.question]
