@@ -49,6 +49,11 @@ class Limits(BaseModel):
     max_user_media_size: int = byte_size(2 * 2**30, "the images, video and audio kept with one user's saved chats "
                                                     "(each file once however many chats use it), and the conversation "
                                                     "files of one Export all together")
+    max_user_text_size: int = byte_size(100 * 2**20, "the text kept with one user's saved chats (every version of every "
+                                                     "message, system prompts, tools, settings) and presets together, a character "
+                                                     "counted as a byte; a save beyond it is refused and says so")
+    max_user_chats: int = Field(5000, gt=0, description="saved chats one user may keep; a new chat beyond them is not saved, and says so")
+    max_user_presets: int = Field(100, gt=0, description="presets one user may keep")
     max_import_chats: int = Field(1000, gt=0, description="conversation files in one archive of chats imported at once (more is "
                                                           "refused before any is read), and chats an older version kept in the "
                                                           "browser moved in as the page opens (the newest of them)")

@@ -61,7 +61,7 @@ def web_app(slot, args: argparse.Namespace):
 
     from access.session_owners import SessionOwnerCheck, SessionOwners, keep_sessions_to_their_logins
     from api.body_limit import BodyLimit, is_api_path
-    from store import StoreError, open_store, shown_url
+    from store import Quota, StoreError, open_store, shown_url
     from webui import PAGE_KWARGS, FileCache, build_demo
 
     users = page_users(args)
@@ -74,7 +74,7 @@ def web_app(slot, args: argparse.Namespace):
     app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
                        flag="--max-page-request-size", advice="Send a shorter message, or ask the server's operator to raise the limit.")
     try:
-        store = open_store(args.database_url, limits.max_user_media_size)
+        store = open_store(args.database_url, Quota.of(limits))
     except StoreError as error:
         raise SystemExit(str(error)) from None
     print(f"Chats kept in {shown_url(args.database_url)}", flush=True)

@@ -13,30 +13,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, delete, exists, func, select, update
+from sqlalchemy import Engine, delete, exists, false, func, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from .errors import NoSuchMessage, NotYours, StoreError
 from .media import MediaFiles
+from .quota import CHAT_FIELDS_SIZE, MESSAGE_SIZE, PRESET_SIZE, Quota
 from .tables import Chat, ChatMedia, Media, Message, Preset
-
-
-class StoreError(Exception):
-    """The store cannot be opened or written; the message says why and what to do."""
-
-
-def store_problem(error: Exception) -> str:
-    """What went wrong in a store call, in a line: the database driver's own message where
-    SQLAlchemy wraps one ("database or disk is full"), not SQLAlchemy's statement and link."""
-    return str(getattr(error, "orig", None) or error).splitlines()[0]
-
-
-class NotYours(StoreError):
-    """A chat id that belongs to another owner."""
-
-
-class NoSuchMessage(StoreError):
-    """A message id that is not one of the chat's."""
 
 
 @dataclass(frozen=True)
@@ -95,13 +79,13 @@ class MessageChanges:
 
 
 class ChatStore:
-    """``media``: where the media kept with the chats are; ``media_quota``: how many bytes of them
-    one owner may keep (None: no limit)."""
+    """``media``: where the media kept with the chats are; ``quota``: what one owner may keep. A
+    write that would take its owner past the quota is refused with OverQuota, and none of it is written."""
 
-    def __init__(self, engine: Engine, media: MediaFiles, media_quota: int | None = None) -> None:
+    def __init__(self, engine: Engine, media: MediaFiles, quota: Quota = Quota()) -> None:
         self.engine = engine
         self.media = media
-        self.media_quota = media_quota
+        self.quota = quota
 
     def close(self) -> None:
         self.engine.dispose()
@@ -164,13 +148,16 @@ class ChatStore:
         with Session(self.engine) as session, session.begin():
             chat = session.get(Chat, chat_id, with_for_update=True)
             if chat is None:
-                chat = _new_chat(session, owner, chat_id, created, now)
+                chat = self._new_chat(session, owner, chat_id, created, now)
             elif chat.owner != owner:
                 raise NotYours(f"Chat {chat_id} is not yours.")
             chat.updated = now
+            gone = []
             if changes.removed:
-                tree = Tree(session.execute(select(Message.id, Message.parent).where(Message.chat_id == chat_id)))
-                session.execute(delete(Message).where(Message.chat_id == chat_id, Message.id.in_(tree.below(changes.removed))))
+                gone = Tree(session.execute(select(Message.id, Message.parent).where(Message.chat_id == chat_id))).below(changes.removed)
+            before = _messages_size(session, chat_id, Message.id.in_([*changes.changed, *gone]))
+            if gone:
+                session.execute(delete(Message).where(Message.chat_id == chat_id, Message.id.in_(gone)))
             for row_id, message in changes.changed.items():
                 session.execute(update(Message).where(Message.chat_id == chat_id, Message.id == row_id).values(**_columns(message, now)))
             rows = [Message(chat_id=chat_id, **_columns(message, now)) for message in changes.added]
@@ -180,6 +167,11 @@ class ChatStore:
                 row.parent = parent
             chat.shown = rows[-1].id if rows else changes.shown
             session.flush()
+            # Rows added get ids above every earlier one (see tables.Message); an IN list of
+            # thousands of them would pass SQLite's limit on a statement's parameters.
+            added = Message.id >= rows[0].id if rows else false()
+            after = _messages_size(session, chat_id, Message.id.in_(list(changes.changed)) | added)
+            self._grow(session, owner, chat_id, after - before)
             self._use_media(session, chat_id, media or {}, now)
             return [row.id for row in rows]
 
@@ -198,7 +190,7 @@ class ChatStore:
             chat = session.get(Chat, chat_id)
             if chat is not None:
                 raise NotYours(f"Chat {chat_id} is not yours.") if chat.owner != owner else StoreError(f"Chat {chat_id} exists already.")
-            chat = _new_chat(session, owner, chat_id, created, now)
+            chat = self._new_chat(session, owner, chat_id, created, now)
             rows = [Message(chat_id=chat_id, **_columns(message, now)) for _, message in messages]
             session.add_all(rows)
             session.flush()
@@ -206,8 +198,30 @@ class ChatStore:
                 row.parent = rows[parent].id if parent is not None else None
             chat.shown = rows[shown].id if rows else None
             session.flush()
+            self._grow(session, owner, chat_id, _messages_size(session, chat_id, true()))
             self._use_media(session, chat_id, media or {}, now)
             return [row.id for row in rows]
+
+    def _new_chat(self, session: Session, owner: str, chat_id: str, created: dict[str, str], now: float) -> Chat:
+        self.quota.check_chats(self.count(owner, session) + 1)
+        chat = Chat(id=chat_id, owner=owner, **{"system": "", "tools": "", **_without_nul(created)}, created=now, updated=now)
+        session.add(chat)
+        session.flush()
+        self._grow(session, owner, chat_id, session.scalar(select(CHAT_FIELDS_SIZE).where(Chat.id == chat_id)))
+        return chat
+
+    def _grow(self, session: Session, owner: str, chat_id: str, grown: int) -> None:
+        """Count ``grown`` more characters of text in the chat (fewer where it is negative). Where
+        it grew, its owner's text is checked against the quota: over it, the whole write is refused."""
+        session.execute(update(Chat).where(Chat.id == chat_id).values(text_size=Chat.text_size + grown))
+        if grown > 0:
+            self.quota.check_text(self._text_used(session, owner), grown)
+
+    def _text_used(self, session: Session, owner: str) -> int:
+        """The characters of text ``owner``'s chats (those not deleted) and presets hold."""
+        chats = select(func.coalesce(func.sum(Chat.text_size), 0)).where(Chat.owner == owner, Chat.deleted.is_(None))
+        presets = select(func.coalesce(func.sum(Preset.text_size), 0)).where(Preset.owner == owner)
+        return session.scalar(chats) + session.scalar(presets)
 
     def _use_media(self, session: Session, chat_id: str, media: dict[str, int], now: float) -> None:
         """Note that the chat uses ``media`` (hashes and sizes), each kept once."""
@@ -261,9 +275,13 @@ class ChatStore:
             gone = list(session.scalars(delete(Media).where(~unused).returning(Media.sha256)))
         self.media.remove(gone)
 
-    def count(self, owner: str) -> int:
+    def count(self, owner: str, session: Session | None = None) -> int:
+        """How many chats ``owner`` has (deleted ones not counted), in ``session`` where given."""
+        statement = select(func.count()).select_from(Chat).where(Chat.owner == owner, Chat.deleted.is_(None))
+        if session is not None:
+            return session.scalar(statement)
         with Session(self.engine) as session:
-            return session.scalar(select(func.count()).select_from(Chat).where(Chat.owner == owner, Chat.deleted.is_(None))) or 0
+            return session.scalar(statement)
 
     def presets(self, owner: str) -> list[PresetInfo]:
         """``owner``'s presets, by name."""
@@ -277,24 +295,39 @@ class ChatStore:
             return PresetInfo(row.name, row.system, row.generation) if row else None
 
     def save_preset(self, owner: str, name: str, system: str, generation: dict[str, Any]) -> None:
-        """Keep ``owner``'s preset ``name``, in place of one so named before."""
-        values = {"owner": owner, "name": _without_nul(name), "system": _without_nul(system), "generation": _without_nul(generation),
+        """Keep ``owner``'s preset ``name``, in place of one so named before (OverQuota where that
+        would take ``owner`` past their presets or text)."""
+        name = _without_nul(name)
+        values = {"owner": owner, "name": name, "system": _without_nul(system), "generation": _without_nul(generation),
                   "updated": time.time()}
         insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
         statement = insert(Preset).values(**values)
         statement = statement.on_conflict_do_update(index_elements=["owner", "name"],
                                                     set_={key: statement.excluded[key] for key in ("system", "generation", "updated")})
+        this = (Preset.owner == owner, Preset.name == name)
         with Session(self.engine) as session, session.begin():
+            before = session.scalar(select(Preset.text_size).where(*this)) or 0
             session.execute(statement)
+            session.execute(update(Preset).where(*this).values(text_size=PRESET_SIZE))
+            self.quota.check_presets(session.scalar(select(func.count()).select_from(Preset).where(Preset.owner == owner)))
+            grown = session.scalar(select(Preset.text_size).where(*this)) - before
+            if grown > 0:
+                self.quota.check_text(self._text_used(session, owner), grown)
 
     def delete_preset(self, owner: str, name: str) -> bool:
         with Session(self.engine) as session, session.begin():
             return session.execute(delete(Preset).where(Preset.owner == owner, Preset.name == name)).rowcount > 0
 
     def _update(self, owner: str, chat_id: str, **values: Any) -> bool:
+        """Set ``values`` in ``owner``'s chat (not deleted), its text counted anew; false where there is no such chat."""
+        this = (Chat.owner == owner, Chat.id == chat_id, Chat.deleted.is_(None))
         with Session(self.engine) as session, session.begin():
-            statement = update(Chat).where(Chat.owner == owner, Chat.id == chat_id, Chat.deleted.is_(None)).values(**values)
-            return session.execute(statement).rowcount > 0
+            before = session.scalar(select(CHAT_FIELDS_SIZE).where(*this))
+            if before is None:
+                return False
+            session.execute(update(Chat).where(*this).values(**values))
+            self._grow(session, owner, chat_id, session.scalar(select(CHAT_FIELDS_SIZE).where(Chat.id == chat_id)) - before)
+            return True
 
 
 class Tree:
@@ -347,10 +380,9 @@ def _stored(row: Message, versions: tuple[int, ...] = ()) -> StoredMessage:
     return StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state, row.parent, versions)
 
 
-def _new_chat(session: Session, owner: str, chat_id: str, created: dict[str, str], now: float) -> Chat:
-    chat = Chat(id=chat_id, owner=owner, **{"system": "", "tools": "", **_without_nul(created)}, created=now, updated=now)
-    session.add(chat)
-    return chat
+def _messages_size(session: Session, chat_id: str, which: Any) -> int:
+    """The characters of text of the chat's messages ``which`` selects (a condition on Message)."""
+    return session.scalar(select(func.coalesce(func.sum(MESSAGE_SIZE), 0)).where(Message.chat_id == chat_id, which))
 
 
 def _owned(session: Session, owner: str, chat_id: str) -> Chat | None:

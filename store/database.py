@@ -11,7 +11,9 @@ from pydantic import BaseModel, Field
 from sqlalchemy import URL, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from .chats import ChatStore, StoreError
+from .chats import ChatStore
+from .errors import StoreError
+from .quota import Quota
 from .media import MediaFiles
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -47,10 +49,10 @@ def database_url(url: str | None = None) -> str:
     return url
 
 
-def open_store(url: str | None = None, media_quota: int | None = None, data: Path | None = None) -> ChatStore:
+def open_store(url: str | None = None, quota: Quota = Quota(), data: Path | None = None) -> ChatStore:
     """The store at ``url`` (see database_url), its schema migrated to the newest, its media in
-    the data folder (``data``, else data_dir()), ``media_quota`` bytes of them per owner; a
-    StoreError that says what to do where it cannot be opened."""
+    the data folder (``data``, else data_dir()), each owner held to ``quota``; a StoreError that
+    says what to do where it cannot be opened."""
     url = database_url(url)
     try:
         parsed = make_url(url)
@@ -70,7 +72,7 @@ def open_store(url: str | None = None, media_quota: int | None = None, data: Pat
         engine.dispose()
         raise StoreError(f"Could not open the chat store at {parsed.render_as_string(hide_password=True)}: {error.orig or error}. "
                          f"{_advice(parsed)}") from None
-    return ChatStore(engine, MediaFiles((data or data_dir()) / "media"), media_quota)
+    return ChatStore(engine, MediaFiles((data or data_dir()) / "media"), quota)
 
 
 def _advice(url: URL) -> str:

@@ -35,6 +35,8 @@ class Chat(Base):
     # When it was deleted, while that can still be undone (None: not deleted); ChatStore.purge
     # removes it for good, its media with it.
     deleted: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The characters of text the chat holds, its messages' and its own (store/quota.py).
+    text_size: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
     __table_args__ = (Index("ix_chats_owner_updated", "owner", "updated"),)
 
@@ -91,3 +93,5 @@ class Preset(Base):
     system: Mapped[str] = mapped_column(Text)
     generation: Mapped[dict] = mapped_column(JSON)
     updated: Mapped[float] = mapped_column(Float)
+    # The characters of text it holds (store/quota.py).
+    text_size: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")

@@ -6,6 +6,7 @@ while a reply streams, on the real default model."""
 import asyncio
 import json
 import os
+import re
 import time
 import zipfile
 from pathlib import Path
@@ -18,7 +19,7 @@ from PIL import Image
 from limits import Limits
 from tests.page_input import CONTROLS, message, run, settings
 from webui import chat_presets, chat_sidebar
-from store import open_store
+from store import Quota, open_store
 from webui.browser_storage import browser_memory, page_secret
 from webui.chat_keeper import title_of
 from webui.conversation import ChatSession, Turn, model_request, render
@@ -430,7 +431,7 @@ def noise(path):
 
 
 def test_a_user_over_the_media_quota_is_told_and_the_chat_is_kept(tmp_path, upload_folder):
-    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", media_quota=6000, data=tmp_path)
+    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", Quota(media=6000), data=tmp_path)
     try:
         chats = user_chats(store)
         first, second = noise(upload_folder / "a" / "first.png"), noise(upload_folder / "b" / "second.png")
@@ -445,6 +446,29 @@ def test_a_user_over_the_media_quota_is_told_and_the_chat_is_kept(tmp_path, uplo
         other = user_chats(store, "login:bob")
         other.add([Turn(role="user", content="Mine", files=[str(second)])])
         assert len(store.media_of("login:bob")) == 1
+    finally:
+        store.close()
+
+
+def test_chats_past_the_chats_quota_stay_on_the_page_and_say_so(tmp_path, upload_folder):
+    """Old browser chats move in up to the quota, and the note says which did not; an imported
+    conversation past it is shown, unsaved, with a warning that says why, and saved once there is room."""
+    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", Quota(chats=2), data=tmp_path)
+    try:
+        old = {"chats": [{"id": str(n), "title": f"Old {n}", "turns": [{"role": "user", "content": f"Hi {n}"}]} for n in range(3)]}
+        view = sidebar_over(store).restore({"id": "e" * 32}, old)
+        assert [title for title, _ in view["chats"].choices()] == ["Old 1", "Old 2"]
+        assert re.search(r"Moved 2 chats from this browser to the server\. The newest was not: you would have 3 saved chats, over "
+                         r"this server's limit of 2 per user \(--max-user-chats\)", view["note"]), view["note"]
+        chats = view["chats"]
+        imported = ChatSession(turns=[Turn(role="user", content="Imported"), Turn(role="assistant", content="Kept on the page.")])
+        with pytest.warns(UserWarning, match=r"This chat is not saved: you would have 3 saved chats.*saved as soon as there is room"):
+            shown = chat_sidebar.keep_import(chats, imported, "")
+        session = shown["session"]
+        assert [t.content for t in session.turns] == ["Imported", "Kept on the page."] and chats.find(session.chat_id) is None
+        chats.delete(chats.choices()[-1][1])
+        chats.keep(session, session.chat_id, "", "")
+        assert [t.content for t in chats.open(session.chat_id, str(upload_folder)).turns] == ["Imported", "Kept on the page."]
     finally:
         store.close()
 

@@ -7,6 +7,8 @@ without logins, one browser's chats out of another browser's reach."""
 import json
 import re
 import sqlite3
+import threading
+import time
 import zipfile
 
 import httpx
@@ -21,12 +23,16 @@ pytestmark = pytest.mark.server
 
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
 SECRET = "My locker code is 4711."
+TEXT_QUOTA = 2**20
+CHATS_QUOTA = 20
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     folder = tmp_path_factory.mktemp("app")
-    process = AppInProcess(folder, ("--auth", f"alice:{PASSWORDS['alice']}", "--auth", f"bob:{PASSWORDS['bob']}"))
+    # Quotas small enough that an import fills them in a moment.
+    process = AppInProcess(folder, ("--auth", f"alice:{PASSWORDS['alice']}", "--auth", f"bob:{PASSWORDS['bob']}",
+                                    "--max-user-text-size", f"{TEXT_QUOTA}b", "--max-user-chats", str(CHATS_QUOTA)))
     process.database = folder / "data" / "chats.db"  # ANYCHAT_DATA_DIR, as AppInProcess sets it
     yield process
     process.stop()
@@ -55,6 +61,13 @@ def opened(tab, storage=None, old=None):
 
 def chat_ids(tab, query=""):
     return [chat_id for _, chat_id in tab.call("search_chats", [None, query])["output"]["data"][0]["choices"]]
+
+
+def rows_of(app, owner: str) -> list[str]:
+    """The text of every message of ``owner``'s chats."""
+    with sqlite3.connect(app.database) as database:
+        return [content for (content,) in database.execute("SELECT content FROM messages JOIN chats ON chats.id = chat_id WHERE owner = ?",
+                                                           (owner,))]
 
 
 def rows(app, chat_id):
@@ -207,3 +220,67 @@ def test_an_archive_of_chats_imports_into_the_importing_users_chats_only(app, ta
     alice = tabs("alice")
     opened(alice)
     assert chat_ids(alice, "imported hello") == []
+
+
+def archive_of(path, files: dict[str, str]) -> bytes:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as packed:
+        for name, content in files.items():
+            packed.writestr(name, content)
+    return path.read_bytes()
+
+
+def stored_text(app, owner: str) -> int:
+    """The characters of text ``owner``'s chats hold in the database, counted from the rows."""
+    with sqlite3.connect(app.database) as database:
+        return database.execute("SELECT coalesce(sum(length(content) + length(data)), 0) FROM messages JOIN chats ON chats.id = chat_id "
+                                "WHERE owner = ?", (owner,)).fetchone()[0]
+
+
+def test_a_compressed_import_stops_at_the_users_text_quota_and_another_user_chats_meanwhile(app, tabs, tmp_path):
+    """An archive of 1.4 MB of text packed into a few KB (the attack wrote 110 MB from a 103 KB ZIP):
+    the import stops at the user's quota with a message that says so, writes nothing past it, and
+    a second try writes nothing at all; another user's chat is answered and saved meanwhile."""
+    chapter = "All work and no play makes Jack a dull boy. " * 4000  # 180 K characters, each file
+    files = {f"{n:03d} Jack.json": json.dumps({"turns": [{"role": "user", "content": f"{n} {chapter}"}]}) for n in range(8)}
+    data = archive_of(tmp_path / "jack.zip", files)
+    assert len(data) < 50_000
+    mallory = tabs("bob")
+    opened(mallory)
+    upload = file_data(mallory.upload("jack.zip", data))
+    alice = tabs("alice")
+    opened(alice)
+    answered = {}
+
+    def alice_chats() -> None:
+        time.sleep(0.5)
+        started = time.monotonic()
+        answered["reply"], answered["seconds"] = alice.chat("Say hello to Jack."), time.monotonic() - started
+
+    thread = threading.Thread(target=alice_chats)
+    thread.start()
+    try:
+        imported = mallory.call("import_all", [None, upload])
+    finally:
+        thread.join(300)
+    assert error(answered["reply"]) is None and answered["seconds"] < 30, answered
+    assert "Say hello to Jack." in [content for content in rows_of(app, "login:alice")]
+    message = error(imported)
+    assert message and re.search(r"Could not import jack\.zip: adding 17\d\.\d KB of text to the [89]\d\d\.\d KB your saved chats and "
+                                 r"presets hold would pass this server's limit of 1 MB per user \(--max-user-text-size\).* \(5 imported before that\)", message), message
+    kept = stored_text(app, "login:bob")
+    assert 5 * len(chapter) < kept <= TEXT_QUOTA
+    again = mallory.call("import_all", [None, upload])
+    assert "would pass this server's limit of 1 MB per user" in error(again) and "imported before that" not in error(again)
+    assert stored_text(app, "login:bob") == kept
+
+
+def test_an_import_past_the_users_chats_quota_is_refused_before_any_is_read(app, tabs, tmp_path):
+    data = archive_of(tmp_path / "many.zip", {f"{n:03d}.json": json.dumps({"turns": [{"role": "user", "content": f"Chat {n}"}]})
+                                              for n in range(CHATS_QUOTA + 1)})
+    tab = tabs("alice")
+    opened(tab)
+    before = chat_ids(tab)
+    refused = tab.call("import_all", [None, file_data(tab.upload("many.zip", data))])
+    assert re.search(rf"Could not import many\.zip: you would have {len(before) + CHATS_QUOTA + 1} saved chats, over this server's limit of "
+                     rf"{CHATS_QUOTA} per user \(--max-user-chats\)", error(refused) or ""), refused
+    assert chat_ids(tab) == before

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import inspect, text
 
 from harness.postgres import fresh_database
-from store import MessageChanges, NoSuchMessage, NotYours, StoreError, open_store
+from store import MessageChanges, NoSuchMessage, NotYours, OverQuota, Quota, StoreError, open_store
 from store.database import MIGRATIONS, database_url, migrate
 
 
@@ -34,7 +34,7 @@ def messages(*texts):
 def test_the_schema_is_made_by_the_migrations_and_opening_again_changes_nothing(url):
     store = open_store(url)
     with store.engine.connect() as connection:
-        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0006"
         assert {"chats", "messages", "media", "chat_media", "alembic_version"} <= set(inspect(connection).get_table_names())
     store.write("alice", "c1", messages("Hi"), {"title": "Hi"})
     store.close()
@@ -255,3 +255,112 @@ def test_a_list_of_chats_reads_only_what_it_shows(chat_store):
     assert [(chat.id, chat.title) for chat in listed] == [("c2", "Chat 2"), ("c1", "Chat 1"), ("c0", "Chat 0")]
     assert [chat.id for chat in searched] == ["c1"]
     assert peak < 2**20, f"listing took {peak / 2**20:.0f} MiB"
+
+
+def recounted(store, owner: str) -> dict[str, int]:
+    """Each of ``owner``'s chats' text counted from scratch, by the migration's own SQL (0006)."""
+    with store.engine.connect() as connection:
+        return dict(connection.execute(text("""SELECT id,
+            coalesce(length(title), 0) + coalesce(length(system), 0) + coalesce(length(tools), 0) + coalesce(length(CAST(generation AS TEXT)), 0)
+            + coalesce((SELECT sum(coalesce(length(content), 0) + coalesce(length(CAST(data AS TEXT)), 0)) FROM messages WHERE chat_id = chats.id), 0)
+            FROM chats WHERE owner = :owner"""), {"owner": owner}).all())
+
+
+def counted(store, owner: str) -> dict[str, int]:
+    with store.engine.connect() as connection:
+        return dict(connection.execute(text("SELECT id, text_size FROM chats WHERE owner = :owner"), {"owner": owner}).all())
+
+
+def test_each_chats_text_is_counted_as_it_changes(chat_store):
+    """The count each write keeps is the chat's text counted from scratch, through every kind of write."""
+    ids = chat_store.write("alice", "c1", messages("Name a fruit", "Mango.", "And a colour?", "Blue."), {"title": "Name a fruit", "system": "Be brief."})
+    chat_store.write("alice", "c1", MessageChanges(added=[{"role": "assistant", "content": "Papaya, ripe " * 50}],
+                                                   changed={ids[1]: {"role": "assistant", "content": "Kiwi.", "reasoning": "short " * 20}},
+                                                   removed=[ids[2]], after=ids[1]), {"title": "x"})
+    chat_store.set_settings("alice", "c1", "Be very brief, always." * 10, "[]", {"temperature": 0.3})
+    chat_store.rename("alice", "c1", "Fruit")
+    chat_store.write_tree("alice", "c2", [(None, {"role": "user", "content": "Hi"}), (0, {"role": "assistant", "content": "Hello!"}),
+                                          (0, {"role": "assistant", "content": "Hey " * 100})], 2, {"title": "Hi"})
+    assert counted(chat_store, "alice") == recounted(chat_store, "alice")
+    assert counted(chat_store, "alice")["c1"] > 1000
+
+
+def test_a_write_past_the_text_quota_is_refused_whole_and_the_room_a_delete_frees_is_used_again(url):
+    store = open_store(url, Quota(text=3000))
+    try:
+        [first] = store.write("alice", "c1", messages("x" * 1000), {"title": "One"})
+        before = (store.messages("alice", "c1"), counted(store, "alice"))
+        with pytest.raises(OverQuota, match=r"adding 2\.4 KB of text to the 1005 bytes your saved chats and presets hold would pass this server's limit of 2\.9 KB per user \(--max-user-text-size\)"):
+            store.write("alice", "c1", MessageChanges(added=[{"role": "assistant", "content": "y" * 2500}],
+                                                      changed={first: {"role": "user", "content": "z" * 1000}}, removed=[], after=first), {"title": "x"})
+        assert (store.messages("alice", "c1"), counted(store, "alice")) == before, "nothing of the refused write is kept"
+        with pytest.raises(OverQuota):  # a new chat counts with the others
+            store.write("alice", "c2", messages("w" * 2500), {"title": "Two"})
+        with pytest.raises(OverQuota):  # and so do a chat's system prompt and a preset
+            store.set_settings("alice", "c1", "s" * 2500, "")
+        with pytest.raises(OverQuota):
+            store.save_preset("alice", "Long", "p" * 2500, {})
+        assert store.chat("alice", "c2") is None and store.chat("alice", "c1").system == "" and store.presets("alice") == []
+        store.write("bob", "b1", messages("v" * 2500), {"title": "Bob's"})  # each user has a quota of their own
+        # Over the quota already (a lower one after a restart), a write that shrinks the text goes through.
+        shrinking = open_store(url, Quota(text=500))
+        shrinking.write("alice", "c1", MessageChanges(added=[], changed={first: {"role": "user", "content": "short"}}, removed=[]), {"title": "x"})
+        shrinking.close()
+        store.write("alice", "c2", messages("w" * 2500), {"title": "Two"})
+        assert store.delete("alice", "c2")
+        store.write("alice", "c3", messages("u" * 2500), {"title": "Three"})  # a deleted chat's room is free at once
+        assert counted(store, "alice") == recounted(store, "alice")
+    finally:
+        store.close()
+
+
+def test_chats_and_presets_past_their_quota_are_refused(url):
+    store = open_store(url, Quota(chats=2, presets=2))
+    try:
+        store.write("alice", "c1", messages("One"), {"title": "One"})
+        store.write_tree("alice", "c2", [(None, {"role": "user", "content": "Two"})], 0, {"title": "Two"})
+        with pytest.raises(OverQuota, match=r"you would have 3 saved chats, over this server's limit of 2 per user \(--max-user-chats\)"):
+            store.write("alice", "c3", messages("Three"), {"title": "Three"})
+        with pytest.raises(OverQuota):
+            store.write_tree("alice", "c3", [(None, {"role": "user", "content": "Three"})], 0, {"title": "Three"})
+        store.write("alice", "c1", messages("More in a chat kept already"), {"title": "x"})
+        store.delete("alice", "c1")
+        store.write("alice", "c3", messages("Three"), {"title": "Three"})
+        assert [chat.id for chat in store.chats("alice")] == ["c3", "c2"]
+        store.save_preset("alice", "A", "", {})
+        store.save_preset("alice", "B", "", {})
+        with pytest.raises(OverQuota, match=r"you would have 3 presets, over this server's limit of 2 per user \(--max-user-presets\)"):
+            store.save_preset("alice", "C", "", {})
+        store.save_preset("alice", "B", "Saved again in place", {})
+        assert [(p.name, p.system) for p in store.presets("alice")] == [("A", ""), ("B", "Saved again in place")]
+    finally:
+        store.close()
+
+
+def test_an_upgraded_database_counts_the_text_already_there(tmp_path):
+    """Rows written before the count existed (the same rows a store of today writes, copied into
+    a database of the schema before it) are counted by the upgrade as the store counts them."""
+    from alembic import command
+    from alembic.config import Config
+
+    today = open_store(f"sqlite:///{tmp_path / 'today.db'}")
+    today.write("alice", "c1", messages("Name a fruit", "Mango é 🥭"), {"title": "Name a fruit", "system": "Be brief."})
+    today.set_settings("alice", "c1", "Be brief.", "", {"temperature": 0.5})
+    today.save_preset("alice", "Terse", "Answer in one word.", {"top_p": 0.5})
+    older = open_store(f"sqlite:///{tmp_path / 'older.db'}")
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    columns = {"chats": "id, owner, title, system, tools, generation, shown, created, updated, deleted",
+               "messages": "id, chat_id, parent, role, content, data, state, updated", "presets": "owner, name, system, generation, updated"}
+    with older.engine.begin() as connection, today.engine.connect() as source:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0005")
+        for table, names in columns.items():
+            rows = [row._asdict() for row in source.execute(text(f"SELECT {names} FROM {table}"))]
+            connection.execute(text(f"INSERT INTO {table} ({names}) VALUES ({', '.join(':' + name.strip() for name in names.split(','))})"), rows)
+    migrate(older.engine)
+    assert counted(older, "alice") == counted(today, "alice") == recounted(today, "alice")
+    for store in (older, today):
+        with store.engine.connect() as connection:
+            assert connection.execute(text("SELECT text_size FROM presets")).scalar() == len("Answer in one word.") + len('{"top_p": 0.5}')
+        store.close()

@@ -24,7 +24,7 @@ from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
 from limits import size_text
-from store import ChatStore, MessageChanges, StoredMessage, StoreError, store_problem
+from store import ChatStore, MessageChanges, OverQuota, StoredMessage, StoreError, store_problem
 from store.media import file_hash
 
 from .conversation import ChatSession, Turn, kept_media
@@ -88,7 +88,7 @@ class ChatKeeper:
                     for turn in turns:
                         turn.versions = list(versions.get(turn.row, ()))
             except (SQLAlchemyError, StoreError, OSError) as error:
-                self._failed(error)
+                self.failed(error)
                 return
             for row in changes.removed:
                 self.written.pop(row, None)
@@ -101,21 +101,18 @@ class ChatKeeper:
 
     def save_tree(self, tree: MessageTree, turns: list[Turn], system: str = "", tools: str = "") -> None:
         """Write a new chat of every message of ``tree`` (an imported conversation's), showing
-        ``turns``, the branch among them that ends last in ``tree``."""
+        ``turns``, the branch among them that ends last in ``tree``. Unlike ``save``, this raises
+        what the store raises: the caller decides what becomes of a chat that could not be written."""
         with self._lock:
             self.last_save = time.monotonic()
-            try:
-                media = self._kept_media([turn for _, turn in tree])
-                messages = [(parent, as_message(turn, media)) for parent, turn in tree]
-                shown = next(index for index, (_, turn) in enumerate(tree) if turn is turns[-1])
-                ids = self.store.write_tree(self.owner, self.chat_id, messages, shown,
-                                            {"title": title_of(turns), "system": system, "tools": tools}, dict(media.values()))
-                for (_, turn), row in zip(tree, ids):
-                    turn.row = row
-                versions = self.store.versions(self.owner, self.chat_id)
-            except (SQLAlchemyError, StoreError, OSError) as error:
-                self._failed(error)
-                return
+            media = self._kept_media([turn for _, turn in tree])
+            messages = [(parent, as_message(turn, media)) for parent, turn in tree]
+            shown = next(index for index, (_, turn) in enumerate(tree) if turn is turns[-1])
+            ids = self.store.write_tree(self.owner, self.chat_id, messages, shown,
+                                        {"title": title_of(turns), "system": system, "tools": tools}, dict(media.values()))
+            for (_, turn), row in zip(tree, ids):
+                turn.row = row
+            versions = self.store.versions(self.owner, self.chat_id)
             for turn in turns:
                 turn.versions = list(versions.get(turn.row, ()))
             self.written.update({turn.row: message for (_, turn), (_, message) in zip(tree, messages)})
@@ -208,7 +205,7 @@ class ChatKeeper:
 
     def _keep(self, path: str) -> tuple[str, int] | None:
         digest, size = file_hash(path)
-        quota = self.store.media_quota
+        quota = self.store.quota.media
         if quota is not None:
             owned = self.store.media_of(self.owner)
             used = sum(owned.values())
@@ -220,12 +217,17 @@ class ChatKeeper:
                 return None
         return self.store.media.put(path, digest)
 
-    def _failed(self, error: Exception) -> None:
+    def failed(self, error: Exception) -> None:
+        """Say, once until a save goes through again, that the chat could not be saved, and why."""
         problem = store_problem(error)
         logger.warning("Could not save chat %s: %s", self.chat_id, problem)
         if not self.problem:
-            gr.Warning(f"⚠ This chat could not be saved ({problem}). It stays on the page and goes on; it is saved again as soon as "
-                       "the store can be written. Export it (Conversation file) to keep a copy meanwhile.")
+            if isinstance(error, OverQuota):
+                gr.Warning(f"⚠ This chat is not saved: {problem}. It stays on the page and goes on; it is saved as soon as there "
+                           "is room.")
+            else:
+                gr.Warning(f"⚠ This chat could not be saved ({problem}). It stays on the page and goes on; it is saved again as soon "
+                           "as the store can be written. Export it (Conversation file) to keep a copy meanwhile.")
         self.problem = problem
 
 

@@ -20,8 +20,6 @@ from .by_name import by_name
 from .chat_sidebar import opened, store_errors
 from .saved_chats import SavedChats
 
-# Enough for anyone's habits; a bound, so that a script cannot fill the database through the page.
-MAX_PRESETS = 100
 MAX_NAME = 100
 
 
@@ -68,10 +66,6 @@ def save_preset(chats: SavedChats | None, name: str, system: str, **generation: 
         settings = GenerationArgs.chosen(**{key: value for key, value in generation.items() if key in chats.setting_names})
     except ConfigError as error:
         raise gr.Error(f"The preset was not saved: {error}", print_exception=False) from None
-    names = [preset.name for preset in chats.store.presets(chats.owner)]
-    if name not in names and len(names) >= MAX_PRESETS:
-        raise gr.Error(f"You have {len(names)} presets, the most one user may keep: delete one, or save under an existing name.",
-                       print_exception=False)
     chats.store.save_preset(chats.owner, name, system or "", settings)
     gr.Info(f"Saved preset “{name}”.")
     return {"preset_list": choices(chats, name), "preset_name": name}

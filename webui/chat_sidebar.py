@@ -30,7 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from engines import ChatError
 from limits import Limits
-from store import ChatStore, StoreError, store_problem
+from store import ChatStore, OverQuota, StoreError, store_problem
 
 from .browser_storage import BrowserChats, browser_memory, browser_storage, old_chats_storage
 from .by_name import by_name
@@ -63,6 +63,8 @@ def store_errors(handler: Callable) -> Callable:
     message, leaving what it shows as it is."""
 
     def explained(error: Exception) -> gr.Error:
+        if isinstance(error, OverQuota):
+            return gr.Error(f"Not saved: {error}.", print_exception=False)
         return gr.Error(STORE_DOWN.format(problem=store_problem(error)), print_exception=False)
 
     if inspect.iscoroutinefunction(handler):
@@ -208,6 +210,7 @@ class ChatSidebar:
         shown, imported = chats.current, 0
         try:
             count, read = chats_in_archive(path, self.limits, get_upload_folder())
+            chats.store.quota.check_chats(chats.store.count(chats.owner) + count)
             for number, (member, conversation, problem) in enumerate(read):
                 progress(number / count, desc=f"Importing chat {number + 1} of {count}")
                 if problem:
@@ -215,7 +218,7 @@ class ChatSidebar:
                 elif conversation.turns:
                     chats.add(conversation.turns, conversation.system_prompt, tree=conversation.tree)
                     imported += 1
-        except ChatError as error:
+        except (ChatError, OverQuota) as error:
             raise gr.Error(f"Could not import {name}: {error}" + (f" ({imported} imported before that)" if imported else ""),
                            print_exception=False) from None
         finally:
@@ -248,14 +251,21 @@ def move_in(chats: SavedChats, old: Any, most: int) -> str:
     if problem:
         return problem
     moving = kept.chats[:most]
-    current = chats.current
+    current, moved, full = chats.current, 0, ""
     for chat in reversed(moving):
-        moved = chats.add([turn.model_copy(deep=True) for turn in chat.turns], chat.system, chat.tools)
-        chats.rename(moved.chat_id, chat.title)
-        if chat.id == kept.current:
-            current = moved.chat_id
+        try:
+            added = chats.add([turn.model_copy(deep=True) for turn in chat.turns], chat.system, chat.tools)
+            moved += 1
+            if chat.id == kept.current:
+                current = added.chat_id
+            chats.rename(added.chat_id, chat.title)
+        except OverQuota as error:
+            left = len(moving) - moved
+            full = (f" {'The newest was' if left == 1 else f'The {left} newest were'} not: {error}; export "
+                    f"{'it' if left == 1 else 'them'} from the old version to import later.")
+            break
     chats.current = current
-    note = f"Moved {len(moving)} chat{'s' if len(moving) != 1 else ''} from this browser to the server." if moving else ""
+    note = f"Moved {moved} chat{'s' if moved != 1 else ''} from this browser to the server.{full}" if moving else ""
     if left_out := len(kept.chats) - len(moving):
         note += (f" The {left_out} oldest were left out: this server moves at most {most} at once (--max-import-chats); "
                  "export them from the old version to import them.")
@@ -407,7 +417,15 @@ def keep_import(chats: SavedChats | None, session: ChatSession, system: str) -> 
     """An imported conversation becomes a chat of its own, with every version of its messages;
     the one shown before stays as saved."""
     tree, session.imported = session.imported, None
-    return show(opened(chats), opened(chats).add(session.turns, system, tree=tree))
+    chats = opened(chats)
+    try:
+        added = chats.add(session.turns, system, tree=tree)
+    except (SQLAlchemyError, StoreError, OSError) as error:
+        # Shown unsaved, as a chat of its own: saved (its branch shown) as soon as the store takes it.
+        added = chats.new_session()
+        added.turns = session.turns
+        added.keeper.failed(error)
+    return show(chats, added)
 
 
 async def leave(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> None:

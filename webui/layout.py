@@ -9,7 +9,7 @@ import gradio as gr
 
 from engines import ModelSlot
 from limits import Limits
-from store import ChatStore, open_store
+from store import ChatStore, Quota, open_store
 
 from .chat_presets import ChatPresets
 from .chat_sidebar import SIDEBAR_HEAD, ChatSidebar
@@ -61,7 +61,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
     Hugging Face cache; ``store``: where the chats are kept (the data folder's by default)."""
     with gr.Blocks(title="anychat") as demo:
         session = gr.State(ChatSession())
-        sidebar = ChatSidebar(store or open_store(media_quota=limits.max_user_media_size), limits)
+        sidebar = ChatSidebar(store or open_store(quota=Quota.of(limits)), limits)
         gr.Markdown("# anychat\nChat with local models, on any inference backend.", elem_id="title")
         with gr.Tabs():
             chat = ChatTab()

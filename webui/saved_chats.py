@@ -69,13 +69,12 @@ class SavedChats:
 
     def add(self, turns: list[Turn], system: str = "", tools: str = "", tree: MessageTree | None = None) -> ChatSession:
         """A new chat of ``turns`` (an imported conversation, a chat the browser held), saved now;
-        with ``tree``, every version of its messages (``turns`` the branch shown among them)."""
+        with ``tree``, every version of its messages (``turns`` the branch shown among them).
+        Raises what the store raises (OverQuota, a store that cannot be written): nothing is saved then."""
         session = self.new_session()
         session.turns = turns
-        if tree and turns:
-            session.keeper.save_tree(tree, turns, system, tools)
-        else:
-            session.keeper.save(turns, system, tools)
+        if turns:
+            session.keeper.save_tree(tree or [(index - 1 if index else None, turn) for index, turn in enumerate(turns)], turns, system, tools)
         return session
 
     def keep(self, session: ChatSession, shown: str, system: str, tools: str, generation: dict[str, Any] | None = None) -> None:
