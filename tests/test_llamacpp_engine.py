@@ -12,7 +12,7 @@ import pytest
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh builds it)", exc_type=ImportError)
 
-from engines import ChatModel, ConfigError, MediaError, ModelLoadError, ModelSlot  # noqa: E402
+from engines import ChatModel, ConfigError, MediaError, ModelBusyError, ModelLoadError, ModelSlot  # noqa: E402
 from engines.model_files.paths import default_gguf  # noqa: E402
 from harness.engine_contract import LONG_PROMPT, LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract, weights_question  # noqa: E402
 from tests.api_samples import COUNTING  # noqa: E402
@@ -290,6 +290,29 @@ async def test_a_compile_keeps_its_turn_after_its_client_hangs_up(llama_model, m
     [reply] = await llama_model.achat(QUESTION, response_format=schemas[2], temperature=0, max_new_tokens=8)
     assert most[0] == 1, f"{most[0]} compiles ran at once"
     assert reply.response_text.startswith("{")
+
+
+async def test_compiles_count_in_their_users_share_of_the_line(monkeypatch):
+    """A request takes its place in line before its reply format is compiled: one user's requests
+    past their share are refused before any compile, so a user cannot queue compiles by the hundred."""
+    with ChatModel({**LLAMACPP, "max_concurrent": 1, "max_waiting": 8, "max_waiting_per_user": 1}) as model:
+        engine = model.engine
+        compile_reply_format = engine._compile_reply_format
+        compiled = []
+
+        def slow_compile(reply_format):
+            compiled.append(reply_format)
+            time.sleep(0.5)
+            return compile_reply_format(reply_format)
+
+        monkeypatch.setattr(engine, "_compile_reply_format", slow_compile)
+        schemas = [{"type": "json_schema", "json_schema": {"name": f"s{index}", "schema": {"type": "object", "properties": {f"k{index}": {"type": "integer"}}}}}
+                   for index in range(4)]
+        answers = await asyncio.gather(*(model.achat(QUESTION, response_format=schema, max_new_tokens=2, user="mallory") for schema in schemas),
+                                       return_exceptions=True)
+        refused = [answer for answer in answers if isinstance(answer, ModelBusyError)]
+        assert len(refused) == 2, answers
+        assert len(compiled) == 2, f"{len(compiled)} formats were compiled for 2 requests in line"
 
 
 def test_media_are_refused_clearly(llama_model):

@@ -130,15 +130,13 @@ class BaseEngine(ABC):
         refuse_unsupported_settings(generation, self.name, self.generation_settings)
         return generation
 
-    async def _checked(self, request: ChatRequest) -> GenerationArgs:
-        """``check``, and the request's reply format compiled, off the event loop: xgrammar takes
-        most of a second for a string with a maxLength. A ConfigError names what cannot be compiled."""
-        generation = self.check(request)
-        if request.reply_format is not None and request.reply_format not in self._compiled_formats:
+    async def _compiled(self, reply_format: ReplyFormat | None) -> None:
+        """``reply_format`` compiled (where it is not yet), off the event loop: xgrammar takes most
+        of a second for a string with a maxLength. A ConfigError names what cannot be compiled."""
+        if reply_format is not None and reply_format not in self._compiled_formats:
             # Shielded: a client that hangs up stops waiting, but the compile's thread runs on and
             # keeps the turn until it ends, or each hang-up would let one more compile run beside it.
-            await asyncio.shield(self._compile_in_turn(request.reply_format))
-        return generation
+            await asyncio.shield(self._compile_in_turn(reply_format))
 
     def _compile_in_turn(self, reply_format: ReplyFormat) -> asyncio.Task:
         async def compile_in_turn() -> None:
@@ -153,7 +151,7 @@ class BaseEngine(ABC):
 
     def reply_constraint(self, reply_format: ReplyFormat | None) -> Any:
         """What this backend decodes ``reply_format`` under (None for free text), compiled once
-        per format (``_checked`` compiles it before the request takes its place in line)."""
+        per format (``_in_line`` compiles it before the request is prepared)."""
         return None if reply_format is None else self._compiled_formats.get(reply_format, self._compile_reply_format)
 
     @functools.cached_property
@@ -170,7 +168,7 @@ class BaseEngine(ABC):
 
     async def chat(self, request: ChatRequest) -> list[Response]:
         """All ``num_return_sequences`` replies, once complete."""
-        generation = await self._checked(request)
+        generation = self.check(request)
         async with self._in_line(request, generation) as (prompt, (ticket,)):
             await ticket.wait()
             args = prompt.generation
@@ -190,7 +188,7 @@ class BaseEngine(ABC):
         it starts. The request is prepared once, and its replies take their places in line all
         at once or not at all; the i-th reply samples with ``seed + i``. Greedy replies would all
         be the same: one is written, under every index. Closing the stream stops the model."""
-        generation = await self._checked(request)
+        generation = self.check(request)
         count = generation.num_return_sequences
         written = 1 if generation.greedy else count
         async with self._in_line(request, generation, written) as (prompt, tickets):
@@ -232,8 +230,10 @@ class BaseEngine(ABC):
     async def _in_line(self, request: ChatRequest, generation: GenerationArgs,
                        replies: int = 1) -> AsyncIterator[tuple[Prompt, Places]]:
         """Places in line for ``replies`` replies to ``request`` (or the refusal, before any
-        work), then the request prepared; the places are given up when the block ends."""
+        work), then its reply format compiled and the request prepared, both counted in its
+        user's share of the line; the places are given up when the block ends."""
         with self.line.join(request.user, replies) as places:
+            await self._compiled(request.reply_format)
             yield await self._preparing.run(request.user, self.prompts.prepare, request, generation), places
 
     def _run(self, prompt: Prompt, index: int = 0) -> contextlib.aclosing:
