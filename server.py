@@ -63,6 +63,7 @@ def web_app(slot, args: argparse.Namespace):
     from api.body_limit import BodyLimit, is_api_path
     from store import Quota, StoreError, open_store, shown_url
     from webui import PAGE_KWARGS, FileCache, build_demo
+    from webui.event_inputs import refuse_events_short_of_inputs
 
     users = page_users(args)
     rights = page_rights(args, users)
@@ -79,6 +80,7 @@ def web_app(slot, args: argparse.Namespace):
         raise SystemExit(str(error)) from None
     print(f"Chats kept in {shown_url(args.database_url)}", flush=True)
     demo = build_demo(slot, rights, limits, models_dir(args), store).queue(max_size=limits.max_queue_size)
+    refuse_events_short_of_inputs(demo)
     files = FileCache(Path(get_upload_folder()), limits.max_file_age, limits.max_cache_size)
     page = gr.mount_gradio_app(app, demo, path="/", auth=logins.page_login if logins else None, max_file_size=limits.max_upload_size,
                                footer_links=[], show_error=True, app_kwargs={"lifespan": files.kept}, **PAGE_KWARGS)
