@@ -102,6 +102,15 @@ class ChatStore:
         with Session(self.engine) as session:
             return [ListedChat(chat_id, title) for chat_id, title in session.execute(statement)]
 
+    def list_stamp(self, owner: str) -> tuple[Any, ...]:
+        """A value that changes whenever ``owner``'s list of chats, or a search of it, may: a chat
+        made, written, renamed, deleted, brought back or purged. One row, read in one pass over
+        the owner's chats, where the list is every title and a search reads every message."""
+        statement = select(func.count(), func.count(Chat.deleted), func.max(Chat.updated), func.max(Chat.renamed),
+                           func.max(Chat.deleted)).where(Chat.owner == owner)
+        with Session(self.engine) as session:
+            return tuple(session.execute(statement).one())
+
     def chat(self, owner: str, chat_id: str) -> ChatInfo | None:
         with Session(self.engine) as session:
             chat = _owned(session, owner, chat_id)
@@ -245,7 +254,7 @@ class ChatStore:
         return self._update(owner, chat_id, **values)
 
     def rename(self, owner: str, chat_id: str, title: str) -> bool:
-        return self._update(owner, chat_id, title=_without_nul(title))
+        return self._update(owner, chat_id, title=_without_nul(title), renamed=time.time())
 
     def delete(self, owner: str, chat_id: str) -> bool:
         """Mark the chat deleted: it is gone from every listing, until ``undelete`` or ``purge``."""

@@ -35,6 +35,8 @@ class Chat(Base):
     # When it was deleted, while that can still be undone (None: not deleted); ChatStore.purge
     # removes it for good, its media with it.
     deleted: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # When its title was last changed (None: never), which tells other tabs to list it anew.
+    renamed: Mapped[float | None] = mapped_column(Float, nullable=True)
     # The characters of text the chat holds, its messages' and its own (store/quota.py).
     text_size: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 

@@ -143,6 +143,32 @@ def test_a_tabs_list_shows_the_chats_other_tabs_write_and_is_left_alone_otherwis
     assert chat_sidebar.refresh_list(None, "") == gr.skip()
 
 
+def test_the_tick_reads_the_list_only_when_the_store_says_it_may_have_changed(chat_store, monkeypatch):
+    """Every tab asks every few seconds; a search reads every message. Where nothing changed, the
+    tick reads one row of the store, not the list."""
+    here, there = user_chats(chat_store), user_chats(chat_store)
+    reads = []
+    listing = chat_store.chats
+    monkeypatch.setattr(chat_store, "chats", lambda owner, query="": reads.append(query) or listing(owner, query))
+    written = chat_session(there, "Apples and pears")
+    there.keep(written, written.chat_id, "", "")
+    assert chat_sidebar.refresh_list(here, "apples")["choices"] == [("Apples and pears", written.chat_id)] and reads == ["apples"]
+    for _ in range(3):
+        assert chat_sidebar.refresh_list(here, "apples") == gr.skip()
+    assert reads == ["apples"], "nothing changed: the list was not read again"
+    other = user_chats(chat_store, "login:bob")
+    other.keep(chat_session(other, "Bob's apples"), "", "", "")
+    assert chat_sidebar.refresh_list(here, "apples") == gr.skip() and reads == ["apples"], "another user's chats are not this list"
+    for change in (lambda: there.rename(written.chat_id, "Renamed"), lambda: there.delete(written.chat_id), there.undo_delete):
+        change()
+        chat_sidebar.refresh_list(here, "apples")
+        assert len(reads) == 2, "each change is read once"
+        reads.clear()
+        reads.append("apples")
+    chat_sidebar.refresh_list(here, "")
+    assert reads[-1] == "", "another search is read"
+
+
 async def test_a_chat_open_in_two_tabs_shows_what_the_other_tab_writes_and_is_left_alone_otherwise(chat_store):
     chats = user_chats(chat_store)
     here = chat_session(chats, "Hi", "Hello")

@@ -34,7 +34,7 @@ def messages(*texts):
 def test_the_schema_is_made_by_the_migrations_and_opening_again_changes_nothing(url):
     store = open_store(url)
     with store.engine.connect() as connection:
-        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0006"
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0007"
         assert {"chats", "messages", "media", "chat_media", "alembic_version"} <= set(inspect(connection).get_table_names())
     store.write("alice", "c1", messages("Hi"), {"title": "Hi"})
     store.close()
@@ -364,3 +364,28 @@ def test_an_upgraded_database_counts_the_text_already_there(tmp_path):
         with store.engine.connect() as connection:
             assert connection.execute(text("SELECT text_size FROM presets")).scalar() == len("Answer in one word.") + len('{"top_p": 0.5}')
         store.close()
+
+
+def test_the_list_stamp_changes_with_every_change_to_the_owners_list_only(chat_store):
+    stamps = [chat_store.list_stamp("alice")]
+
+    def changed(what: str) -> None:
+        stamps.append(chat_store.list_stamp("alice"))
+        assert stamps[-1] != stamps[-2], f"{what}: the stamp did not change"
+
+    [first] = chat_store.write("alice", "c1", messages("Hi"), {"title": "Hi"})
+    changed("a chat made")
+    chat_store.write("alice", "c1", messages("More"), {"title": "x"})
+    changed("a chat written")
+    chat_store.rename("alice", "c1", "Ho")  # the same length as before
+    changed("a chat renamed")
+    chat_store.write("alice", "c2", messages("Other"), {"title": "Other"})
+    before = time.time()
+    chat_store.delete("alice", "c1")
+    changed("a chat deleted")
+    chat_store.undelete("alice", "c1", before)
+    changed("a delete undone")
+    chat_store.set_settings("alice", "c1", "Be brief.", "")
+    chat_store.write("bob", "b1", messages("Bob's"), {"title": "Bob's"})
+    chat_store.rename("bob", "b1", "Bob")
+    assert chat_store.list_stamp("alice") == stamps[-1], "settings and another owner's chats are not alice's list"

@@ -386,10 +386,13 @@ async def refresh_chat(chats: SavedChats | None, session: ChatSession | None) ->
 
 def refresh_list(chats: SavedChats | None, query: str) -> dict[str, Any]:
     """The list with what the user's other tabs and devices have written meanwhile; left as it
-    is when nothing changed, and while the store cannot be reached (the page says so elsewhere)."""
+    is when nothing changed (read only where the store says something may have), and while the
+    store cannot be reached (the page says so elsewhere)."""
     if chats is None:
         return gr.skip()
     try:
+        if not chats.list_changed(query):
+            return gr.skip()
         choices = chats.choices(query)
     except (SQLAlchemyError, StoreError, OSError):
         return gr.skip()

@@ -33,8 +33,10 @@ class SavedChats:
         self.browser = browser
         self.current = current
         self.setting_names = setting_names
-        # The list as the page last showed it, to tell when other tabs have changed it.
+        # The list as the page last showed it, to tell when other tabs have changed it; and the
+        # search and the store's list stamp when the tab last looked (list_changed).
         self.listed: list[tuple[str, str]] = []
+        self.looked: tuple[str, tuple[Any, ...]] | None = None
         # The chat this tab deleted last, which Undo brings back; never a chat id from the page.
         self.deleted = ""
 
@@ -125,6 +127,11 @@ class SavedChats:
     def choices(self, query: str = "") -> list[tuple[str, str]]:
         """(title, id) of the chats whose title or messages hold ``query``, whatever its case."""
         return [(chat.title, chat.id) for chat in self.store.chats(self.owner, query)]
+
+    def list_changed(self, query: str) -> bool:
+        """Whether the list (searched for ``query``) may have changed since this was last asked."""
+        looked, self.looked = self.looked, (query, self.store.list_stamp(self.owner))
+        return self.looked != looked
 
     def note(self) -> str:
         count = self.store.count(self.owner)
