@@ -18,6 +18,7 @@ from access.session_owners import NOT_YOURS
 from harness.app_in_process import AppInProcess
 from store import open_store
 from tests.page_client import PageClient, browser_kept, error, file_data, shown
+from webui.user_turns import RUNNING, TOO_MANY, TURNS, WAITING
 
 pytestmark = pytest.mark.server
 
@@ -173,6 +174,54 @@ def test_without_logins_each_browser_has_its_own_chats(tmp_path_factory):
         one.close()
         two.close()
         app.stop()
+
+
+def test_one_users_flood_of_page_opens_takes_their_turns_only_and_another_user_is_answered(tmp_path_factory):
+    """The attack: 40 page opens at once, each moving 100 old browser chats into the store (Gradio
+    runs them all at once, on the 40 threads every user's page events share). A user's store
+    calls run two at a time and sixteen more wait; the rest are refused in words; another user's
+    calls are answered meanwhile within seconds."""
+    folder = tmp_path_factory.mktemp("flood")
+    app = AppInProcess(folder, ("--auth", f"alice:{PASSWORDS['alice']}", "--auth", f"bob:{PASSWORDS['bob']}"))
+    tabs = [PageClient(app.url, "bob", PASSWORDS["bob"], timeout=300) for _ in range(40)]
+    alice = PageClient(app.url, "alice", PASSWORDS["alice"])
+    try:
+        opened(alice)
+        old = {"chats": [{"id": str(n), "title": f"Old {n}", "turns": [{"role": "user", "content": f"Hi {n}"}]} for n in range(100)]}
+        answers = {}
+        floods = [threading.Thread(target=lambda tab=tab: answers.update({tab: tab.call("restore", [None, old])})) for tab in tabs]
+        for flood in floods:
+            flood.start()
+        database = folder / "data" / "chats.db"
+        deadline = time.monotonic() + 120
+        while not database.exists() or sqlite3.connect(database).execute("SELECT count(*) FROM chats WHERE owner = 'login:bob'").fetchone()[0] < 10:
+            assert time.monotonic() < deadline, "the flood wrote nothing"
+            time.sleep(0.1)
+        started = time.monotonic()
+        assert error(alice.call("search_chats", [None, ""])) is None and error(alice.call("list_presets", [None])) is None
+        answered = time.monotonic() - started
+        for flood in floods:
+            flood.join(300)
+        refused = [answer for answer in answers.values() if error(answer)]
+        print(f"\nalice answered in {answered:.1f} s; of bob's 40 page opens {40 - len(refused)} ran, {len(refused)} were refused")
+        assert answered < 10, f"another user's calls took {answered:.1f} s during the flood"
+        assert refused and {error(answer) for answer in refused} == {TOO_MANY}
+        assert len(answers) - len(refused) >= RUNNING + WAITING
+        assert TURNS._users == {}, "every turn taken was given back"
+    finally:
+        for tab in [*tabs, alice]:
+            tab.close()
+        app.stop()
+
+
+def test_an_event_short_of_its_inputs_is_refused_in_a_line_not_echoed_back(app, tabs):
+    """Gradio's own answer to an event sent with too few values lists every value sent."""
+    tab = tabs("bob")
+    opened(tab)
+    refused = tab.call("search_chats", ["x" * 2**20])
+    assert refused["status"] == 400 and len(refused["detail"]) < 200, str(refused)[:500]
+    assert refused["detail"] == "This request sends 1 value to an event of the page that takes 2: reload the page."
+    assert error(tab.call("search_chats", [None, ""])) is None, "the tab goes on"
 
 
 def test_another_users_delete_cannot_be_undone(app, tabs):

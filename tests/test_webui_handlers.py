@@ -24,7 +24,8 @@ from tests.held_load import load_held
 from tests.hub_cache import cache_model
 from tests.page_input import CONTROLS, message, run, settings, written_imports
 from webui.conversation import ChatSession, SavedToolCall, Turn, model_request, render, turn_of_message
-from webui.handlers import ChatHandlers, backend_options, message_box_for, page_user
+from webui.handlers import ChatHandlers, backend_options, message_box_for
+from webui.user_turns import page_user
 from webui.model_rights import ModelRights
 from webui.reply_stats import ReplyStats
 from webui.streaming import throttled

@@ -19,6 +19,7 @@ from engines import ConfigError, GenerationArgs
 from .by_name import by_name
 from .chat_sidebar import opened, store_errors
 from .saved_chats import SavedChats
+from .user_turns import in_users_turn
 
 MAX_NAME = 100
 
@@ -38,10 +39,10 @@ class ChatPresets:
         """``opened``: the page's opening, which settles whose presets they are (``chats``)."""
         private = {"api_visibility": "private", "concurrency_limit": None}
         listed = {"preset_list": self.list, "preset_name": self.name}
-        opened.success(inputs=chats, **by_name(list_presets, listed), **private)
-        self.save_btn.click(inputs=[chats, self.name, system], inputs_kwargs=generation, **by_name(save_preset, listed), **private)
-        self.list.input(inputs=[chats, self.list], **by_name(apply_preset, {"system": system, "preset_name": self.name, **generation}), **private)
-        self.delete_btn.click(inputs=[chats, self.name], **by_name(delete_preset, listed), **private)
+        opened.success(inputs=chats, **by_name(in_users_turn(list_presets), listed), **private)
+        self.save_btn.click(inputs=[chats, self.name, system], inputs_kwargs=generation, **by_name(in_users_turn(save_preset), listed), **private)
+        self.list.input(inputs=[chats, self.list], **by_name(in_users_turn(apply_preset), {"system": system, "preset_name": self.name, **generation}), **private)
+        self.delete_btn.click(inputs=[chats, self.name], **by_name(in_users_turn(delete_preset), listed), **private)
 
 
 def choices(chats: SavedChats, chosen: str | None = None) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from .chats_export import export_chats
 from .chats_import import chats_in_archive
 from .conversation import ChatSession, render
 from .saved_chats import TOO_LATE, UNDO_SECONDS, SavedChats
+from .user_turns import in_users_turn
 
 # Gradio makes room for an open sidebar from where the page sits when it first draws, before the
 # page's own CSS has centred it, and so makes none; the room is made here. In <head> because
@@ -157,7 +158,8 @@ class ChatSidebar:
                 "title": self.title, "note": self.note, "search": self.search, "storage": self.storage, **generation}
         renamed = {"chat_list": self.list, "title": self.title}
         shown = [self.chats, session, self.shown, system, tools]
-        # Each is quick and touches only its own tab's state: tabs need not wait in line for each other.
+        # Each touches only its own tab's state: tabs need not wait in line for each other. Those
+        # that call the store take their user's turn (webui/user_turns.py), so no user holds them all.
         private = {"api_visibility": "private", "concurrency_limit": None}
         leaving = {"cancels": replies, **private}
         opening = {"chats": self.chats, "old_chats": self.old_chats, **view}
@@ -167,29 +169,29 @@ class ChatSidebar:
         # the hidden field: on the chat, Gradio would show a timer while the page waits.)
         repainted = {"inputs": [session], **by_name(repaint, {"chatbot": chatbot}), "js": WHEN_THE_CHAT_IS_STILL,
                      "show_progress": "hidden", "show_progress_on": self.shown, **private}
-        self.opened = demo.load(inputs=[self.storage, self.old_chats], **by_name(self.restore, opening), **private)
-        self.new_btn.click(inputs=shown, **by_name(new_chat, view), **leaving).then(**repainted)
-        self.list.input(inputs=[*shown, self.list], **by_name(switch_chat, view), trigger_mode="always_last", **leaving).then(**repainted)
+        self.opened = demo.load(inputs=[self.storage, self.old_chats], **by_name(in_users_turn(self.restore), opening), **private)
+        self.new_btn.click(inputs=shown, **by_name(in_users_turn(new_chat), view), **leaving).then(**repainted)
+        self.list.input(inputs=[*shown, self.list], **by_name(in_users_turn(switch_chat), view), trigger_mode="always_last", **leaving).then(**repainted)
         undoing = {"undo": self.undo_btn, "undo_timer": self.undo_timer}
-        self.delete_btn.click(inputs=[self.chats, session], **by_name(delete_chat, {**view, **undoing}), **leaving).then(**repainted)
-        self.undo_btn.click(inputs=shown, **by_name(undo_delete, {**view, **undoing}), **leaving).then(**repainted)
+        self.delete_btn.click(inputs=[self.chats, session], **by_name(in_users_turn(delete_chat), {**view, **undoing}), **leaving).then(**repainted)
+        self.undo_btn.click(inputs=shown, **by_name(in_users_turn(undo_delete), {**view, **undoing}), **leaving).then(**repainted)
         self.undo_timer.tick(lambda: (gr.update(visible=False), gr.Timer(active=False)), None, [self.undo_btn, self.undo_timer], **private)
         gr.on([self.title.submit, self.rename_btn.click], inputs=[self.chats, session, self.title],
-              **by_name(rename_chat, renamed), **private)
-        self.search.change(search_chats, [self.chats, self.search], self.list, trigger_mode="always_last", **private)
+              **by_name(in_users_turn(rename_chat), renamed), **private)
+        self.search.change(in_users_turn(search_chats), [self.chats, self.search], self.list, trigger_mode="always_last", **private)
         refreshed = {"chat_list": self.list, "chatbot": chatbot, "shown": self.shown, "title": self.title, "note": self.note}
         self.refresh.tick(inputs=[self.chats, session, self.search], **by_name(refresh, refreshed), show_progress="hidden", **private)
         for event in replies:
-            event.success(inputs=shown, inputs_kwargs=generation, **by_name(keep_chat, {**renamed, "note": self.note}), **private)
+            event.success(inputs=shown, inputs_kwargs=generation, **by_name(in_users_turn(keep_chat), {**renamed, "note": self.note}), **private)
         for event in changes:
-            event.success(inputs=shown, **by_name(keep_chat, {**renamed, "note": self.note}), **private)
+            event.success(inputs=shown, **by_name(in_users_turn(keep_chat), {**renamed, "note": self.note}), **private)
         # Saved as they are typed (and on leaving the field, which a paste may not be told apart
         # from), so a reload keeps them; not on every change: an import changes them for its new chat.
-        gr.on([system.input, tools.input, system.blur, tools.blur], keep_settings, [self.chats, self.shown, system, tools], None,
+        gr.on([system.input, tools.input, system.blur, tools.blur], in_users_turn(keep_settings), [self.chats, self.shown, system, tools], None,
               trigger_mode="always_last", **private)
-        imported.success(inputs=[self.chats, session, system], **by_name(keep_import, view), **private)
-        self.export_btn.click(self.export_all, self.chats, self.exported, api_visibility="private")
-        self.import_btn.upload(inputs=[self.chats, self.import_btn], **by_name(self.import_all, {"chat_list": self.list, "note": self.note}),
+        imported.success(inputs=[self.chats, session, system], **by_name(in_users_turn(keep_import), view), **private)
+        self.export_btn.click(in_users_turn(self.export_all), self.chats, self.exported, api_visibility="private")
+        self.import_btn.upload(inputs=[self.chats, self.import_btn], **by_name(in_users_turn(self.import_all), {"chat_list": self.list, "note": self.note}),
                                api_visibility="private")
 
     @store_errors

@@ -25,7 +25,7 @@ import psutil
 from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
-from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk, Response, line_user
+from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk, Response
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
 from limits import Limits
@@ -40,6 +40,7 @@ from .model_rights import ModelRights
 from .reply_stats import ReplyClock
 from .replying import BUSY, one_reply_at_a_time
 from .streaming import throttled
+from .user_turns import page_user
 from .versions import picked
 
 ENGINE_MODES = {"auto": None, "eager": True, "compiled": False}
@@ -399,14 +400,6 @@ class ChatHandlers:
         return {"status": f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}", "message_box": message_box_for(kinds),
                 "pdfs_as_images": gr.update(visible="image" in kinds),
                 **{name: control_value(defaults, name) for name in self.control_names}}
-
-
-def page_user(request: gr.Request | None) -> str | None:
-    """Whom a request from the page counts for in the model's waiting line: its login, else the
-    address of its browser."""
-    if request is None:
-        return None
-    return line_user(request.username, request.client.host if request.client else None)
 
 
 def _written_since(earlier: Turn, reply: Turn) -> str:
