@@ -64,6 +64,7 @@ def web_app(slot, args: argparse.Namespace):
     from store import Quota, StoreError, open_store, shown_url
     from webui import PAGE_KWARGS, FileCache, build_demo
     from webui.event_inputs import refuse_events_short_of_inputs
+    from webui.idle_frames import StatusTimerAtItsResolution
 
     users = page_users(args)
     rights = page_rights(args, users)
@@ -90,6 +91,7 @@ def web_app(slot, args: argparse.Namespace):
     gradio_app = next(route.app for route in page.routes if isinstance(route, Mount))
     # Gradio's heartbeat streams (one per open page) end only when its app is told the server stops.
     page.state.page_streams_stop = gradio_app.stop_event
+    page.add_middleware(StatusTimerAtItsResolution)
     if logins:
         owners = SessionOwners()
         keep_sessions_to_their_logins(demo, owners)

@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 
 from engines.model_files.paths import default_gguf
 from harness.browser import (
-    CHROMIUM, ROOT, ask, bot_messages, click_and_wait, is_local, load_model, open_tab, replies, send, set_number, user_messages,
+    CHROMIUM, ROOT, ask, bot_messages, click_and_wait, is_local, load_model, open_chat, open_tab, replies, send, set_number, user_messages,
     wait_until_answered,
 )
 
@@ -317,6 +317,28 @@ def test_the_model_picker_lists_and_loads_the_models_on_this_machine(page, model
     close_picker(page)
 
     pick_and_load(page, "SmolLM2-135M-Instruct", "", "Loaded SmolLM2-135M-Instruct (embedded) on")
+
+
+def test_an_open_page_that_waits_draws_few_frames(app, browser):
+    """Gradio 6.31 leaves a status timer's animation-frame loop running on every page it serves, 60
+    frames a second for as long as the page is open (webui/idle_frames.py runs it at ten)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        # Counts every frame the page asks for, from before Gradio's scripts and the page's own run.
+        context.add_init_script("""(() => {
+            window.framesAsked = 0;
+            const frame = window.requestAnimationFrame.bind(window);
+            window.requestAnimationFrame = (callback) => { window.framesAsked++; return frame(callback); };
+        })()""")
+        page = context.new_page()
+        open_chat(page, app.url)
+        time.sleep(5)  # past what the page draws as it opens
+        before, started = page.evaluate("window.framesAsked"), time.monotonic()
+        time.sleep(5)
+        per_second = (page.evaluate("window.framesAsked") - before) / (time.monotonic() - started)
+        assert per_second < 20, f"the waiting page asked for {per_second:.0f} frames a second"
+    finally:
+        context.close()
 
 
 def test_gradio_client_streams_the_chat_endpoint(app):
