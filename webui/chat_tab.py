@@ -104,17 +104,22 @@ class ChatTab:
         # apart (queue=False), one that a busy machine delayed could land after a later one: the
         # edit of a document's chip ends at once, while the edit of the text beside it answers, and
         # its Stop-shown came in after the reply's own Stop-hidden, leaving Stop shown for good.
-        for reply in self.replies:
-            reply.then(replying.stop_button, [session], self.stop_btn, concurrency_limit=None, show_progress="hidden", api_visibility="private")
-        self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
-        self.pdfs_as_images.change(handlers.pdfs_as_images, [session, self.pdfs_as_images], None, queue=False, api_visibility="private")
-        self.pdfs_as_images.change(handlers.attachments_note, [session, self.message_box], self.attachments_note,
-                                   inputs_kwargs={"system": self.system, "tools": self.tools}, api_visibility="private")
         # Cheap without documents in the box; with them, each is read and counted once (webui/attachments.py).
         # Not one at a time across users: one person's long PDF must not hold up everyone's note.
-        self.message_box.change(handlers.attachments_note, [session, self.message_box], self.attachments_note,
-                                inputs_kwargs={"system": self.system, "tools": self.tools}, trigger_mode="always_last",
-                                show_progress="hidden", concurrency_limit=None, api_visibility="private")
+        note = {"fn": handlers.attachments_note, "inputs": [session, self.message_box], "outputs": self.attachments_note,
+                "inputs_kwargs": {"system": self.system, "tools": self.tools}, "show_progress": "hidden", "concurrency_limit": None,
+                "api_visibility": "private"}
+        for reply in self.replies:
+            reply.then(replying.stop_button, [session], self.stop_btn, concurrency_limit=None, show_progress="hidden", api_visibility="private")
+            # Counted again once the reply is in: the conversation the documents join has grown. This also
+            # clears a note that landed stale: the box's change as a message is sent and its change as the send
+            # empties it run at once when the second comes before Gradio has sent the first (always_last
+            # defers only a change that comes later), and on a busy machine the first answered last.
+            reply.then(**note)
+        self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
+        self.pdfs_as_images.change(handlers.pdfs_as_images, [session, self.pdfs_as_images], None, queue=False, api_visibility="private")
+        self.pdfs_as_images.change(**note)
+        self.message_box.change(**note, trigger_mode="always_last")
         self.version_pick.change(inputs=[session, self.version_pick], **by_name(handlers.switch_version, {"chatbot": self.chatbot}),
                                  api_name="switch_version")
         self.changes = [
