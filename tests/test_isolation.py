@@ -47,8 +47,9 @@ BROWSER_WAIT_MS = 180_000  # on a busy 2-core machine one request can wait behin
 MAX_NEW_TOKENS = 32
 # Logprobs (nats) this close are a tie that another kernel's rounding can tip.
 NEAR_TIE = 0.05
-# Per page, how far ahead of now send_to_all sets the moment its pages send together.
-SEND_LEAD_MS = 700
+# Per page after the first, how far ahead of now send_to_all sets the moment its pages send together:
+# about what handing a page that moment takes on a busy machine (a page handed it late sends at once).
+SEND_LEAD_MS = 250
 
 
 @dataclass(frozen=True)
@@ -188,12 +189,12 @@ def words(text: str) -> str:
 
 def send_to_all(pages, texts) -> None:
     """Send each page its text, all at once: the boxes are filled first, then every page clicks its
-    send button at one moment of the clock the pages share, set far enough ahead that each page has
-    it before it comes. (Enter pressed in one page after another spread the 8 sends over 5.5 s on a
+    send button at one moment of the clock the pages share, set about far enough ahead that each
+    page has it before it comes. (Enter pressed in one page after another spread the 8 sends over 5.5 s on a
     busy machine, longer than a vLLM reply takes, so the replies did not overlap.)"""
     for page, text in zip(pages, texts):
         page.locator("#chat-input textarea").fill(text)
-    send_at = time.time() * 1000 + SEND_LEAD_MS * len(pages)
+    send_at = time.time() * 1000 + SEND_LEAD_MS * (len(pages) - 1)
     for page in pages:
         page.evaluate("""sendAt => setTimeout(() => document.querySelector("#chat-input [data-testid=submit-button]").click(),
                                                 sendAt - Date.now())""", send_at)
