@@ -115,8 +115,6 @@ fi
 
 if [ "$want_tests" = 1 ]; then
   "${pip[@]}" -r requirements-test.txt
-fi
-if [ "$want_tests" = 1 ]; then
   # SGLang and KTransformers need a GPU; their pinned wheels are only read by the interface tests.
   .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps -d .cache/runtime-wheels \
     sglang==0.5.23 sglang-kt==0.7.2 ktransformers==0.7.2 kt-kernel==0.7.2

@@ -100,16 +100,16 @@ class ChatTab:
             self.chatbot.edit(inputs=[session], **by_name(handlers.edit, {**chat, "stop_btn": self.stop_btn}), inputs_kwargs=chat_settings,
                               api_visibility="private", **streaming),
         ]
-        # Queued, so that its answer comes in order in the page's one stream of answers. Answered
-        # apart (queue=False), one that a busy machine delayed could land after a later one: the
-        # edit of a document's chip ends at once, while the edit of the text beside it answers, and
-        # its Stop-shown came in after the reply's own Stop-hidden, leaving Stop shown for good.
         # Cheap without documents in the box; with them, each is read and counted once (webui/attachments.py).
         # Not one at a time across users: one person's long PDF must not hold up everyone's note.
         note = {"fn": handlers.attachments_note, "inputs": [session, self.message_box], "outputs": self.attachments_note,
                 "inputs_kwargs": {"system": self.system, "tools": self.tools}, "show_progress": "hidden", "concurrency_limit": None,
                 "api_visibility": "private"}
         for reply in self.replies:
+            # Queued, so that its answer comes in order in the page's one stream of answers. Answered
+            # apart (queue=False), one that a busy machine delayed could land after a later one: the
+            # edit of a document's chip ends at once, while the edit of the text beside it answers, and
+            # its Stop-shown came in after the reply's own Stop-hidden, leaving Stop shown for good.
             reply.then(replying.stop_button, [session], self.stop_btn, concurrency_limit=None, show_progress="hidden", api_visibility="private")
             # Counted again once the reply is in: the conversation the documents join has grown. This also
             # clears a note that landed stale: the box's change as a message is sent and its change as the send
