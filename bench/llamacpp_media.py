@@ -69,7 +69,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=448, help="width of the images in pixels")
     args = parser.parse_args()
 
-    folder = Path(tempfile.mkdtemp(prefix="anychat-bench-media-"))
+    with tempfile.TemporaryDirectory(prefix="anychat-bench-media-") as scratch:
+        measure(args, Path(scratch))
+
+
+def measure(args: argparse.Namespace, folder: Path) -> None:
     pair = build_gguf("qwen2_vl", folder / "qwen2_vl")
     with ChatModel({"model_name_or_path": str(pair.model)}) as model:
         marker = model.engine._media.marker

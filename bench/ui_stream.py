@@ -113,7 +113,8 @@ def main() -> None:
     parser.add_argument("--no-browser", action="store_true", help="leave Chromium out (gradio_client and ChatModel only)")
     args = parser.parse_args()
 
-    folder = tempfile.mkdtemp(prefix="anychat-bench-")
+    scratch = tempfile.TemporaryDirectory(prefix="anychat-bench-")
+    folder = scratch.name
     server = AppProcess(Path(folder), ("--model", args.model) if args.model else ())
     rows = {}
     try:
@@ -156,6 +157,7 @@ def main() -> None:
                 rows[len(history)] = {name: [statistics.median(r[i] for r in runs) for i in range(3)] for name, runs in results.items()}
     finally:
         server.stop()
+        scratch.cleanup()
 
     print(f"{args.rounds} rounds, {args.tokens} tokens each, greedy, medians, load average {os.getloadavg()[0]:.1f}")
     lines = []

@@ -296,6 +296,9 @@ async def test_a_reply_the_tab_switched_away_from_is_kept_and_shown_no_more(hand
     await task
     assert [t.content for t in view["session"].turns] == ["Say apple.", "Apple."]
     assert not [update for update in updates[shown_before:] if "chatbot" in update], "the reply painted over the chat switched to"
+    # Stopped by the switch, the reply can end before the page's cancel of it reaches the server: the
+    # page then saves it as any reply that ended, which leaves the title and note shown now alone.
+    assert set(chat_sidebar.keep_chat(chats, session, session.chat_id, "", "")) == {"chat_list"}
     kept = chats.open(session.chat_id, "").turns
     assert kept[1].stopped and kept[1].content == session.turns[1].content
 

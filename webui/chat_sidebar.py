@@ -406,6 +406,10 @@ def keep_chat(chats: SavedChats | None, session: ChatSession, shown: str, system
     """After a reply (which brings the ``generation`` settings it was written with) or another change."""
     chats = opened(chats)
     chats.keep(session, shown, system, tools, generation or None)
+    if session.left:
+        # A reply the tab switched away from can end on its own before the page's cancel of it lands,
+        # and then comes here too: the title and note shown now are the other chat's.
+        return {"chat_list": list_update(chats)}
     if session.keeper is not None and session.keeper.problem:  # said once already; the sidebar keeps saying it
         return {"note": f"⚠ This chat is not saved now ({session.keeper.problem}); it is, as soon as the store can be written."}
     chat = chats.find(session.chat_id)
