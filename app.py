@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from typing import get_origin
@@ -23,6 +24,7 @@ from pydantic import BaseModel  # noqa: E402
 from pydantic.fields import FieldInfo  # noqa: E402
 
 from engines import ChatError, GenerationArgs, ModelArgs  # noqa: E402
+from engines.backends.base import REQUEST_LOG  # noqa: E402
 from engines.model_files.model_args import MediaSettings  # noqa: E402
 from engines.settings import choices, field_range, value_type  # noqa: E402
 from limits import Limits, in_bytes, parse_size, size_text  # noqa: E402
@@ -131,6 +133,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     server.add_argument("--api-key", default=None,
                         help="key required on /v1 (the process list shows it: prefer the environment variable ANYCHAT_API_KEY)")
     add_flags(server, ModelArgs, LINE_FLAGS)
+    server.add_argument("--log-requests", action="store_true",
+                        help="log each request as the model reads it (its user, settings and whole prompt) on stderr, to see "
+                             "what a chat template or the page sends; the log then holds the users' words")
     server.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
                         help="folder whose files API requests may name as file:// URLs (default: none; remote URLs are never fetched)")
     add_flags(parser.add_argument_group("limits (web, api; sizes like 100mb, 512kb, 2gb)"), Limits, with_defaults=True)
@@ -158,9 +163,19 @@ def model_settings(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
+def log_requests() -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s request %(message)s"))
+    REQUEST_LOG.addHandler(handler)
+    REQUEST_LOG.setLevel(logging.INFO)
+    REQUEST_LOG.propagate = False
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     settings = model_settings(args)
+    if args.log_requests:
+        log_requests()
     try:
         if args.command == "chat":
             from terminal_chat import run_terminal_chat

@@ -3,8 +3,8 @@ each get token for token the reply their conversation gets when it is sent alone
 on the HF and on the vLLM backend, against the real `python app.py` in a real Chromium.
 
 Each session is its own browser context (its own Gradio session state and saved chats: 8 users)
-with its own system prompt and its own earlier turn, so a leak of history, system prompt or
-settings between sessions would change a reply. The question of each session is first sent
+with its own system prompt and its own earlier turn, so a leak of history or system prompt
+between sessions would change a reply. The question of each session is first sent
 alone, one session after another; then it is taken back (Undo) and sent again in all 8 at once.
 
 What overlaps is checked, so a test that ran the 8 one by one could not pass unnoticed: every
@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.browser import CHROMIUM, AppProcess, bot_messages, open_tab, set_number, user_messages, wait_until_ready
+from harness.browser import CHROMIUM, AppProcess, bot_messages, user_messages, wait_until_ready
 from harness.vllm_settings import VLLM
 
 pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.vllm]
@@ -92,12 +92,15 @@ WATCH_REPLIES = """() => {
 }"""
 TOKENS = re.compile(r"^(?:■ stopped after )?(\d+) tokens")
 
+# Greedy and short, every page alike: set as the app's defaults rather than on each page, where one of
+# eight pages set at once on a busy machine once sent the model's default temperature after all.
+GREEDY = ("--temperature", "0", "--max-new-tokens", str(MAX_NEW_TOKENS), "--log-requests")
 # Each backend's flags, and how many requests it generates at once (--max-concurrent).
 BACKENDS = {
-    "huggingface": (("--backend", "huggingface", "--max-concurrent", "2"), 2),
+    "huggingface": (("--backend", "huggingface", "--max-concurrent", "2", *GREEDY), 2),
     # The shared vLLM settings (the app takes vLLM's serving settings in --engine-args), in
     # float32 (see the module's note).
-    "vllm": (("--backend", "vllm", "--dtype", "float32", "--max-concurrent", str(VLLM["max_concurrent"]),
+    "vllm": (("--backend", "vllm", "--dtype", "float32", "--max-concurrent", str(VLLM["max_concurrent"]), *GREEDY,
               "--engine-args", json.dumps({"max_model_len": VLLM["max_model_len"], "kv_cache_memory_bytes": VLLM["kv_cache_space_gb"] << 30})),
              VLLM["max_concurrent"]),
 }
@@ -114,8 +117,8 @@ def app(request, tmp_path_factory):
 
 @pytest.fixture
 def pages(app, browser):
-    """A page per user, in a context of its own, greedy and with the user's system prompt. The
-    pages load side by side: one after another they take half a minute on a busy machine."""
+    """A page per user, in a context of its own, with the user's system prompt. The pages load
+    side by side: one after another they take half a minute on a busy machine."""
     _, process, _ = app
     contexts = [browser.new_context(viewport={"width": 1280, "height": 900}) for _ in USERS]
     pages = [context.new_page() for context in contexts]
@@ -124,10 +127,6 @@ def pages(app, browser):
     for page, user in zip(pages, USERS):
         wait_until_ready(page)
         page.evaluate(WATCH_REPLIES)
-        open_tab(page, "Settings")
-        set_number(page, "temperature", 0)
-        set_number(page, "max-new-tokens", MAX_NEW_TOKENS)
-        open_tab(page, "Chat")
         page.locator("#system-prompt textarea").fill(user.system)
     yield pages
     for context in contexts:
@@ -165,6 +164,12 @@ def lone_reply(process: AppProcess, user: User) -> dict:
         "model": model, "messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS, "logprobs": True, "top_logprobs": 2})
     [choice] = answer.json()["choices"]
     return choice
+
+
+def logged_prompts(process: AppProcess, user: User) -> list[str]:
+    """The requests that asked ``user``'s question, as the app logged them (--log-requests): the
+    page's alone, the page's at once, then the API's."""
+    return [line.split(" request ", 1)[1] for line in process.log().splitlines() if " request from " in line and user.question in line]
 
 
 def parting(lone: dict, at_once: str) -> tuple[str, float] | None:
@@ -249,12 +254,16 @@ def test_eight_sessions_at_once_get_the_replies_they_get_alone(app, pages):
         parted = parting(lone, text) if words(api_alone) == words(alone_text) else None
         tie = backend == "vllm" and parted is not None and parted[1] < NEAR_TIE
         print(f"{user.name}'s reply at once parts from alone: {parted[0] if parted else 'not at the second likeliest token'}")
+        alone_prompt, at_once_prompt, *_ = logged_prompts(process, user)
         # What the message adds tells a near-tie (the API's reply is the page's alone, parting at a small gap)
         # from a request that was sent another conversation (the API's reply is the page's at once).
         assert tie, (f"{backend}: {user.name}'s reply at once differs from alone:\nalone:   {alone_text!r} ({alone_tokens} tokens)\n"
                      f"at once: {text!r} ({tokens} tokens)\nthe API alone, on the saved conversation: {api_alone!r}\n"
-                     f"parting: {parted}")
+                     f"parting: {parted}; from the API's reply: {parting(lone, text)}\nthe page's request alone and at once were the same: {alone_prompt == at_once_prompt}\n"
+                     f"alone:   {alone_prompt}\nat once: {at_once_prompt}")
     for page, user, first_reply, (text, _) in zip(pages, USERS, earlier, together):
+        logged = logged_prompts(process, user)
+        assert len(logged) >= 2 and all(" temperature=0.0 " in line for line in logged), f"not each request logged, and greedy: {logged}"
         # Each session's history holds its own messages, and nobody else's words.
         assert user_messages(page).all_inner_texts() == [user.first, user.question]
         assert [m.strip() for m in bot_messages(page).all_inner_texts()] == [first_reply, text]

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
@@ -30,6 +31,9 @@ from ..errors import ConfigError, UnsupportedError
 from ..reply_format import ReplyFormat
 from ..request import ChatRequest, MediaKind
 from ..waiting_line import Places, PreparationTurns, QueuePlace, Ticket, WaitingLine
+
+# Silent unless the operator asks (app.py --log-requests): what it logs are the users' own words.
+REQUEST_LOG = logging.getLogger("anychat.requests")
 
 T = TypeVar("T")
 _END = object()
@@ -234,7 +238,9 @@ class BaseEngine(ABC):
         user's share of the line; the places are given up when the block ends."""
         with self.line.join(request.user, replies) as places:
             await self._compiled(request.reply_format)
-            yield await self._preparing.run(request.user, self.prompts.prepare, request, generation), places
+            prompt = await self._preparing.run(request.user, self.prompts.prepare, request, generation)
+            REQUEST_LOG.info("from %s, %s: %r", request.user or "-", prompt.generation, prompt.text)
+            yield prompt, places
 
     def _run(self, prompt: Prompt, index: int = 0) -> contextlib.aclosing:
         """The backend's stream of one reply (the index-th, with its own seed), closed (so the
