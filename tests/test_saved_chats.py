@@ -217,6 +217,22 @@ def chat_written_elsewhere_and_another(chats):
     return left, other
 
 
+async def test_a_system_prompt_as_typed_is_written_at_most_once_in_a_while(chat_store, monkeypatch):
+    """Each keystroke in the system prompt is an event that writes the whole prompt (megabytes, it
+    may be): a tab writes it at most once per SETTINGS_INTERVAL, and the last text typed is kept."""
+    chats = user_chats(chat_store)
+    session = chat_session(chats, "Say apple.", "Apple.")
+    chats.keep(session, session.chat_id, "", "")
+    written = []
+    write = chat_store.set_settings
+    monkeypatch.setattr(chat_store, "set_settings", lambda *args: written.append(time.monotonic()) or write(*args))
+    monkeypatch.setattr(chat_sidebar, "SETTINGS_INTERVAL", 0.3)
+    for typed in ("B", "Be", "Be brief."):
+        await chat_sidebar.keep_settings(chats, session.chat_id, typed, "")
+    assert chats.find(session.chat_id).system == "Be brief."
+    assert len(written) == 3 and all(later - earlier >= 0.3 for earlier, later in zip(written, written[1:])), written
+
+
 async def test_a_refresh_that_ends_after_a_switch_of_chats_leaves_the_chat_switched_to(chat_store, monkeypatch):
     """The 5 s refresh reads the store in a thread; when the tab switches chats meanwhile, what it
     read of the chat left behind must not be painted over the chat switched to."""

@@ -19,6 +19,7 @@ import asyncio
 import functools
 import inspect
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,9 @@ SIDEBAR_HEAD = """<style>
 STOP_WAIT_SECONDS = 10.0
 # How often an open page looks for what its user's other tabs and devices have written.
 LIST_REFRESH_SECONDS = 5.0
+# The system prompt and tools are saved as they are typed, and each save writes the whole text (up
+# to what a request holds, megabytes): a tab writes them at most once in this many seconds.
+SETTINGS_INTERVAL = 2.0
 DELETED_ELSEWHERE = ("This chat was deleted in another tab or on another device. It stays on this page, and what you write "
                      "next is saved as a new chat.")
 NOT_OPENED = "This page has not finished opening: reload it."
@@ -186,8 +190,9 @@ class ChatSidebar:
         for event in changes:
             event.success(inputs=shown, **by_name(in_users_turn(keep_chat), {**renamed, "note": self.note}), **private)
         # Saved as they are typed (and on leaving the field, which a paste may not be told apart
-        # from), so a reload keeps them; not on every change: an import changes them for its new chat.
-        gr.on([system.input, tools.input, system.blur, tools.blur], in_users_turn(keep_settings), [self.chats, self.shown, system, tools], None,
+        # from), every few seconds at most, so a reload keeps them; not on every change: an import
+        # changes them for its new chat.
+        gr.on([system.input, tools.input, system.blur, tools.blur], keep_settings, [self.chats, self.shown, system, tools], None,
               trigger_mode="always_last", **private)
         imported.success(inputs=[self.chats, session, system], **by_name(in_users_turn(keep_import), view), **private)
         self.export_btn.click(in_users_turn(self.export_all), self.chats, self.exported, api_visibility="private")
@@ -416,9 +421,19 @@ def keep_chat(chats: SavedChats | None, session: ChatSession, shown: str, system
     return {"chat_list": list_update(chats), "title": chat.title if chat else "", "note": chats.note()}
 
 
+async def keep_settings(chats: SavedChats | None, shown: str, system: str, tools: str) -> None:
+    """The system prompt and tools as typed, at most once per SETTINGS_INTERVAL: each keystroke
+    is an event, and while one waits here Gradio keeps only the latest that came meanwhile."""
+    if chats is not None:
+        await asyncio.sleep(chats.settings_saved + SETTINGS_INTERVAL - time.monotonic())
+    await in_users_turn(write_settings)(chats, shown, system, tools)
+
+
 @store_errors
-def keep_settings(chats: SavedChats | None, shown: str, system: str, tools: str) -> None:
-    opened(chats).set_settings(shown, system, tools)
+def write_settings(chats: SavedChats | None, shown: str, system: str, tools: str) -> None:
+    chats = opened(chats)
+    chats.set_settings(shown, system, tools)
+    chats.settings_saved = time.monotonic()
 
 
 @store_errors

@@ -39,6 +39,8 @@ class SavedChats:
         self.looked: tuple[str, tuple[Any, ...]] | None = None
         # The chat this tab deleted last, which Undo brings back; never a chat id from the page.
         self.deleted = ""
+        # When this tab last saved a system prompt and tools as typed (webui/chat_sidebar.py keep_settings).
+        self.settings_saved = float("-inf")
 
     def for_browser(self) -> dict[str, str]:
         """What the browser keeps: its id, and the chat it shows."""
