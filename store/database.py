@@ -5,6 +5,8 @@ its Alembic migrations each time the app starts."""
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -20,6 +22,9 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 DATABASE_FILE = "chats.db"
 # Any constant: two app processes starting on one PostgreSQL migrate it one after the other.
 MIGRATION_LOCK = 0x616E7963
+# How long an SQLite writer waits for another's write lock: a save, and a migration of the schema.
+WRITE_WAIT_MS = 10_000
+MIGRATION_WAIT_MS = 120_000
 
 
 class StoreSettings(BaseModel):
@@ -104,10 +109,15 @@ def migrate(engine: Engine) -> None:
         if engine.dialect.name == "postgresql":
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         elif engine.dialect.name == "sqlite":
-            # Python's sqlite3 begins no transaction for DDL: this one holds the write lock throughout.
+            # Python's sqlite3 begins no transaction for DDL: this one holds the write lock throughout,
+            # and another process's migration holds it as long as that takes on a busy machine (past
+            # the writers' 10 s, once, with two processes and a test suite beside them).
+            connection.exec_driver_sql(f"PRAGMA busy_timeout={MIGRATION_WAIT_MS}")
             connection.exec_driver_sql("BEGIN IMMEDIATE")
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+        if engine.dialect.name == "sqlite":
+            connection.exec_driver_sql(f"PRAGMA busy_timeout={WRITE_WAIT_MS}")
 
 
 def _sqlite_settings(connection, _record) -> None:
@@ -115,6 +125,21 @@ def _sqlite_settings(connection, _record) -> None:
     waits its turn behind another process's rather than failing at once."""
     cursor = connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
+    _write_ahead_log(cursor)
+    cursor.execute(f"PRAGMA busy_timeout={WRITE_WAIT_MS}")
     cursor.close()
+
+
+def _write_ahead_log(cursor: sqlite3.Cursor) -> None:
+    """WAL mode, which the file keeps once set. Setting it on a new file needs the file to itself,
+    and SQLite answers "locked" at once, without its busy wait, while another connection holds it
+    (several processes opening a new store at once, one of them migrating it): asked again meanwhile."""
+    deadline = time.monotonic() + MIGRATION_WAIT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
