@@ -110,8 +110,7 @@ def migrate(engine: Engine) -> None:
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         elif engine.dialect.name == "sqlite":
             # Python's sqlite3 begins no transaction for DDL: this one holds the write lock throughout,
-            # and another process's migration holds it as long as that takes on a busy machine (past
-            # the writers' 10 s, once, with two processes and a test suite beside them).
+            # so another process's migration holds it as long as that takes, longer than a save may.
             connection.exec_driver_sql(f"PRAGMA busy_timeout={MIGRATION_WAIT_MS}")
             connection.exec_driver_sql("BEGIN IMMEDIATE")
         config.attributes["connection"] = connection
