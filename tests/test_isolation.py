@@ -251,7 +251,8 @@ def test_eight_sessions_at_once_get_the_replies_they_get_alone(app, pages):
         # only that is let pass: the replies part where the lone reply's two likeliest tokens tie.
         lone = lone_reply(process, user)
         api_alone = lone["message"]["content"]
-        parted = parting(lone, text) if words(api_alone) == words(alone_text) else None
+        from_api = parting(lone, text)
+        parted = from_api if words(api_alone) == words(alone_text) else None
         tie = backend == "vllm" and parted is not None and parted[1] < NEAR_TIE
         print(f"{user.name}'s reply at once parts from alone: {parted[0] if parted else 'not at the second likeliest token'}")
         alone_prompt, at_once_prompt, *_ = logged_prompts(process, user)
@@ -259,7 +260,7 @@ def test_eight_sessions_at_once_get_the_replies_they_get_alone(app, pages):
         # from a request that was sent another conversation (the API's reply is the page's at once).
         assert tie, (f"{backend}: {user.name}'s reply at once differs from alone:\nalone:   {alone_text!r} ({alone_tokens} tokens)\n"
                      f"at once: {text!r} ({tokens} tokens)\nthe API alone, on the saved conversation: {api_alone!r}\n"
-                     f"parting: {parted}; from the API's reply: {parting(lone, text)}\nthe page's request alone and at once were the same: {alone_prompt == at_once_prompt}\n"
+                     f"parting: {parted}; from the API's reply: {from_api}\nthe page's request alone and at once were the same: {alone_prompt == at_once_prompt}\n"
                      f"alone:   {alone_prompt}\nat once: {at_once_prompt}")
     for page, user, first_reply, (text, _) in zip(pages, USERS, earlier, together):
         logged = logged_prompts(process, user)
