@@ -40,6 +40,8 @@ LIFETIME_CYCLES = {"huggingface": 5, "vllm": 2}
 # Threads a run of cycles may end with beyond where it settled: pools that grow on demand.
 THREAD_SLACK = 3
 MEMORY_SLACK = 0.10
+# Seconds the next request after the cycles may lose to the machine beyond three fresh ones.
+STALL = 10
 
 
 def needs(backend: str) -> None:
@@ -117,7 +119,10 @@ def test_stop_and_disconnect_cycles_leave_nothing_behind(backend, slot, url, ope
     wait_until_idle(slot, timeout=10)
     assert busy(slot) == {}
     assert_flat(trace, f"{API_DISCONNECTS} client disconnects")
-    assert next_request < 3 * fresh + 2, f"the next request took {next_request:.2f} s, a fresh one {fresh:.2f} s"
+    # A cancelled request still holding the model would cost the rest of its 2,000-token reply,
+    # over half a minute at this model's pace; a stall of the shared machine costs seconds (CI once
+    # took 4.7 s for it against a fresh 0.6 s, with the other worker's tests beside it).
+    assert next_request < 3 * fresh + STALL, f"the next request took {next_request:.2f} s, a fresh one {fresh:.2f} s"
 
 
 def test_a_failed_load_keeps_the_previous_model_serving(slot, url, client):
