@@ -41,7 +41,8 @@ MAX_PROPERTIES = 64
 _REPEATS = ("minItems", "maxItems", "minLength", "maxLength")
 # Grammar converters write a pattern's repetitions out in full, nested ones multiplied: a{300000000}
 # is 107 bytes of schema and gigabytes of grammar. Bounded like the lengths above, with room for
-# patterns such as ^[a-z]{1,1000}$ and (\d{3}-){100}.
+# patterns such as ^[a-z]{1,1000}$ and (\d{3}-){100}; the bound holds for a schema's patterns
+# together too, as xgrammar's time grows with each (a hundred bounded ones kept it busy for minutes).
 MAX_PATTERN_SIZE = 5_000
 _QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 
@@ -154,12 +155,18 @@ def check_schema(schema: Any, where: str = "schema") -> None:
             f"{where} holds a number thousands of digits long, such as a pattern's {{m,n}} bound; a reply schema's "
             f"repetitions can write out at most {MAX_PATTERN_SIZE:,} pieces."
         ) from None
-    _check_part(schema, where, 0)
+    if _check_part(schema, where, 0) > MAX_PATTERN_SIZE:
+        raise ConfigError(
+            f"{where}'s patterns together write out more than {MAX_PATTERN_SIZE:,} pieces once their {{m,n}} repetitions are "
+            "multiplied out, which would make the reply's grammar too costly to build. Use fewer patterns or smaller bounds, "
+            "or + and * where no bound is needed."
+        )
 
 
-def _check_part(schema: Any, where: str, depth: int) -> None:
+def _check_part(schema: Any, where: str, depth: int) -> int:
+    """Checks ``schema`` and the parts inside it; returns how many pieces their patterns write out."""
     if not isinstance(schema, dict):
-        return  # true / false schemas
+        return 0  # true / false schemas
     if depth > MAX_DEPTH:
         raise ConfigError(f"{where} is nested {depth} levels deep; a reply schema can nest at most {MAX_DEPTH}.")
     for keyword in schema:
@@ -175,7 +182,8 @@ def _check_part(schema: Any, where: str, depth: int) -> None:
         raise ConfigError(f"{where}.format {schema['format']!r} is not supported; formats: {', '.join(sorted(FORMATS))} (or use a pattern).")
     if "pattern" in schema and ("minLength" in schema or "maxLength" in schema):
         raise ConfigError(f"{where} has both a pattern and a length; put the length into the pattern (like {{1,20}}).")
-    if isinstance(schema.get("pattern"), str) and pattern_size(schema["pattern"]) > MAX_PATTERN_SIZE:
+    pieces = pattern_size(schema["pattern"]) if isinstance(schema.get("pattern"), str) else 0
+    if pieces > MAX_PATTERN_SIZE:
         raise ConfigError(
             f"{where}.pattern writes out more than {MAX_PATTERN_SIZE:,} pieces once its {{m,n}} repetitions are multiplied out, "
             "which would make the reply's grammar too large. Use smaller bounds, or + and * where no bound is needed."
@@ -186,7 +194,8 @@ def _check_part(schema: Any, where: str, depth: int) -> None:
     if len(properties) > MAX_PROPERTIES:
         raise ConfigError(f"{where}.properties has {len(properties)} properties; at most {MAX_PROPERTIES} per object keep the reply's grammar small.")
     for part_where, part in subschemas(schema, where):
-        _check_part(part, part_where, depth + 1)
+        pieces += _check_part(part, part_where, depth + 1)
+    return pieces
 
 
 def pattern_size(pattern: str) -> int:

@@ -127,12 +127,17 @@ class WaitingLine:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def most_per_user(self) -> int:
+        """The most places one user may hold: every slot, and their share of the waiting."""
+        return self.slots + min(self.max_waiting, self.max_waiting_per_user)
+
     def join(self, user: str | None = None, count: int = 1) -> Places:
         """Places for the ``count`` replies of one request from ``user``, taken all at once or
         not at all: each is admitted at once while a slot is free and nobody waits, the rest wait
         at the end of the line. ModelBusyError if they do not all fit now, ConfigError if they
         never could."""
-        most = self.slots + min(self.max_waiting, self.max_waiting_per_user)
+        most = self.most_per_user
         if count > most:
             raise ConfigError(
                 f"This request asks for {count} replies written side by side, each needing its own place, and one user may "
@@ -224,6 +229,10 @@ class PreparationTurns:
         self._at_once = asyncio.Semaphore(at_once)
         self._users: dict[str | None, asyncio.Lock] = {}
         self._holders: Counter[str | None] = Counter()
+
+    def held(self, user: str | None) -> int:
+        """How many of ``user``'s works run or wait for their turn."""
+        return self._holders[user]
 
     async def run(self, user: str | None, work: Callable[..., T], *args: Any) -> T:
         """``work(*args)`` on a worker thread once it is ``user``'s turn. A caller that gives up

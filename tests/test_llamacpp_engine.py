@@ -293,8 +293,9 @@ async def test_a_compile_keeps_its_turn_after_its_client_hangs_up(llama_model, m
 
 
 async def test_compiles_count_in_their_users_share_of_the_line(monkeypatch):
-    """A request takes its place in line before its reply format is compiled: one user's requests
-    past their share are refused before any compile, so a user cannot queue compiles by the hundred."""
+    """One user's requests waiting for their reply formats to compile are held to the places they
+    may hold in line: those past it are refused before any compile, so a user cannot queue
+    compiles by the hundred."""
     with ChatModel({**LLAMACPP, "max_concurrent": 1, "max_waiting": 8, "max_waiting_per_user": 1}) as model:
         engine = model.engine
         compile_reply_format = engine._compile_reply_format
@@ -313,6 +314,29 @@ async def test_compiles_count_in_their_users_share_of_the_line(monkeypatch):
         refused = [answer for answer in answers if isinstance(answer, ModelBusyError)]
         assert len(refused) == 2, answers
         assert len(compiled) == 2, f"{len(compiled)} formats were compiled for 2 requests in line"
+
+
+async def test_a_compile_holds_no_slot_of_the_model(monkeypatch):
+    """A reply format compiles before its request takes a place in line: another user is answered
+    while it compiles, on a model that answers one request at a time."""
+    with ChatModel({**LLAMACPP, "max_concurrent": 1}) as model:
+        engine = model.engine
+        compile_reply_format = engine._compile_reply_format
+        compiling, loop = asyncio.Event(), asyncio.get_running_loop()
+
+        def slow_compile(reply_format):
+            loop.call_soon_threadsafe(compiling.set)
+            time.sleep(3)
+            return compile_reply_format(reply_format)
+
+        monkeypatch.setattr(engine, "_compile_reply_format", slow_compile)
+        schema = {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object", "properties": {"k": {"type": "integer"}}}}}
+        structured = asyncio.ensure_future(model.achat(QUESTION, response_format=schema, max_new_tokens=2, user="mallory"))
+        await asyncio.wait_for(compiling.wait(), 30)
+        [plain] = await model.achat(QUESTION, temperature=0, max_new_tokens=2, user="alice")
+        assert not structured.done(), "the other user was answered only after the compile"
+        assert plain.response_length == 2
+        await structured
 
 
 def test_media_are_refused_clearly(llama_model):

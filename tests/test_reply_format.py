@@ -29,6 +29,8 @@ QUESTION = [{"role": "user", "content": "Hi"}]
     ({"type": "string", "pattern": "^a{300000000}$"}, "schema.pattern writes out more than 5,000 pieces"),
     ({"type": "object", "properties": {"id": {"type": "string", "pattern": "^(a{100}){100}$"}}}, "schema.properties.id.pattern writes out more"),
     ({"type": "string", "pattern": "^a{" + "9" * 5000 + "}$"}, "schema holds a number thousands of digits long"),
+    # Each pattern within the bound, a hundred of them: xgrammar took minutes over such a schema.
+    ({"anyOf": [{"type": "string", "pattern": f"^a{{{4990 - i}}}$"} for i in range(100)]}, "schema's patterns together write out more than 5,000"),
     ({"allOf": [{"type": "string"}, {"enum": ["a"]}]}, "allOf has 2 parts"),
     ({"type": "object", "properties": {"x": {"type": "string", "description": "x" * 40_000}}}, "characters long"),
     ("object", "must be a JSON Schema object"),

@@ -28,6 +28,7 @@ import psutil
 import pytest
 from gradio_client import Client
 
+from engines.backends.grammar_sandbox import COMPILE_SECONDS
 from engines.generation_args import MAX_STOP_LENGTH, MAX_STOP_STRINGS
 from harness.app_in_process import AppInProcess
 
@@ -250,6 +251,22 @@ def test_a_pattern_of_huge_repetitions_is_refused_before_any_grammar_is_built(ap
     print(f"\nhuge pattern repetitions refused; server RSS {memory[0] / 2**20:.0f} -> peak {max(memory) / 2**20:.0f} MiB")
     assert answered.status_code == 200
     assert max(memory) - memory[0] < 100 * 2**20
+
+
+def test_a_schema_too_costly_to_compile_is_stopped_in_its_child_while_others_are_answered(app):
+    """64 strings of a maxLength near 1,000 each pass the door's bounds, but xgrammar would take
+    minutes over them: the compile's child process is stopped at its CPU time and the request
+    refused in words, while another user is answered and the server's memory stays where it was."""
+    post(app.url, "127.0.0.3", body(QUESTION))  # the memory a first reply sets up is no attack's
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 1000 - i} for i in range(64)}}
+    attack = attack_while_another_asks(app, body(QUESTION, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}))
+    print(f"\n64 long strings: {attack.response.status_code} after {attack.seconds:.2f} s; another user answered in "
+          f"{attack.answered_seconds:.2f} s; server RSS {attack.memory[0] / 2**20:.0f} -> peak {max(attack.memory) / 2**20:.0f} MiB")
+    assert attack.response.status_code == 400, attack.response.text
+    message = attack.response.json()["error"]["message"]
+    assert message.startswith(f"The x schema takes more than this server gives one reply format to compile ({COMPILE_SECONDS} s of CPU time"), message
+    assert attack.answered.status_code == 200 and attack.answered_seconds < 30
+    assert max(attack.memory) - attack.memory[0] < 100 * 2**20
 
 
 # ---- work before the line

@@ -27,7 +27,7 @@ from ..logprobs import LogprobNames, TokenLogprobs
 from ..model_files.model_args import ModelArgs
 from ..prompt.builder import Prompt, PromptBuilder
 from ..prompt.reply_parser import ReplyChunk, ReplyParser, ReplyParts, parse_reply
-from ..errors import ConfigError, UnsupportedError
+from ..errors import ConfigError, ModelBusyError, UnsupportedError
 from ..reply_format import ReplyFormat
 from ..request import ChatRequest, MediaKind
 from ..waiting_line import Places, PreparationTurns, QueuePlace, Ticket, WaitingLine
@@ -134,24 +134,22 @@ class BaseEngine(ABC):
         refuse_unsupported_settings(generation, self.name, self.generation_settings)
         return generation
 
-    async def _compiled(self, reply_format: ReplyFormat | None) -> None:
-        """``reply_format`` compiled (where it is not yet), off the event loop: xgrammar takes most
-        of a second for a string with a maxLength. A ConfigError names what cannot be compiled."""
-        if reply_format is not None and reply_format not in self._compiled_formats:
-            # Shielded: a client that hangs up stops waiting, but the compile's thread runs on and
-            # keeps the turn until it ends, or each hang-up would let one more compile run beside it.
-            await asyncio.shield(self._compile_in_turn(reply_format))
-
-    def _compile_in_turn(self, reply_format: ReplyFormat) -> asyncio.Task:
-        async def compile_in_turn() -> None:
-            # One compile at a time: many new schemas at once take one core, not all of them.
-            async with self._compile_turn:
-                await asyncio.to_thread(self.reply_constraint, reply_format)
-
-        task = asyncio.ensure_future(compile_in_turn())
-        # Read the error of a compile nobody waits for any more, so that asyncio does not log it as lost.
-        task.add_done_callback(lambda done: done.cancelled() or done.exception())
-        return task
+    async def _compiled(self, request: ChatRequest) -> None:
+        """The request's reply format compiled, where it is not yet, before the request takes its
+        places in line: a compile (up to seconds, in a child process: grammar_sandbox) holds none of
+        the model's slots. Compiles run one at a time, each user's after their own previous one,
+        and a user already waiting for as many as they may hold places in line is refused."""
+        reply_format = request.reply_format
+        if reply_format is None or reply_format in self._compiled_formats:
+            return
+        waiting, most = self._compiling.held(request.user), self.line.most_per_user
+        if waiting >= most:
+            raise ModelBusyError(
+                f"Your requests already wait for {waiting} new reply format(s) to be compiled, as many as one user may hold places "
+                f"in line ({most}: max_concurrent and max_waiting_per_user; app.py --max-waiting-per-user). "
+                "Try again once your earlier requests are answered."
+            )
+        await self._compiling.run(request.user, self.reply_constraint, reply_format)
 
     def reply_constraint(self, reply_format: ReplyFormat | None) -> Any:
         """What this backend decodes ``reply_format`` under (None for free text), compiled once
@@ -163,8 +161,9 @@ class BaseEngine(ABC):
         return CompiledFormats()
 
     @functools.cached_property
-    def _compile_turn(self) -> asyncio.Semaphore:
-        return asyncio.Semaphore(1)
+    def _compiling(self) -> PreparationTurns:
+        # One compile at a time: many new schemas at once take one core, not all of them.
+        return PreparationTurns(1)
 
     def render_prompt(self, request: ChatRequest) -> str:
         """The exact prompt text the model would see for ``request`` (for inspection and tests)."""
@@ -233,11 +232,11 @@ class BaseEngine(ABC):
     @contextlib.asynccontextmanager
     async def _in_line(self, request: ChatRequest, generation: GenerationArgs,
                        replies: int = 1) -> AsyncIterator[tuple[Prompt, Places]]:
-        """Places in line for ``replies`` replies to ``request`` (or the refusal, before any
-        work), then its reply format compiled and the request prepared, both counted in its
+        """The request's reply format compiled, then places in line for ``replies`` replies to it
+        (or the refusal, before any further work), then the request prepared, counted in its
         user's share of the line; the places are given up when the block ends."""
+        await self._compiled(request)
         with self.line.join(request.user, replies) as places:
-            await self._compiled(request.reply_format)
             prompt = await self._preparing.run(request.user, self.prompts.prepare, request, generation)
             REQUEST_LOG.info("from %s, %s: %r", request.user or "-", prompt.generation, prompt.text)
             yield prompt, places

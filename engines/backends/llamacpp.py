@@ -53,6 +53,7 @@ from ..prompt.text_stream import IncrementalDecoder
 from ..reply_format import ReplyFormat
 from ..request import ChatRequest
 from .base import BaseEngine, Response
+from .grammar_sandbox import compile_bounded
 from .llamacpp_grammar import GrammarSampler, gbnf
 from .llamacpp_media import MediaChunk, MediaEncoder, mtmd
 from .registry import BACKENDS
@@ -190,7 +191,7 @@ class LlamaCppEngine(BaseEngine):
         return super().check(request)
 
     def _compile_reply_format(self, reply_format: ReplyFormat) -> bytes:
-        grammar = gbnf(reply_format)
+        grammar = compile_bounded(gbnf, reply_format, what=f"The {reply_format.name} schema")
         if len(grammar) > MAX_GRAMMAR_CHARS:
             raise ConfigError(
                 f"The {reply_format.name} schema makes a llama.cpp grammar of {len(grammar):,} characters (at most "

@@ -64,7 +64,7 @@ class SGLangEngine(BaseEngine):
     def _compile_reply_format(self, reply_format: ReplyFormat) -> str:
         """The schema for SamplingParams' json_schema, once xgrammar (SGLang's default grammar
         backend) has compiled it, so a schema SGLang would refuse mid-request is refused at the door."""
-        self._formats.compile(reply_format)
+        self._formats.check(reply_format)
         return reply_format.schema_text
 
     def check_machine(self, report: Progress) -> None:

