@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, delete, exists, false, func, select, true, update
+from sqlalchemy import Engine, Select, delete, exists, false, func, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -181,7 +181,7 @@ class ChatStore:
             added = Message.id >= rows[0].id if rows else false()
             after = _messages_size(session, chat_id, Message.id.in_(list(changes.changed)) | added)
             self._grow(session, owner, chat_id, after - before)
-            self._use_media(session, chat_id, media or {}, now)
+            self._use_media(session, owner, chat_id, media or {}, now)
             return [row.id for row in rows]
 
     def write_tree(self, owner: str, chat_id: str, messages: list[tuple[int | None, dict[str, Any]]], shown: int,
@@ -208,7 +208,7 @@ class ChatStore:
             chat.shown = rows[shown].id if rows else None
             session.flush()
             self._grow(session, owner, chat_id, _messages_size(session, chat_id, true()))
-            self._use_media(session, chat_id, media or {}, now)
+            self._use_media(session, owner, chat_id, media or {}, now)
             return [row.id for row in rows]
 
     def _new_chat(self, session: Session, owner: str, chat_id: str, created: dict[str, str], now: float) -> Chat:
@@ -232,18 +232,26 @@ class ChatStore:
         presets = select(func.coalesce(func.sum(Preset.text_size), 0)).where(Preset.owner == owner)
         return session.scalar(chats) + session.scalar(presets)
 
-    def _use_media(self, session: Session, chat_id: str, media: dict[str, int], now: float) -> None:
-        """Note that the chat uses ``media`` (hashes and sizes), each kept once."""
-        if media:
-            insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
-            session.execute(insert(Media).on_conflict_do_nothing(), [{"sha256": h, "size": size, "created": now} for h, size in media.items()])
-            session.execute(insert(ChatMedia).on_conflict_do_nothing(), [{"chat_id": chat_id, "sha256": h} for h in media])
+    def _use_media(self, session: Session, owner: str, chat_id: str, media: dict[str, int], now: float) -> None:
+        """Note that the chat uses ``media`` (hashes and sizes), each kept once. Where the owner's
+        chats keep a file they did not before, their media are checked against the quota: over
+        it, the whole write is refused (the page leaves such a file out before it saves; this
+        holds where two saves of one user pass that check at once)."""
+        if not media:
+            return
+        owned = select(ChatMedia.sha256).join(Chat).where(Chat.owner == owner, ChatMedia.sha256.in_(list(media)))
+        new = set(media) - set(session.scalars(owned))
+        insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
+        session.execute(insert(Media).on_conflict_do_nothing(), [{"sha256": h, "size": size, "created": now} for h, size in media.items()])
+        session.execute(insert(ChatMedia).on_conflict_do_nothing(), [{"chat_id": chat_id, "sha256": h} for h in media])
+        if new:
+            kept = _media_of(owner).subquery()
+            self.quota.check_media(session.scalar(select(func.coalesce(func.sum(kept.c.size), 0))))
 
     def media_of(self, owner: str) -> dict[str, int]:
         """The hashes and sizes of the media ``owner``'s chats keep (each once)."""
-        statement = select(Media.sha256, Media.size).join(ChatMedia).join(Chat).where(Chat.owner == owner).distinct()
         with Session(self.engine) as session:
-            return {digest: size for digest, size in session.execute(statement)}
+            return {digest: size for digest, size in session.execute(_media_of(owner))}
 
     def set_settings(self, owner: str, chat_id: str, system: str, tools: str, generation: dict[str, Any] | None = None) -> bool:
         """The chat's system prompt, tools and (where given) generation settings; false where
@@ -387,6 +395,11 @@ def _rows(session: Session, owner: str, chat_id: str) -> list[Message]:
 
 def _stored(row: Message, versions: tuple[int, ...] = ()) -> StoredMessage:
     return StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state, row.parent, versions)
+
+
+def _media_of(owner: str) -> Select:
+    """The hashes and sizes of the media ``owner``'s chats keep, each once."""
+    return select(Media.sha256, Media.size).join(ChatMedia).join(Chat).where(Chat.owner == owner).distinct()
 
 
 def _messages_size(session: Session, chat_id: str, which: Any) -> int:

@@ -41,6 +41,12 @@ class Quota:
                             f"would pass this server's limit of {size_text(self.text)} per user (--max-user-text-size): delete chats "
                             "or presets you no longer need (export them first to keep a copy) to make room")
 
+    def check_media(self, used: int) -> None:
+        """``used``: the bytes of media the owner's chats would keep with a new file."""
+        if self.media is not None and used > self.media:
+            raise OverQuota(f"your saved chats' media would take {size_text(used)}, over this server's limit of {size_text(self.media)} "
+                            "per user (--max-user-media-size): delete chats whose media you no longer need to make room")
+
     def check_chats(self, count: int) -> None:
         if self.chats is not None and count > self.chats:
             raise OverQuota(f"you would have {count} saved chats, over this server's limit of {self.chats} per user "

@@ -314,6 +314,24 @@ def test_a_write_past_the_text_quota_is_refused_whole_and_the_room_a_delete_free
         store.close()
 
 
+def test_a_write_whose_new_media_pass_the_media_quota_is_refused_whole(url):
+    """The page leaves out a file past the quota before it saves; the store holds the quota where
+    two saves of one user pass that check at once. A file the user's chats keep already counts once."""
+    store = open_store(url, Quota(media=5000))
+    try:
+        store.write("alice", "c1", messages("One"), {"title": "One"}, media={"a" * 64: 3000})
+        store.write("alice", "c2", messages("The same file again"), {"title": "Two"}, media={"a" * 64: 3000})
+        with pytest.raises(OverQuota, match=r"your saved chats' media would take 5 KB, over this server's limit of 4\.9 KB per user"
+                                             r" \(--max-user-media-size\)"):
+            store.write("alice", "c1", messages("Another"), {"title": "x"}, media={"b" * 64: 2100})
+        assert len(store.messages("alice", "c1")) == 1 and store.media_of("alice") == {"a" * 64: 3000}, "nothing of the refused write is kept"
+        store.write("bob", "b1", messages("Mine"), {"title": "Bob's"}, media={"b" * 64: 2100})  # each user has a quota of their own
+        store.write("alice", "c1", messages("Smaller"), {"title": "x"}, media={"c" * 64: 2000})
+        assert store.media_of("alice") == {"a" * 64: 3000, "c" * 64: 2000}
+    finally:
+        store.close()
+
+
 def test_chats_and_presets_past_their_quota_are_refused(url):
     store = open_store(url, Quota(chats=2, presets=2))
     try:

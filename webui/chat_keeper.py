@@ -23,7 +23,6 @@ import gradio as gr
 from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
-from limits import size_text
 from store import ChatStore, MessageChanges, OverQuota, StoredMessage, StoreError, store_problem
 from store.media import file_hash
 
@@ -205,15 +204,14 @@ class ChatKeeper:
 
     def _keep(self, path: str) -> tuple[str, int] | None:
         digest, size = file_hash(path)
-        quota = self.store.quota.media
-        if quota is not None:
+        if self.store.quota.media is not None:
             owned = self.store.media_of(self.owner)
-            used = sum(owned.values())
-            if digest not in owned and used + size > quota:
-                gr.Warning(f"{os.path.basename(path)} is not kept with the chat: your saved chats' media would take {size_text(used + size)}, "
-                           f"over this server's limit of {size_text(quota)} per user (--max-user-media-size). Delete chats whose "
-                           "media you no longer need to make room; meanwhile it stays in this conversation only as long as the "
-                           "server keeps the page's files.")
+            try:
+                if digest not in owned:
+                    self.store.quota.check_media(sum(owned.values()) + size)
+            except OverQuota as over:
+                gr.Warning(f"{os.path.basename(path)} is not kept with the chat: {over}. Meanwhile it stays in this conversation only "
+                           "as long as the server keeps the page's files.")
                 return None
         return self.store.media.put(path, digest)
 
