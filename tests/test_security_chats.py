@@ -214,6 +214,39 @@ def test_one_users_flood_of_page_opens_takes_their_turns_only_and_another_user_i
         app.stop()
 
 
+def test_one_users_export_that_hangs_holds_up_no_other_users(app, tabs, monkeypatch):
+    """Export all (and a conversation file exported or imported) ran one at a time for all users,
+    as Gradio runs a listener by default: one user's export of many files held up everyone's. Now
+    another user's export is answered while one user's hangs, and each user's take their turns."""
+    import webui.chat_sidebar
+
+    export_chats, entered, held = webui.chat_sidebar.export_chats, threading.Event(), threading.Event()
+
+    def first_one_hangs(*args, **kwargs):
+        if not entered.is_set():
+            entered.set()
+            held.wait(120)
+        return export_chats(*args, **kwargs)
+
+    monkeypatch.setattr(webui.chat_sidebar, "export_chats", first_one_hangs)
+    bob, alice = tabs("bob"), tabs("alice")
+    opened(bob)
+    opened(alice)
+    bobs = {}
+    hanging = threading.Thread(target=lambda: bobs.update(answer=bob.call("export_all", [None])))
+    hanging.start()
+    try:
+        assert entered.wait(60), "bob's export did not start"
+        alices = alice.call("export_all", [None])
+        assert error(alices) is None and alices["output"]["data"][0]["value"]["path"].endswith(".zip"), alices
+        assert not bobs, "alice's export waited for bob's"
+    finally:
+        held.set()
+        hanging.join(120)
+    assert error(bobs["answer"]) is None
+    assert TURNS._users == {}, "every turn taken was given back"
+
+
 def test_an_event_short_of_its_inputs_is_refused_in_a_line_not_echoed_back(app, tabs):
     """Gradio's own answer to an event sent with too few values lists every value sent."""
     tab = tabs("bob")

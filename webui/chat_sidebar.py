@@ -195,9 +195,9 @@ class ChatSidebar:
         gr.on([system.input, tools.input, system.blur, tools.blur], keep_settings, [self.chats, self.shown, system, tools], None,
               trigger_mode="always_last", **private)
         imported.success(inputs=[self.chats, session, system], **by_name(in_users_turn(keep_import), view), **private)
-        self.export_btn.click(in_users_turn(self.export_all), self.chats, self.exported, api_visibility="private")
+        self.export_btn.click(in_users_turn(self.export_all), self.chats, self.exported, **private)
         self.import_btn.upload(inputs=[self.chats, self.import_btn], **by_name(in_users_turn(self.import_all), {"chat_list": self.list, "note": self.note}),
-                               api_visibility="private")
+                               **private)
 
     @store_errors
     def export_all(self, chats: SavedChats | None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from . import replying
 from .by_name import by_name
 from .controls import control
 from .handlers import MEDIA_KINDS, ChatHandlers, control_value
+from .user_turns import in_users_turn
 from .versions import PICK_ID
 
 TOOLS_EXAMPLE = """[{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
@@ -127,7 +128,10 @@ class ChatTab:
             self.clear_btn.click(inputs=[session], **by_name(handlers.clear, chat), api_name="clear"),
             self.chatbot.clear(inputs=[session], **by_name(handlers.clear, chat), api_visibility="private"),
         ]
-        self.export_btn.click(handlers.export, [session, self.system], self.export_file, api_visibility="private")
-        self.export_md_btn.click(handlers.export_markdown, [session, self.system], self.export_file, api_visibility="private")
-        self.imported = self.import_btn.upload(inputs=[session, self.import_btn], **by_name(handlers.import_, {"chatbot": self.chatbot, "system": self.system}),
-                                               api_name="import_conversation")
+        # Files with media inside, written or read: seconds each. Not one at a time across users
+        # (one person's large file must not hold up everyone's), but each user's in their turn.
+        files = {"concurrency_limit": None}
+        self.export_btn.click(in_users_turn(handlers.export), [session, self.system], self.export_file, api_visibility="private", **files)
+        self.export_md_btn.click(in_users_turn(handlers.export_markdown), [session, self.system], self.export_file, api_visibility="private", **files)
+        self.imported = self.import_btn.upload(inputs=[session, self.import_btn], **by_name(in_users_turn(handlers.import_), {"chatbot": self.chatbot, "system": self.system}),
+                                               api_name="import_conversation", **files)

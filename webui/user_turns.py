@@ -1,10 +1,10 @@
-"""The page's store work, a few calls at a time for each user.
+"""The page's store work and conversation files, a few calls at a time for each user.
 
-Gradio runs every user's page events at once (the sidebar's have no concurrency limit: each
-touches only its own tab), the plain-function ones on one pool of 40 threads that every user
-shares, the others with the store calls they make in the event loop's few worker threads. One
-user who sends forty imports, exports or page opens at once would hold every thread while the
-others' pages wait. So each such handler takes a turn of its user's first (a login, else the
+Gradio runs every user's page events at once (the sidebar's and the files' have no concurrency
+limit: each touches only its own tab, and one at a time for all users, one person's export held up
+everyone's), the plain-function ones on one pool of 40 threads that every user shares, the others
+with the store calls they make in the event loop's few worker threads. One user who sends forty
+imports, exports or page opens at once would hold every thread while the others' pages wait. So each such handler takes a turn of its user's first (a login, else the
 browser's address, as in the model's waiting line): ``RUNNING`` of a user's calls run at once, the
 next ``WAITING`` wait without holding a thread, and more are refused with a message that says so.
 """
@@ -26,8 +26,8 @@ from engines.waiting_line import line_user
 
 RUNNING = 2
 WAITING = 16
-TOO_MANY = (f"You have {RUNNING + WAITING} requests to the saved chats running or waiting already (from this tab or others): "
-            "wait for them to end, then try again.")
+TOO_MANY = (f"You have {RUNNING + WAITING} requests to the saved chats or for conversation files running or waiting already (from "
+            "this tab or others): wait for them to end, then try again.")
 
 
 def page_user(request: gr.Request | None) -> str | None:
