@@ -4,6 +4,7 @@ id in every field that takes one, against the app of `python app.py --auth alice
 on the real default model (served in the test process: harness/app_in_process.py); and,
 without logins, one browser's chats out of another browser's reach."""
 
+import gc
 import json
 import re
 import sqlite3
@@ -12,6 +13,7 @@ import time
 import zipfile
 
 import httpx
+import psutil
 import pytest
 
 from access.session_owners import NOT_YOURS
@@ -176,6 +178,12 @@ def test_without_logins_each_browser_has_its_own_chats(tmp_path_factory):
         app.stop()
 
 
+def server_memory(app: AppInProcess) -> int:
+    """The server's resident memory once what the last requests left is collected."""
+    gc.collect()
+    return psutil.Process(app.pid).memory_info().rss
+
+
 def test_one_users_flood_of_page_opens_takes_their_turns_only_and_another_user_is_answered(tmp_path_factory):
     """The attack: 40 page opens at once, each moving 100 old browser chats into the store (Gradio
     runs them all at once, on the 40 threads every user's page events share). A user's store
@@ -188,6 +196,7 @@ def test_one_users_flood_of_page_opens_takes_their_turns_only_and_another_user_i
     try:
         opened(alice)
         old = {"chats": [{"id": str(n), "title": f"Old {n}", "turns": [{"role": "user", "content": f"Hi {n}"}]} for n in range(100)]}
+        before = server_memory(app)
         answers = {}
         floods = [threading.Thread(target=lambda tab=tab: answers.update({tab: tab.call("restore", [None, old])})) for tab in tabs]
         for flood in floods:
@@ -203,7 +212,10 @@ def test_one_users_flood_of_page_opens_takes_their_turns_only_and_another_user_i
         for flood in floods:
             flood.join(300)
         refused = [answer for answer in answers.values() if error(answer)]
-        print(f"\nalice answered in {answered:.1f} s; of bob's 40 page opens {40 - len(refused)} ran, {len(refused)} were refused")
+        after = server_memory(app)
+        print(f"\nalice answered in {answered:.1f} s; of bob's 40 page opens {40 - len(refused)} ran, {len(refused)} were refused; "
+              f"server RSS {before / 2**20:.0f} -> {after / 2**20:.0f} MiB")
+        assert after < before * 1.1
         assert answered < 10, f"another user's calls took {answered:.1f} s during the flood"
         assert refused and {error(answer) for answer in refused} == {TOO_MANY}
         assert len(answers) - len(refused) >= RUNNING + WAITING
@@ -331,6 +343,7 @@ def test_a_compressed_import_stops_at_the_users_text_quota_and_another_user_chat
     upload = file_data(mallory.upload("jack.zip", data))
     alice = tabs("alice")
     opened(alice)
+    before = server_memory(app)
     answered = {}
 
     def alice_chats() -> None:
@@ -354,6 +367,9 @@ def test_a_compressed_import_stops_at_the_users_text_quota_and_another_user_chat
     again = mallory.call("import_all", [None, upload])
     assert "would pass this server's limit of 1 MB per user" in error(again) and "imported before that" not in error(again)
     assert stored_text(app, "login:bob") == kept
+    after = server_memory(app)
+    print(f"\nserver RSS {before / 2**20:.0f} -> {after / 2**20:.0f} MiB over the two imports")
+    assert after < before * 1.1
 
 
 def test_an_import_past_the_users_chats_quota_is_refused_before_any_is_read(app, tabs, tmp_path):
