@@ -165,12 +165,16 @@ def test_killed_vllm_engine_is_told_to_the_user_and_a_reload_serves(slot, url, o
     assert refused.status_code == 503 and ENGINE_STOPPED.search(refused.json()["error"]["message"]), refused.text
 
     dead = slot.model
+    dead_sockets = Path(dead.engine.socket_folder)
     load_in_page(page, VLLM)
     # The status line named the dead model as loaded already: wait for the new one to take its place.
     deadline = time.monotonic() + 300
     while slot.model is dead:
         assert time.monotonic() < deadline, "loading again from the page did not finish"
         time.sleep(0.2)
+    # vLLM's sockets are named in a folder of the engine's own, gone with the dead engine.
+    assert not dead_sockets.exists()
+    assert any(path.is_socket() for path in Path(slot.model.engine.socket_folder).iterdir())
     expect(page.locator("#model-status")).to_contain_text("Loaded SmolLM2-135M-Instruct (embedded) on vllm in")
     open_tab(page, "Chat")
     before = replies(page)

@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -49,6 +51,7 @@ CPU_KV_CACHE_GB = 4
 # The ranks vLLM's LoRA kernels are built for; an adapter's rank rounds up to the next.
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 BASE_MODEL = ""
+OPERATORS_SOCKET_PATH = os.environ.get("VLLM_RPC_BASE_PATH")
 
 
 class VllmEngine(BaseEngine):
@@ -68,11 +71,14 @@ class VllmEngine(BaseEngine):
             for index, adapter in enumerate(model_args.lora_adapters, start=1)
         }
         report(0.85, f"Starting vLLM with {model_args.display_name} (about half a minute on CPU)…")
+        self.socket_folder = _socket_folder()
         try:
             self.model = AsyncLLM.from_engine_args(self._engine_args(path))
-        except ConfigError:
-            raise
-        except Exception as error:  # vLLM raises plain ValueError/RuntimeError for everything at start
+        except Exception as error:
+            _remove(self.socket_folder)
+            if isinstance(error, ConfigError):
+                raise
+            # vLLM raises plain ValueError/RuntimeError for everything at start.
             raise ModelLoadError(f"vLLM could not start {model_args.display_name}: {error}") from error
         self.prompts.context_length = self.model.model_config.max_model_len
         self._formats = XGrammarFormats(self.tokenizer, self.prompts.config.get_text_config().vocab_size)
@@ -261,8 +267,27 @@ class VllmEngine(BaseEngine):
     async def close(self) -> None:
         engine, self.model = self.model, None
         if engine is not None:
-            # Joins vLLM's engine process (seconds): off the event loop.
-            await asyncio.get_running_loop().run_in_executor(None, _shutdown, engine)
+            try:
+                # Joins vLLM's engine process (seconds): off the event loop.
+                await asyncio.get_running_loop().run_in_executor(None, _shutdown, engine)
+            finally:
+                _remove(self.socket_folder)
+
+
+def _socket_folder() -> str | None:
+    """A folder of this engine's own for vLLM's ZeroMQ sockets, which vLLM names in
+    VLLM_RPC_BASE_PATH (the temporary folder) and leaves behind when its engine stops (84 a test
+    run here); removed with the engine. None where the operator has chosen the place."""
+    if OPERATORS_SOCKET_PATH is not None:
+        return None
+    # Read by vLLM as it makes each socket's name, here and in the engine process it starts.
+    os.environ["VLLM_RPC_BASE_PATH"] = folder = tempfile.mkdtemp(prefix="anychat-vllm-sockets-")
+    return folder
+
+
+def _remove(folder: str | None) -> None:
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _shutdown(engine: AsyncLLM) -> None:
