@@ -240,11 +240,12 @@ class ChatStore:
         if not media:
             return
         owned = select(ChatMedia.sha256).join(Chat).where(Chat.owner == owner, ChatMedia.sha256.in_(list(media)))
-        new = set(media) - set(session.scalars(owned))
+        # Only a file new to the owner's chats can take them past the quota.
+        checked = self.quota.media is not None and bool(set(media) - set(session.scalars(owned)))
         insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
         session.execute(insert(Media).on_conflict_do_nothing(), [{"sha256": h, "size": size, "created": now} for h, size in media.items()])
         session.execute(insert(ChatMedia).on_conflict_do_nothing(), [{"chat_id": chat_id, "sha256": h} for h in media])
-        if new:
+        if checked:
             kept = _media_of(owner).subquery()
             self.quota.check_media(session.scalar(select(func.coalesce(func.sum(kept.c.size), 0))))
 

@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from ..errors import BackendUnavailableError, ConfigError, MediaError, ModelLoadError, ModelUnloadedError
@@ -51,7 +51,6 @@ CPU_KV_CACHE_GB = 4
 # The ranks vLLM's LoRA kernels are built for; an adapter's rank rounds up to the next.
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 BASE_MODEL = ""
-OPERATORS_SOCKET_PATH = os.environ.get("VLLM_RPC_BASE_PATH")
 
 
 class VllmEngine(BaseEngine):
@@ -73,7 +72,8 @@ class VllmEngine(BaseEngine):
         report(0.85, f"Starting vLLM with {model_args.display_name} (about half a minute on CPU)…")
         self.socket_folder = _socket_folder()
         try:
-            self.model = AsyncLLM.from_engine_args(self._engine_args(path))
+            with _sockets_named_in(self.socket_folder):
+                self.model = AsyncLLM.from_engine_args(self._engine_args(path))
         except Exception as error:
             _remove(self.socket_folder)
             if isinstance(error, ConfigError):
@@ -278,11 +278,22 @@ def _socket_folder() -> str | None:
     """A folder of this engine's own for vLLM's ZeroMQ sockets, which vLLM names in
     VLLM_RPC_BASE_PATH (the temporary folder) and leaves behind when its engine stops (84 a test
     run here); removed with the engine. None where the operator has chosen the place."""
-    if OPERATORS_SOCKET_PATH is not None:
-        return None
-    # Read by vLLM as it makes each socket's name, here and in the engine process it starts.
-    os.environ["VLLM_RPC_BASE_PATH"] = folder = tempfile.mkdtemp(prefix="anychat-vllm-sockets-")
-    return folder
+    return None if "VLLM_RPC_BASE_PATH" in os.environ else tempfile.mkdtemp(prefix="anychat-vllm-sockets-")
+
+
+@contextlib.contextmanager
+def _sockets_named_in(folder: str | None) -> Iterator[None]:
+    """VLLM_RPC_BASE_PATH set to ``folder`` while vLLM starts: it names its sockets then, here and
+    in the engine process it starts (which takes the environment with it). Not left set, so that
+    another vLLM started in this process later does not name its sockets in a folder gone by then."""
+    if folder is None:
+        yield
+        return
+    os.environ["VLLM_RPC_BASE_PATH"] = folder
+    try:
+        yield
+    finally:
+        del os.environ["VLLM_RPC_BASE_PATH"]
 
 
 def _remove(folder: str | None) -> None:
