@@ -28,7 +28,8 @@ from typing import Any
 
 from ..errors import ConfigError
 
-# A grammar as large as the door lets through compiles in a few seconds on a 2-core machine.
+# Ordinary schemas compile in about a second on a 2-core machine (a string with a maxLength is the
+# slow part); ten seconds of CPU time leave room for large ones, not for minutes of work.
 COMPILE_SECONDS = 10
 COMPILE_MEMORY = 2**30
 # Wall-clock time beyond the CPU time, for a machine busy with other work.
