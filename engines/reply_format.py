@@ -63,6 +63,11 @@ class ReplyFormat:
     def schema(self) -> dict[str, Any]:
         return json.loads(self.schema_text)
 
+    @property
+    def label(self) -> str:
+        """How a message that refuses this format names it: "The person schema"."""
+        return f"The {self.name} schema"
+
     @classmethod
     def json_object(cls) -> ReplyFormat:
         return cls("json_object", '{"type":"object"}', "JSON object", where="response_format")

@@ -114,3 +114,37 @@ def test_a_document_bomb_dropped_in_the_message_box_is_stopped_and_the_chat_stay
         assert "Say hello." in str(sent["output"]["data"]) and "Summarise this." not in str(sent["output"]["data"][0]), sent
     finally:
         tab.close()
+
+
+
+def limits_of(pid: int) -> dict[str, list[str]]:
+    """A process's limits as /proc lists them: each name, then its soft and hard values."""
+    with open(f"/proc/{pid}/limits") as table:
+        return {line[:26].strip(): line[26:].split()[:2] for line in list(table)[1:]}
+
+
+def test_the_reading_child_leaves_no_core_dump_of_the_document():
+    """Stopped past its CPU time (SIGXCPU), a child allowed core files would write the user's
+    document to one. The child lowers its limits once it has read the header: held there (its
+    document not sent yet), its limits are read from /proc."""
+    import json
+    import subprocess
+    import sys
+    import time
+    from dataclasses import asdict
+
+    from engines.prompt import document_sandbox
+
+    limits = document_sandbox.ReadingLimits(10, 1000, 10**6, SECONDS, 400 * 2**20)
+    child = subprocess.Popen([sys.executable, "-m", document_sandbox.__name__], stdin=subprocess.PIPE, cwd=document_sandbox.ROOT)
+    try:
+        child.stdin.write(json.dumps({"name": "held.txt", "limits": asdict(limits)}).encode() + b"\n")
+        child.stdin.flush()
+        deadline = time.monotonic() + 60
+        while limits_of(child.pid)["Max cpu time"][0] != str(SECONDS):  # lowered after the core file size
+            assert time.monotonic() < deadline and child.poll() is None, "the child did not lower its CPU time limit"
+            time.sleep(0.05)
+        assert limits_of(child.pid)["Max core file size"] == ["0", "0"]
+    finally:
+        child.kill()
+        child.wait()

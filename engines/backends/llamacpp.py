@@ -191,10 +191,10 @@ class LlamaCppEngine(BaseEngine):
         return super().check(request)
 
     def _compile_reply_format(self, reply_format: ReplyFormat) -> bytes:
-        grammar = compile_bounded(gbnf, reply_format, what=f"The {reply_format.name} schema")
+        grammar = compile_bounded(gbnf, reply_format, what=reply_format.label)
         if len(grammar) > MAX_GRAMMAR_CHARS:
             raise ConfigError(
-                f"The {reply_format.name} schema makes a llama.cpp grammar of {len(grammar):,} characters (at most "
+                f"{reply_format.label} makes a llama.cpp grammar of {len(grammar):,} characters (at most "
                 f"{MAX_GRAMMAR_CHARS:,}): make it smaller (fewer optional properties, shorter repetitions)."
             )
         return self._batcher.check_grammar(grammar.encode("utf-8"), reply_format.name)

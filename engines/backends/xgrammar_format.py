@@ -44,17 +44,13 @@ class XGrammarFormats:
     def compile(self, reply_format: ReplyFormat) -> Any:
         """xgrammar's compiled grammar for ``reply_format``, or a ConfigError naming the part of
         its schema that xgrammar cannot compile, and why."""
-        compiled = compile_bounded(_compiled_json, self._tokenizer_info_json, reply_format, True, what=_what(reply_format))
+        compiled = compile_bounded(_compiled_json, self._tokenizer_info_json, reply_format, True, what=reply_format.label)
         return _xgrammar().CompiledGrammar.deserialize_json(compiled, self._tokenizer_info)
 
     def check(self, reply_format: ReplyFormat) -> None:
         """A ConfigError where xgrammar cannot compile ``reply_format``, for backends whose engine
         compiles it again itself (vLLM, SGLang): refused at the door rather than mid-request."""
-        compile_bounded(_compiled_json, self._tokenizer_info_json, reply_format, False, what=_what(reply_format))
-
-
-def _what(reply_format: ReplyFormat) -> str:
-    return f"The {reply_format.name} schema"
+        compile_bounded(_compiled_json, self._tokenizer_info_json, reply_format, False, what=reply_format.label)
 
 
 def _compiled_json(tokenizer_info: str, reply_format: ReplyFormat, keep: bool) -> str:

@@ -110,6 +110,8 @@ def _read_in_child() -> None:
 
     header = json.loads(sys.stdin.buffer.readline())
     limits = ReadingLimits(**header["limits"])
+    # Stopped by SIGXCPU, the child would otherwise dump the user's document to a core file.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CPU, (limits.max_document_seconds, limits.max_document_seconds + 5))
     resource.setrlimit(resource.RLIMIT_AS, (limits.max_document_memory, limits.max_document_memory))
     data = sys.stdin.buffer.read()
