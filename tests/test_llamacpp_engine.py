@@ -390,14 +390,17 @@ def test_unload_gives_the_memory_back_and_reload_serves_again():
     """The baseline is taken after one load and unload, not before: the first load sets up what
     stays for the process's life (the modules and tokenizer code it imports, llama.cpp's
     backends, the allocator's arenas of its threads), about 60 MiB here, which is no leak. The
-    reload then fills the KV cache with a long prompt, and unloading it must give back all but a
-    small part of what it took (about 4 % stays here)."""
-    with ChatModel(LLAMACPP) as warm:
+    reload then fills its whole KV cache (a context of 1,024 tokens, which a prompt fills in
+    seconds where the default 8,192 would take half a minute), and unloading it must give back
+    all but a small part of what it took (about 6 % stays here)."""
+    settings = {**LLAMACPP, "max_model_len": 1024}
+    with ChatModel(settings) as warm:
         assert warm.chat(QUESTION, temperature=0, max_new_tokens=2)[0].response_length == 2
     before = rss()
-    model = ChatModel(LLAMACPP)
-    [reply] = model.chat(LONG_PROMPT, temperature=0, max_new_tokens=2)
+    model = ChatModel(settings)
+    [reply] = model.chat(weights_question(105), temperature=0, max_new_tokens=2)
     assert reply.response_length == 2, "the reloaded model serves"
+    assert reply.prompt_length + 2 > 0.95 * 1024, f"a {reply.prompt_length}-token prompt leaves most of the KV cache untouched"
     loaded = rss()
     model.close()
     after = rss()
