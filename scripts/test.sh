@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the tests offline on the real embedded model. Run scripts/setup.sh --test first.
 #   bash scripts/test.sh            the whole suite, as CI runs it: the tests marked video in .venv-video
-#                                   (they need torchvision), everything else in .venv
+#                                   (they need torchvision), beside everything else in .venv
 #   bash scripts/test.sh --quick    the fast loop while working: no browser, no vLLM, no app served,
 #                                   nothing slow (tests/needs.py); a few minutes; the whole suite still has to pass
 #   bash scripts/test.sh ARGS...    pytest ARGS in .venv
@@ -27,13 +27,23 @@ fi
 status=0
 started=$SECONDS
 mapfile -t video_modules < <(grep -l "pytest.mark.video" tests/test_*.py)
+# The video tests run beside the rest: they keep one core busy about half the time, which the
+# rest's two workers fill. Their output comes after the rest's.
+video_log=$(mktemp)
+trap 'rm -f "$video_log"; kill $(jobs -p) 2>/dev/null || true' EXIT
 # .venv-video has no bytecode until a module is imported (scripts/setup_video_env.sh): it is written
 # then, where PYTHONDONTWRITEBYTECODE would have every process compile what it imports again.
-env -u PYTHONDONTWRITEBYTECODE .venv-video/bin/python -m pytest -m video "${video_modules[@]}" || status=$?
-echo "test.sh: the video tests took $((SECONDS - started)) s"
-started=$SECONDS
+(
+  env -u PYTHONDONTWRITEBYTECODE .venv-video/bin/python -m pytest -m video "${video_modules[@]}"
+  echo "test.sh: the video tests took $((SECONDS - started)) s"
+) > "$video_log" 2>&1 &
+video=$!
 # Two workers (tests/workers.py shares the modules between them): most tests wait on a model,
 # a server or a browser part of the time.
 .venv/bin/python -m pytest -n 2 || status=$?
 echo "test.sh: the rest took $((SECONDS - started)) s"
+wait "$video" || status=$?
+echo "test.sh: the video tests, in .venv-video:"
+cat "$video_log"
+echo "test.sh: all took $((SECONDS - started)) s"
 exit "$status"
