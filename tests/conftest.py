@@ -17,11 +17,20 @@ from harness.browser import CHROMIUM, AppProcess, chromium, open_chat
 from harness.postgres import postgres_bin, postgres_server
 from harness.tiny_models import build_qwen2_vl
 from needs import pytest_collection_modifyitems, pytest_configure  # noqa: F401
-from strict_run import pytest_collectreport, pytest_runtest_makereport  # noqa: F401
+from failure_report import add_what_the_app_said
+from strict_run import pytest_collectreport, refuse_skip  # noqa: F401
 from workers import pytest_xdist_make_scheduler  # noqa: F401
 from tests.vllm_fixtures import shared_vllm_engine, vllm_model  # noqa: F401 (one vLLM engine for the session's vLLM tests)
 
 GREEDY = {"temperature": 0, "max_new_tokens": 24}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    refuse_skip(report)
+    add_what_the_app_said(item, report)
 
 
 @pytest.fixture(scope="session", autouse=True)
