@@ -274,6 +274,21 @@ def test_media_placeholders_stay_with_their_message(image_file):
     assert request.messages[2] == {"role": "user", "content": "<image>look"} and request.media == {"image": [image_file]}
 
 
+@pytest.mark.parametrize(("name", "kind"), [("a.PNG", "image"), ("b.heic", "image"), ("c.avif", "image"), ("d.m4v", "video"),
+                                          ("e.opus", "audio"), ("f.aiff", "audio"), ("g.aac", "audio"), ("h.pdf", None)])
+def test_the_page_sorts_a_file_into_the_kind_the_engine_reads_it_as(name, kind, monkeypatch):
+    """One list of media extensions serves the engine and the page: the page once left .heic,
+    .avif, .opus, .aac and .aiff to the platform's MIME table, which a machine may lack (as here)."""
+    import mimetypes
+
+    from engines.prompt.media import MEDIA_EXTENSIONS
+    from webui.conversation import media_kind
+
+    monkeypatch.setattr(mimetypes, "guess_type", lambda path, strict=True: (None, None))
+    assert media_kind(name) == kind
+    assert kind is None or name.lower().endswith(MEDIA_EXTENSIONS[kind])
+
+
 def test_export_embeds_the_media_and_import_writes_them_to_the_upload_folder(handlers, image_file, upload_folder):
     picture = open(image_file, "rb").read()
     session = ChatSession(turns=[Turn(role="user", content="Hi", files=[image_file]), Turn(role="assistant", content="Hello")])

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from engines import ChatError, ToolCall
+from engines.prompt.media import MEDIA_EXTENSIONS
 from engines.reply_format import ReplyFormatChoice
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest
 
@@ -21,13 +22,6 @@ from .versions import version_line
 if TYPE_CHECKING:
     from .chat_keeper import ChatKeeper
     from .conversation_file import MessageTree
-
-MEDIA_EXTENSIONS = {
-    "image": (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"),
-    "video": (".mp4", ".webm", ".mov", ".mkv", ".avi"),
-    "audio": (".wav", ".mp3", ".flac", ".ogg", ".m4a"),
-}
-
 
 class SavedToolCall(BaseModel):
     id: str

@@ -35,10 +35,12 @@ VideoInput = Union[str, os.PathLike, bytes, list, Any]
 AudioInput = Union[str, os.PathLike, bytes, tuple, dict, Any]
 
 
-_EXTENSIONS = {
-    "image": {".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".heic", ".avif"},
-    "video": {".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv"},
-    "audio": {".wav", ".mp3", ".flac", ".ogg", ".opus", ".m4a", ".aac", ".wma", ".aiff"},
+# Each medium's file names, for the engine's hints and the page's uploads alike (a file is read
+# by its content; a name only sorts it into its kind).
+MEDIA_EXTENSIONS = {
+    "image": (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".heic", ".avif"),
+    "video": (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv"),
+    "audio": (".wav", ".mp3", ".flac", ".ogg", ".opus", ".m4a", ".aac", ".wma", ".aiff"),
 }
 
 
@@ -81,7 +83,7 @@ def _wrong_kind_hint(kind: str, source: Any) -> str:
     if not isinstance(source, (str, os.PathLike)):
         return ""
     suffix = Path(source).suffix.lower()
-    for other, suffixes in _EXTENSIONS.items():
+    for other, suffixes in MEDIA_EXTENSIONS.items():
         if other != kind and suffix in suffixes:
             return f" Its extension {suffix} is for {other} files: pass it with the {other}s, not the {kind}s."
     return ""
