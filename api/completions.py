@@ -86,24 +86,24 @@ def _tool_calls(calls: tuple[ParsedToolCall, ...]) -> list[ToolCall] | None:
     return [ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls] or None
 
 
-def _kept_calls(api_request: ChatCompletionRequest, calls: tuple[ParsedToolCall, ...]) -> tuple[ParsedToolCall, ...]:
+def _kept_calls(body: ChatCompletionRequest, calls: tuple[ParsedToolCall, ...]) -> tuple[ParsedToolCall, ...]:
     """The calls the client takes: with parallel_tool_calls false, the first only."""
-    return calls[:1] if api_request.parallel_tool_calls is False else calls
+    return calls[:1] if body.parallel_tool_calls is False else calls
 
 
-async def complete(api_request: ChatCompletionRequest, model: ChatModel, model_id: str, request: ChatRequest) -> ChatCompletion:
+async def complete(body: ChatCompletionRequest, model: ChatModel, request: ChatRequest) -> ChatCompletion:
     responses = await model.achat(request)
     choices = []
     for index, response in enumerate(responses):
         reply = response.parts
-        calls = _kept_calls(api_request, reply.tool_calls)
+        calls = _kept_calls(body, reply.tool_calls)
         choices.append(Choice(
             index=index,
             message=AssistantMessage(content=reply.content, reasoning_content=reply.reasoning, tool_calls=_tool_calls(calls)),
             finish_reason="tool_calls" if calls else response.finish_reason,
             logprobs=chat_logprobs(response.logprobs),
         ))
-    return ChatCompletion(id=completion_id(), created=now(), model=model_id, choices=choices, usage=_usage(responses))
+    return ChatCompletion(id=completion_id(), created=now(), model=model.model_id, choices=choices, usage=_usage(responses))
 
 
 def _usage(responses: list[Response]) -> Usage:
@@ -115,14 +115,14 @@ def _usage(responses: list[Response]) -> Usage:
 # ---- streaming
 
 
-async def start_stream(api_request: ChatCompletionRequest, model: ChatModel, model_id: str, request: ChatRequest) -> AsyncIterator[str]:
+async def start_stream(body: ChatCompletionRequest, model: ChatModel, request: ChatRequest) -> AsyncIterator[str]:
     """The SSE body, once the first reply item has come (see api/event_stream.py); the replies
     take their places in line together, so a refusal is of them all."""
     replies = model.astream_replies(request)
-    return _sse(api_request, model_id, replies, await first_of(replies))
+    return _sse(body, model.model_id, replies, await first_of(replies))
 
 
-def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, ReplyChunk | TokenLogprobs | Response]],
+def _sse(body: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, ReplyChunk | TokenLogprobs | Response]],
          first: tuple[int, ReplyChunk | TokenLogprobs | Response]) -> AsyncIterator[str]:
     chunk_id, created = completion_id(), now()
     # Each reply's token logprobs not sent yet: they go with the reply's next chunk.
@@ -132,8 +132,7 @@ def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIterator[t
     def chunk(index: int, delta: Delta, finish_reason: str | None = None) -> str:
         logprobs = chat_logprobs(unsent.pop(index)) if unsent.get(index) else None
         choice = ChunkChoice(index=index, delta=delta, finish_reason=finish_reason, logprobs=logprobs)
-        body = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[choice])
-        return sse_data(body.model_dump(exclude_none=True))
+        return sse_data(ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[choice]).model_dump(exclude_none=True))
 
     def events(reply: tuple[int, ReplyChunk | TokenLogprobs | Response]) -> Iterator[str]:
         index, item = reply
@@ -145,7 +144,7 @@ def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIterator[t
             elif item.kind == "content":
                 yield chunk(index, Delta(content=item.text))
         else:
-            calls = _kept_calls(request, item.parts.tool_calls)
+            calls = _kept_calls(body, item.parts.tool_calls)
             if calls:
                 deltas = [
                     ToolCallDelta(index=i, id=c.id, type="function", function=FunctionCallDelta(name=c.name, arguments=c.arguments))
@@ -154,9 +153,9 @@ def _sse(request: ChatCompletionRequest, model_id: str, replies: AsyncIterator[t
                 yield chunk(index, Delta(tool_calls=deltas))
             finished.append(item)
             yield chunk(index, Delta(), "tool_calls" if calls else item.finish_reason)
-            if len(finished) == request.n and request.stream_options and request.stream_options.include_usage:
+            if len(finished) == body.n and body.stream_options and body.stream_options.include_usage:
                 usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=_usage(finished))
                 yield sse_data(usage.model_dump(exclude_none=True))
 
-    opening = (chunk(index, Delta(role="assistant", content="")) for index in range(request.n))
-    return event_stream(replies, first, opening, events, lambda: len(finished) == request.n)
+    opening = (chunk(index, Delta(role="assistant", content="")) for index in range(body.n))
+    return event_stream(replies, first, opening, events, lambda: len(finished) == body.n)

@@ -80,8 +80,8 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         model = serving(request.model)
         chat = await asyncio.to_thread(completions.chat_request, request, model, local_media_dir, requester(http), limits)
         if not request.stream:
-            return await while_connected(http, completions.complete(request, model, model.model_id, chat))
-        body = await while_connected(http, completions.start_stream(request, model, model.model_id, chat))
+            return await while_connected(http, completions.complete(request, model, chat))
+        body = await while_connected(http, completions.start_stream(request, model, chat))
         return _event_stream(body)
 
     @router.post("/completions", response_model=None)
@@ -89,8 +89,8 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         model = serving(request.model)
         prompts = text_completions.completion_requests(request, requester(http))
         if not request.stream:
-            return await while_connected(http, text_completions.complete(model, model.model_id, request, prompts))
-        body = await while_connected(http, text_completions.start_stream(request, model, model.model_id, prompts))
+            return await while_connected(http, text_completions.complete(request, model, prompts))
+        body = await while_connected(http, text_completions.start_stream(request, model, prompts))
         return _event_stream(body)
 
     @router.post("/score")

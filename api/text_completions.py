@@ -54,7 +54,7 @@ def refuse_unsupported(body: CompletionRequest) -> None:
         raise APIError(400, "stream_options is only allowed when stream is true.", param="stream_options")
 
 
-async def complete(model: ChatModel, model_id: str, body: CompletionRequest, requests: list[ChatRequest]) -> Completion:
+async def complete(body: CompletionRequest, model: ChatModel, requests: list[ChatRequest]) -> Completion:
     replies = await _all([model.achat(request) for request in requests])
     choices = []
     for request, responses in zip(requests, replies):
@@ -62,7 +62,7 @@ async def complete(model: ChatModel, model_id: str, body: CompletionRequest, req
         for response in responses:
             choices.append(CompletionChoice(index=len(choices), text=echo + response.response_text, finish_reason=response.finish_reason,
                                             logprobs=completion_logprobs(response.logprobs, len(echo))))
-    return Completion(id=text_completion_id(), created=now(), model=model_id, choices=choices, usage=_usage(replies))
+    return Completion(id=text_completion_id(), created=now(), model=model.model_id, choices=choices, usage=_usage(replies))
 
 
 async def _all(calls: list[Awaitable[list[Response]]]) -> list[list[Response]]:
@@ -82,12 +82,12 @@ def _usage(replies: list[list[Response]]) -> Usage:
     return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
 
 
-async def start_stream(body: CompletionRequest, model: ChatModel, model_id: str, requests: list[ChatRequest]) -> AsyncIterator[str]:
+async def start_stream(body: CompletionRequest, model: ChatModel, requests: list[ChatRequest]) -> AsyncIterator[str]:
     """The SSE body, once the first reply item has come (see api/event_stream.py)."""
     replies = side_by_side([model.astream_replies(request, raw=True) for request in requests])
     first = await first_of(replies)
     echoes = [model.render_prompt(request) if body.echo else "" for request in requests]
-    return _sse(body, model_id, replies, first, echoes)
+    return _sse(body, model.model_id, replies, first, echoes)
 
 
 def _sse(body: CompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, tuple[int, str | TokenLogprobs | Response]]],
