@@ -287,12 +287,12 @@ class ReplyFormatChoice(Settings):
     reply_schema: str = Field("", description="the JSON Schema a json_schema reply follows, as JSON text",
                               json_schema_extra=page_control("JSON schema", lines=5, placeholder='{"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}'))
 
-    def response_format(self) -> dict[str, Any] | None:
-        """OpenAI's response_format for this choice, or a ConfigError saying what is wrong with the schema text."""
+    def chosen(self) -> ReplyFormat | None:
+        """The reply format chosen (None for text), or a ConfigError saying what is wrong with the schema text."""
         if self.reply_format == "text":
             return None
         if self.reply_format == "json_object":
-            return {"type": "json_object"}
+            return ReplyFormat.json_object()
         text = self.reply_schema.strip()
         if not text:
             raise ConfigError("The reply format is json_schema but the JSON schema is empty: write the schema, or pick another reply format.")
@@ -302,4 +302,4 @@ class ReplyFormatChoice(Settings):
             schema = json.loads(text)
         except json.JSONDecodeError as error:
             raise ConfigError(f"The JSON schema is not valid JSON ({error.msg} at line {error.lineno} column {error.colno}).") from None
-        return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
+        return ReplyFormat.json_schema(schema)

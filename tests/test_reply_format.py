@@ -76,13 +76,16 @@ def test_tool_choice_and_response_format_refusals():
     assert ChatRequest.build(QUESTION, response_format={"type": "text"}, tools=[WEATHER_TOOL], tool_choice="auto").reply_format is None
 
 
-def test_the_pages_choice_becomes_a_response_format():
-    assert ReplyFormatChoice().response_format() is None
-    assert ReplyFormatChoice(reply_format="json_object").response_format() == {"type": "json_object"}
-    schema = {"type": "object"}
-    assert ReplyFormatChoice(reply_format="json_schema", reply_schema=json.dumps(schema)).response_format()["json_schema"]["schema"] == schema
+def test_the_pages_choice_becomes_a_reply_format():
+    assert ReplyFormatChoice().chosen() is None
+    assert ReplyFormatChoice(reply_format="json_object").chosen() == ReplyFormat.json_object()
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    assert ReplyFormatChoice(reply_format="json_schema", reply_schema=json.dumps(schema)).chosen().schema == schema
     with pytest.raises(ConfigError, match="not valid JSON"):
-        ReplyFormatChoice(reply_format="json_schema", reply_schema="{").response_format()
+        ReplyFormatChoice(reply_format="json_schema", reply_schema="{").chosen()
+    # Named as the page names it, not by the API's field.
+    with pytest.raises(ConfigError, match=r"^schema\.properties\.city uses the keyword 'uniqueItems'"):
+        ReplyFormatChoice(reply_format="json_schema", reply_schema=json.dumps({**schema, "properties": {"city": {"uniqueItems": True}}})).chosen()
 
 
 def _as_regex(gbnf: str) -> re.Pattern:

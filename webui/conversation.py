@@ -115,7 +115,7 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
     calls without their reasoning, and the tab's settings (``reply_format`` and ``reply_schema``
     as in ReplyFormatChoice). ``user``: whom it counts for in the model's waiting line;
     ``continue_final_message``: the last reply is to be written on."""
-    response_format = ReplyFormatChoice.build(reply_format=reply_format, reply_schema=reply_schema or "").response_format()
+    chosen_format = ReplyFormatChoice.build(reply_format=reply_format, reply_schema=reply_schema or "").chosen()
     messages: list[dict[str, Any]] = []
     media: dict[str, list[str]] = {kind: [] for kind in MEDIA_KINDS}
     for turn in turns:
@@ -136,7 +136,7 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
         texts = [document.text for document in turn.documents] + ([turn.content] if turn.content else [])
         messages.append({"role": "user", "content": tags + "\n\n".join(texts)})
     return ChatRequest.build(messages, system=system or None, tools=tools or None, images=media["image"], videos=media["video"],
-                             audios=media["audio"], user=user, response_format=response_format,
+                             audios=media["audio"], user=user, response_format=chosen_format,
                              continue_final_message=continue_final_message, **generation)
 
 
