@@ -39,46 +39,46 @@ from .schemas import (
 )
 
 
-def chat_request(request: ChatCompletionRequest, model: ChatModel, local_media_dir: Path | None, user: str,
+def chat_request(body: ChatCompletionRequest, model: ChatModel, local_media_dir: Path | None, user: str,
                  limits: SandboxLimits) -> ChatRequest:
     """The engine's request for this API request (``user``: whom it counts for in the line);
     what the server cannot do is refused before any work starts. Slow where documents are read:
     call it off the event loop."""
-    refuse_unsupported(request, model)
-    engine_input = to_engine_input(request.messages, local_media_dir, limits, user)
-    generation = request.generation()
-    use_tools = bool(request.tools) and request.tool_choice != "none"
-    tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if use_tools else None
-    tool_choice = request.tool_choice.model_dump() if isinstance(request.tool_choice, NamedToolChoice) else request.tool_choice
-    if tool_choice not in (None, "auto", "none") and not request.tools:
+    refuse_unsupported(body, model)
+    engine_input = to_engine_input(body.messages, local_media_dir, limits, user)
+    generation = body.generation()
+    use_tools = bool(body.tools) and body.tool_choice != "none"
+    tools = [tool.model_dump(exclude_none=True) for tool in body.tools] if use_tools else None
+    tool_choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, NamedToolChoice) else body.tool_choice
+    if tool_choice not in (None, "auto", "none") and not body.tools:
         raise APIError(400, "tool_choice forces a tool call, but no tools were given: give tools, or leave tool_choice out.", param="tool_choice")
     media = engine_input.media
     return ChatRequest.build(engine_input.messages, tools=tools, images=media["image"], videos=media["video"], audios=media["audio"],
-                             chat_template_kwargs=request.chat_template_kwargs, user=user, response_format=request.response_format,
-                             tool_choice=tool_choice, parallel_tool_calls=request.parallel_tool_calls,
-                             continue_final_message=request.continue_final_message, **generation)
+                             chat_template_kwargs=body.chat_template_kwargs, user=user, response_format=body.response_format,
+                             tool_choice=tool_choice, parallel_tool_calls=body.parallel_tool_calls,
+                             continue_final_message=body.continue_final_message, **generation)
 
 
-def refuse_unsupported(request: ChatCompletionRequest, model: ChatModel) -> None:
-    if request.top_logprobs is not None and not request.logprobs:
+def refuse_unsupported(body: ChatCompletionRequest, model: ChatModel) -> None:
+    if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs needs logprobs: true; set both, or leave top_logprobs out.", param="top_logprobs")
     refused = {
-        "logit_bias": bool(request.logit_bias),
+        "logit_bias": bool(body.logit_bias),
     }
     for name, asked in refused.items():
         if asked:
             raise APIError(400, f"{name} is not supported by this server; leave it out.", param=name, code="unsupported_parameter")
     # As vLLM's API: the reply either opens a new assistant turn or continues the last one. Left
     # out, add_generation_prompt follows continue_final_message.
-    if request.continue_final_message and request.add_generation_prompt and "add_generation_prompt" in request.model_fields_set:
+    if body.continue_final_message and body.add_generation_prompt and "add_generation_prompt" in body.model_fields_set:
         raise APIError(400, "continue_final_message and add_generation_prompt cannot both be true: a reply either continues the "
                             "last assistant message or opens a new one. Set add_generation_prompt to false (or leave it out).",
                        param="add_generation_prompt")
-    if not request.add_generation_prompt and not request.continue_final_message:
+    if not body.add_generation_prompt and not body.continue_final_message:
         raise APIError(400, "add_generation_prompt: false leaves no assistant turn to write into unless continue_final_message is "
                             "true (the last message, an assistant reply, is continued): set continue_final_message, or leave "
                             "add_generation_prompt out.", param="add_generation_prompt", code="unsupported_parameter")
-    if request.stream_options is not None and not request.stream:
+    if body.stream_options is not None and not body.stream:
         raise APIError(400, "stream_options is only allowed when stream is true.", param="stream_options")
 
 

@@ -76,38 +76,38 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         return ModelList(data=[ModelCard(id=slot.model.model_id, created=now())] if slot.loaded else [])
 
     @router.post("/chat/completions", response_model=None)
-    async def chat_completions(request: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
-        model = serving(request.model)
-        chat = await asyncio.to_thread(completions.chat_request, request, model, local_media_dir, requester(http), limits)
-        if not request.stream:
-            return await while_connected(http, completions.complete(request, model, chat))
-        body = await while_connected(http, completions.start_stream(request, model, chat))
-        return _event_stream(body)
+    async def chat_completions(body: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
+        model = serving(body.model)
+        chat = await asyncio.to_thread(completions.chat_request, body, model, local_media_dir, requester(http), limits)
+        if not body.stream:
+            return await while_connected(http, completions.complete(body, model, chat))
+        stream = await while_connected(http, completions.start_stream(body, model, chat))
+        return _event_stream(stream)
 
     @router.post("/completions", response_model=None)
-    async def text_completion(request: CompletionRequest, http: Request) -> Completion | StreamingResponse | Response:
-        model = serving(request.model)
-        prompts = text_completions.completion_requests(request, requester(http))
-        if not request.stream:
-            return await while_connected(http, text_completions.complete(request, model, prompts))
-        body = await while_connected(http, text_completions.start_stream(request, model, prompts))
-        return _event_stream(body)
+    async def text_completion(body: CompletionRequest, http: Request) -> Completion | StreamingResponse | Response:
+        model = serving(body.model)
+        prompts = text_completions.completion_requests(body, requester(http))
+        if not body.stream:
+            return await while_connected(http, text_completions.complete(body, model, prompts))
+        stream = await while_connected(http, text_completions.start_stream(body, model, prompts))
+        return _event_stream(stream)
 
     @router.post("/score")
-    async def score(request: ScoreRequest, http: Request) -> ScoreResponse:
-        model = serving(request.model)
-        texts = [request.input] if isinstance(request.input, str) else request.input
+    async def score(body: ScoreRequest, http: Request) -> ScoreResponse:
+        model = serving(body.model)
+        texts = [body.input] if isinstance(body.input, str) else body.input
         if not texts:
             raise APIError(400, "input must hold at least one text to score.", param="input")
         scores = await model.aget_scores(texts, requester(http))
         return ScoreResponse(model=model.model_id, data=[Score(index=i, score=s) for i, s in enumerate(scores)])
 
     @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
-    def unknown_endpoint(path: str, request: Request) -> None:
+    def unknown_endpoint(path: str, http: Request) -> None:
         # Without this, a mistyped /v1 path would reach the page mounted at "/" and get its 404.
         raise APIError(
             404,
-            f"There is no {request.method} {API_PREFIX}/{path} here. Endpoints: GET /v1/models, "
+            f"There is no {http.method} {API_PREFIX}/{path} here. Endpoints: GET /v1/models, "
             "POST /v1/chat/completions, POST /v1/completions, POST /v1/score.",
             code="not_found",
         )
