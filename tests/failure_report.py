@@ -18,7 +18,7 @@ def add_what_the_app_said(item: pytest.Item, report: pytest.TestReport) -> None:
             lines = value.log().splitlines()[-APP_LOG_LINES:]
             report.sections.append((f"the last {len(lines)} lines of the app's log ({name})", "\n".join(lines)))
     page = arguments.get("page")
-    if page is not None and not page.is_closed():
+    if callable(getattr(page, "is_closed", None)) and not page.is_closed():  # a Playwright page
         try:
             toasts = page.get_by_test_id("toast-body").all_inner_texts()
         except Exception as error:  # the page may be what failed
