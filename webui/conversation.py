@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .chat_keeper import ChatKeeper
     from .conversation_file import MessageTree
 
+
 class SavedToolCall(BaseModel):
     id: str
     name: str
