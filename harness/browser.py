@@ -168,6 +168,13 @@ def user_messages(page):
     return page.locator("#chatbot [data-testid=user]")
 
 
+def shown_messages(page) -> list[str]:
+    """The text of every message the chat shows, stats lines included; not Gradio's progress timer
+    over the chat, which an event that merely outputs to the chat shows for a moment (a full run
+    once saw "0.5s" appear there after a Stop, and took it for the reply growing)."""
+    return page.locator("#chatbot [data-testid=user], #chatbot [data-testid=bot]").all_inner_texts()
+
+
 def import_conversation(page, path) -> None:
     """Import a conversation file through the sidebar's button, as a person does."""
     if not page.locator("#import-btn").is_visible():

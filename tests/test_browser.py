@@ -15,8 +15,8 @@ from PIL import Image, ImageDraw
 
 from engines.model_files.paths import default_gguf
 from harness.browser import (
-    CHROMIUM, ROOT, ask, bot_messages, click_and_wait, is_local, load_model, open_chat, open_tab, replies, send, set_number, user_messages,
-    wait_until_answered,
+    CHROMIUM, ROOT, ask, bot_messages, click_and_wait, is_local, load_model, open_chat, open_tab, replies, send, set_number, shown_messages,
+    user_messages, wait_until_answered,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
@@ -142,9 +142,9 @@ def test_stop_keeps_the_partial_reply_and_the_box_usable(page):
     expect(reply_stats(page)).to_contain_text("■ stopped after")
     check_stats(page, GGUF_BACKEND)
     expect(page.locator("#chat-input textarea")).to_be_enabled()
-    partial = page.locator("#chatbot").inner_text()
+    partial = shown_messages(page)
     page.wait_for_timeout(1500)
-    assert page.locator("#chatbot").inner_text() == partial, "the reply kept growing after Stop"
+    assert shown_messages(page) == partial, "the reply kept growing after Stop"
     # The box takes the next message, and Stop works again.
     sent = send(page, "Now a long poem about the sea, please.")
     expect(user_messages(page)).to_have_count(2)

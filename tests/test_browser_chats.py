@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 from harness.browser import (
-    CHROMIUM, AppProcess, ask, bot_messages, click_and_wait, free_port, import_conversation, open_chat, open_tab, send, set_number, user_messages,
-    wait_until_answered,
+    CHROMIUM, AppProcess, ask, bot_messages, click_and_wait, free_port, import_conversation, open_chat, open_tab, send, set_number, shown_messages,
+    user_messages, wait_until_answered,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]  # AppProcess in tests, beside the `app` fixture
@@ -98,9 +98,9 @@ def test_escape_stops_the_reply(page):
     page.keyboard.press("Escape")
     wait_until_answered(page, sent)
     expect(page.locator("#chatbot")).to_contain_text("■ stopped after")
-    partial = page.locator("#chatbot").inner_text()
+    partial = shown_messages(page)
     page.wait_for_timeout(1000)
-    assert page.locator("#chatbot").inner_text() == partial, "the reply kept growing after Escape"
+    assert shown_messages(page) == partial, "the reply kept growing after Escape"
 
 
 def test_each_chat_keeps_its_messages_system_prompt_and_tools(page):
@@ -238,9 +238,9 @@ def test_switching_away_from_a_streaming_reply_stops_it_in_its_own_chat(page):
     expect(user_messages(page)).to_have_count(1)
     expect(user_messages(page).first).to_contain_text("Say apple.")
     expect(page.locator("#stop-btn")).to_be_hidden()
-    shown = page.locator("#chatbot").inner_text()
+    shown = shown_messages(page)
     page.wait_for_timeout(1500)
-    assert page.locator("#chatbot").inner_text() == shown, "the other chat's reply reached this one"
+    assert shown_messages(page) == shown, "the other chat's reply reached this one"
     expect(chat_list(page)).to_have_text([lighthouse, "Say apple."])
     choose_chat(page, lighthouse)
     expect(user_messages(page).first).to_contain_text("lighthouse keeper")
