@@ -116,7 +116,6 @@ def test_a_document_bomb_dropped_in_the_message_box_is_stopped_and_the_chat_stay
         tab.close()
 
 
-
 def limits_of(pid: int) -> dict[str, list[str]]:
     """A process's limits as /proc lists them: each name, then its soft and hard values."""
     with open(f"/proc/{pid}/limits") as table:
