@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib.util
+import subprocess
+import sys
 import time
 
 import psutil
@@ -13,6 +15,7 @@ import pytest
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh builds it)", exc_type=ImportError)
 
 from engines import ChatModel, ConfigError, MediaError, ModelBusyError, ModelLoadError, ModelSlot  # noqa: E402
+from engines.backends.free_cores import WINDOW  # noqa: E402
 from engines.model_files.paths import default_gguf  # noqa: E402
 from harness.engine_contract import LONG_PROMPT, LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract, weights_question  # noqa: E402
 from tests.api_samples import COUNTING  # noqa: E402
@@ -337,6 +340,25 @@ async def test_a_compile_holds_no_slot_of_the_model(monkeypatch):
         assert not structured.done(), "the other user was answered only after the compile"
         assert plain.response_length == 2
         await structured
+
+
+def test_each_step_runs_on_the_cores_other_processes_leave_free():
+    """ggml's threads spin at each barrier, so a thread that shares its core with a busy process
+    stalls the whole step: with every core kept busy by other processes, steps of one token and of
+    many both run on one thread, and thread counts set by hand stay as they were set."""
+    cores = psutil.cpu_count()
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        for settings, expected in (({}, (1, 1)), ({"threads": cores}, (cores, cores))):
+            with ChatModel({**LLAMACPP, "max_model_len": 512, **settings}) as model:
+                time.sleep(2 * WINDOW)  # what the hogs use, more than the load, behind the first step's count
+                model.chat(QUESTION, temperature=0, max_new_tokens=4)
+                ctx = model.engine.model.ctx
+                assert (llama_cpp.llama_n_threads(ctx), llama_cpp.llama_n_threads_batch(ctx)) == expected, settings
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def test_media_are_refused_clearly(llama_model):

@@ -53,6 +53,7 @@ from ..prompt.text_stream import IncrementalDecoder
 from ..reply_format import ReplyFormat
 from ..request import ChatRequest
 from .base import BaseEngine, Response
+from .free_cores import FreeCores
 from .grammar_sandbox import compile_bounded
 from .llamacpp_grammar import GrammarSampler, gbnf
 from .llamacpp_media import MediaChunk, MediaEncoder, mtmd
@@ -146,7 +147,7 @@ class LlamaCppEngine(BaseEngine):
             self._media = MediaEncoder(self.model, projector, self.llama_settings["n_threads_batch"],
                                        self.llama_settings["n_gpu_layers"] != 0, error_lines)
             self.prompts.use_media(self._media.prompt_media(model_args, self.tokenizer))
-        self._batcher = _Batcher(self.model, sequences, self.llama_settings["n_batch"] - sequences, self._media)
+        self._batcher = _Batcher(self.model, sequences, self.llama_settings["n_batch"] - sequences, self._media, self._step_threads())
         self.prompts.context_length = self._batcher.n_ctx_sequence
 
     @property
@@ -178,6 +179,12 @@ class LlamaCppEngine(BaseEngine):
             # Llama(**kwargs) would swallow a misspelt argument without a word.
             raise ConfigError(f"llama.cpp's Llama() takes no argument {', '.join(unknown)}. Its arguments: {', '.join(sorted(known))}.")
         return {**settings, **args.engine_args}
+
+    def _step_threads(self) -> _StepThreads | None:
+        """The thread counts each step lowers to the free cores, unless they were set by hand."""
+        if self.model_args.threads or {"n_threads", "n_threads_batch"} & set(self.model_args.engine_args):
+            return None
+        return _StepThreads(self.model.ctx, self.llama_settings["n_threads"], self.llama_settings["n_threads_batch"])
 
     def check(self, request: ChatRequest) -> GenerationArgs:
         for kind in request.media:
@@ -345,6 +352,25 @@ class _Sequence:
         return self.last_start if prompt == self.last_prompt else 0
 
 
+class _StepThreads:
+    """llama.cpp's two thread counts (for a step of one token, and of more), each lowered before a
+    step to the cores the rest of the machine leaves free (free_cores.py): ggml's spinning threads
+    made 4 chats at once slower than one beside a busy process."""
+
+    def __init__(self, ctx: Any, generating: int, evaluating: int) -> None:
+        self._ctx = ctx
+        self._most = (generating, evaluating)
+        self._free = FreeCores(max(self._most))
+        self.counts = self._most
+
+    def fit(self) -> None:
+        free = self._free.count()
+        counts = (min(self._most[0], free), min(self._most[1], free))
+        if counts != self.counts:
+            lib.llama_set_n_threads(self._ctx, *counts)
+            self.counts = counts
+
+
 class _Batcher:
     """llama.cpp's context, owned by one thread that decodes every running sequence together.
 
@@ -355,9 +381,11 @@ class _Batcher:
     cache holds stays after its job, and the next job goes to the sequence that holds the
     longest start of its prompt."""
 
-    def __init__(self, model: llama_cpp.Llama, sequences: int, prompt_batch: int, media: MediaEncoder | None) -> None:
+    def __init__(self, model: llama_cpp.Llama, sequences: int, prompt_batch: int, media: MediaEncoder | None,
+                 threads: _StepThreads | None) -> None:
         self._ctx = model.ctx
         self._media = media
+        self._threads = threads
         self._vocab = lib.llama_model_get_vocab(model.model)
         self._memory = lib.llama_get_memory(self._ctx)
         self.n_ctx_sequence = lib.llama_n_ctx_seq(self._ctx)
@@ -478,6 +506,8 @@ class _Batcher:
         """One llama_decode over every running sequence, then a token sampled for each sequence
         whose prompt is now evaluated whole. A media chunk next in a prompt is evaluated first,
         on its own (libmtmd encodes it, then decodes its embeddings)."""
+        if self._threads is not None:
+            self._threads.fit()
         for sequence in self._running():
             if sequence.pending and isinstance(sequence.pending[0], MediaChunk) and not self._evaluate_media(sequence):
                 return
