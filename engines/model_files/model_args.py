@@ -110,7 +110,8 @@ class ModelArgs(MediaSettings):
     lora_adapters: tuple[str, ...] = Field((), description="PEFT adapter directories (a list, or one comma-separated string)",
                                            json_schema_extra=page_control("LoRA adapter directories (comma-separated)"))
     threads: int | None = Field(None, ge=1, le=1024, description="CPU threads; None: the physical cores but one to generate (ggml's threads stall when any other busy thread "
-                                            "takes their core), all of them to read prompts",
+                                            "takes their core), all of them to read prompts, each step on no more cores than "
+                                            "other processes leave free",
                                 json_schema_extra=page_control("CPU threads (llamacpp; 0: physical cores but one)"))
     batch_size: int | None = Field(None, ge=1, le=INT32_MAX, description="prompt tokens processed per step",
                                    json_schema_extra=page_control("Prompt batch size (llamacpp)"))
