@@ -36,6 +36,7 @@ SMOKE_RUNS = [
     pytest.param("concurrency.py", ["--tokens", "4", "--rounds", "1", "--concurrency", "1", "2"], ["users"], id="concurrency",
                  marks=pytest.mark.skipif(not HAS_VLLM, reason="compares vLLM: bash scripts/setup.sh --vllm")),
     pytest.param("store.py", ["--tokens", "4", "--rounds", "1", "--messages", "10"], ["way", "database"], id="store"),
+    pytest.param("start.py", ["--rounds", "1"], ["way"], id="start", marks=NEEDS_LLAMACPP),
     pytest.param("pdf_page_count.py", ["--pages", "50", "--rounds", "1"], ["way"], id="pdf_page_count"),
     pytest.param("soak.py", ["--page-cycles", "1", "--api-disconnects", "1", "--lifetime-cycles", "1", "--cancel-backends", "huggingface",
                              "--lifetime-backends", "huggingface", "--no-kill"], ["figure"], id="soak"),

@@ -187,12 +187,20 @@ async def test_logprobs_in_a_batch_are_each_requests_own(batched_model):
 
 async def test_seeded_sampling_in_a_batch_is_each_requests_own(batched_model):
     """Each request samples with its own sampler and seed, so a seeded reply is the same beside
-    seven others as alone (a shared random stream, or a seed not applied, would change them)."""
+    six others as alone (a shared random stream, or a seed not applied, would change them). The
+    seven arrive while another request's long prompt is evaluated, so that all of them wait for the
+    same step: each prompt is still evaluated as it is alone (llama.cpp cuts prompts that share a
+    batch where their lengths fall, which changed the first token of one reply in four such runs)."""
     settings = {"temperature": 0.7, "max_new_tokens": 24}
-    seeded = list(enumerate(CHATS))
+    seeded = list(enumerate(CHATS[:7]))
     alone = [await streamed_ids(batched_model, chat, seed=seed, **settings) for seed, chat in seeded]
+    evaluated = batched_model.engine._batcher.evaluated["tokens"]
+    long_prompt = asyncio.create_task(streamed_ids(batched_model, weights_question(105), temperature=0, max_new_tokens=1))
+    while batched_model.engine._batcher.evaluated["tokens"] == evaluated:  # its first piece is in
+        await asyncio.sleep(0.001)
     together = await asyncio.gather(*(streamed_ids(batched_model, chat, seed=seed, **settings) for seed, chat in seeded))
-    assert together == alone and len({tuple(ids) for ids in together}) == 8
+    await long_prompt
+    assert together == alone and len({tuple(ids) for ids in together}) == 7
 
 
 async def test_a_request_joins_the_running_batch_and_stop_frees_only_its_own(batched_model):
@@ -359,6 +367,18 @@ def test_each_step_runs_on_the_cores_other_processes_leave_free():
         for hog in hogs:
             hog.kill()
             hog.wait()
+
+
+def test_the_app_on_a_gguf_imports_no_torch():
+    """llama.cpp runs a GGUF itself, and its tokenizer is read without transformers' model code, so
+    the app on the embedded model, to a reply with logprobs, never imports torch (which took seconds
+    of every start, and hundreds of MiB: bench/start.py)."""
+    script = ("import sys, app, server, webui, api; from engines import ChatModel\n"
+              "with ChatModel() as model: model.chat([{'role': 'user', 'content': 'Hi'}], max_new_tokens=2, logprobs=2)\n"
+              "print(sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'torchvision')))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout[-3000:]
 
 
 def test_media_are_refused_clearly(llama_model):

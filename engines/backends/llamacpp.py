@@ -7,7 +7,9 @@ llama.cpp's low-level API, on one thread that owns the context (_Batcher):
 
 - the context holds ``max_concurrent`` sequences, each with a KV cache of its own; every running
   request is one sequence, and one llama_decode a step evaluates a token of each (continuous
-  batching: a new request joins at the next step, an ended one frees its sequence at once);
+  batching: a new request joins at the next step, an ended one frees its sequence at once); a
+  prompt is evaluated in steps of its own, taking turns with those, so that how it is cut into
+  batches, and so its reply, does not depend on what else runs;
 - each sequence's cache keeps its last conversation, so the next turn only evaluates what is
   new; a prompt that was evaluated before is evaluated from the same position again, so a
   repeated greedy request gives the same reply, and a seeded request always starts from an
@@ -30,6 +32,7 @@ import contextlib
 import ctypes
 import dataclasses
 import inspect
+import itertools
 import logging
 import secrets
 import threading
@@ -40,11 +43,12 @@ from typing import Any
 import numpy as np
 import psutil
 
-from ..errors import BackendUnavailableError, ChatError, ConfigError, MediaError, ModelLoadError, UnsupportedError
+from ..errors import BackendUnavailableError, ChatError, ConfigError, MediaError, ModelLoadError
 from ..generation_args import GenerationArgs
 from ..logprobs import RawLogprobs, TokenLogprobs, log_softmax, top_logprobs
 from ..model_files import Progress
 from ..model_files.gguf import gguf_metadata_dir
+from ..model_files.gguf_header import GgufModel
 from ..model_files.model_args import ModelArgs
 from ..model_files.paths import DEFAULT_MODEL_GENERATION, gguf_file
 from ..model_files.projector import Projector, find_projector
@@ -128,14 +132,10 @@ class LlamaCppEngine(BaseEngine):
         self.model_args = model_args
         self.model_path = gguf = gguf_file(model_args.model_name_or_path)
         embedded = DEFAULT_MODEL_GENERATION if model_args.model_name_or_path is None else None
+        self.shape = GgufModel.read(gguf)
         metadata = gguf_metadata_dir(gguf, progress, embedded)
-        self.prompts = PromptBuilder.from_pretrained(str(metadata), model_args, generation, with_media=False)
-        if not self.can_generate:
-            raise UnsupportedError(
-                f"{model_args.display_name} is a reward model; the llamacpp engine serves generative models only. "
-                "Load reward models on the huggingface or vllm backend."
-            )
-        projector = find_projector(gguf, model_args.mmproj)
+        self.prompts = PromptBuilder.from_gguf_metadata(str(metadata), model_args, generation, self.shape.context_length)
+        projector = find_projector(gguf, model_args.mmproj, self.shape.embedding_width)
         report(0.7, f"Opening {gguf.name} with llama.cpp…")
         sequences = model_args.max_concurrent
         # What Llama() was given, for a reference run with the same settings (bench/).
@@ -160,7 +160,7 @@ class LlamaCppEngine(BaseEngine):
         # A prompt's evaluation does much work between two barriers, so all cores help it.
         prompt_threads = args.threads or psutil.cpu_count(logical=False) or 1
         sequences = args.max_concurrent
-        context = _whole_steps(args.max_model_len) if args.max_model_len else _fitting_context(self.prompts.config, sequences)
+        context = _whole_steps(args.max_model_len) if args.max_model_len else _fitting_context(self.shape, sequences)
         # Room in one batch for a prompt's batch beside one token of every other sequence.
         batch = (args.batch_size or DEFAULT_BATCH) + sequences
         settings = {
@@ -322,6 +322,8 @@ class _Sequence:
     # What to put into the cache next: the rest of the prompt, then each sampled token.
     pending: list[int | MediaChunk] = field(default_factory=list)
     generated: int = 0
+    # When its job arrived: prompts are evaluated first come, first served.
+    arrival: int = 0
 
     @property
     def position(self) -> int:
@@ -374,10 +376,11 @@ class _StepThreads:
 class _Batcher:
     """llama.cpp's context, owned by one thread that decodes every running sequence together.
 
-    Each step puts one token of every sequence that is generating, and as much as fits of the
-    prompts being evaluated, into one batch; one llama_decode evaluates them all, then each
-    sequence samples from its own logits with its own sampler. A job that arrives joins at the
-    next step; one that ends (or is cancelled) frees its sequence at once. What a sequence's
+    Each step is planned, filled and sampled (_plan, _fill, _sample): one token of every sequence
+    that is generating, or the next piece of one prompt, in one batch that one llama_decode
+    evaluates; then each sequence whose prompt is done samples from its own logits with its own
+    sampler. A job that arrives joins at the next step; one that ends (or is cancelled) frees its
+    sequence at once. What a sequence's
     cache holds stays after its job, and the next job goes to the sequence that holds the
     longest start of its prompt."""
 
@@ -391,6 +394,8 @@ class _Batcher:
         self.n_ctx_sequence = lib.llama_n_ctx_seq(self._ctx)
         self._n_vocab = lib.llama_vocab_n_tokens(self._vocab)
         self._prompt_batch = prompt_batch
+        self._prompt_step = False
+        self._arrivals = itertools.count()
         self._sequences = [_Sequence(seq_id) for seq_id in range(sequences)]
         self._batch = lib.llama_batch_init(prompt_batch + sequences, 0, 1)
         self._arrived: collections.deque[_Job | None] = collections.deque()
@@ -470,7 +475,7 @@ class _Batcher:
         start = sequence.reusable(keys, fresh)
         lib.llama_memory_seq_rm(self._memory, sequence.seq_id, sequence.keep(start), -1)
         sequence.last_prompt, sequence.last_start = keys, start
-        sequence.job, sequence.pending, sequence.generated = job, job.prompt[start:], 0
+        sequence.job, sequence.pending, sequence.generated, sequence.arrival = job, job.prompt[start:], 0, next(self._arrivals)
         try:
             sequence.sampler = self._sampler([item for item in job.prompt if isinstance(item, int)], job.args)
             if job.grammar is not None:
@@ -503,30 +508,54 @@ class _Batcher:
         job.hand_over(None)
 
     def _step(self) -> None:
-        """One llama_decode over every running sequence, then a token sampled for each sequence
-        whose prompt is now evaluated whole. A media chunk next in a prompt is evaluated first,
-        on its own (libmtmd encodes it, then decodes its embeddings)."""
+        """One llama_decode, then a token sampled for each sequence whose prompt is now evaluated
+        whole. A media chunk next in a prompt is evaluated first, on its own (libmtmd encodes it,
+        then decodes its embeddings)."""
         if self._threads is not None:
             self._threads.fit()
         for sequence in self._running():
             if sequence.pending and isinstance(sequence.pending[0], MediaChunk) and not self._evaluate_media(sequence):
                 return
+        takes = self._plan()
+        if not takes:
+            return
+        outputs = self._fill(takes)
+        with self._abortable(self._prompt_step):
+            status = lib.llama_decode(self._ctx, self._batch)
+        if status != 0:
+            self._failed(status)
+            return
+        for sequence, take in takes.items():
+            for token in sequence.pending[:take]:
+                sequence.add(token)
+            del sequence.pending[:take]
+        self.evaluated["tokens"] += self._batch.n_tokens
+        self._sample(outputs)
+
+    def _plan(self) -> dict[_Sequence, int]:
+        """What this step evaluates, as tokens per sequence: the next piece of one prompt (the
+        first come, up to the prompt batch and its next media chunk), or one token of every
+        sequence that is generating, taking turns while both wait. A prompt never shares a step:
+        llama.cpp splits a batch over several caches into equal runs per sequence, so a prompt
+        beside others would be cut where their lengths fall, and its logits (and so a seeded or
+        near-tie reply) would depend on what else ran."""
         running = self._running()
-        # One token of each sequence that is generating; the prompts being evaluated share the
-        # prompt batch, first come first served, up to their next media chunk.
-        takes, room = {}, self._prompt_batch
-        for sequence in sorted(running, key=lambda s: s.generated == 0):
-            text = next((index for index, item in enumerate(sequence.pending) if not isinstance(item, int)), len(sequence.pending))
-            takes[sequence] = 1 if sequence.generated else min(room, text)
-            room -= 0 if sequence.generated else takes[sequence]
-        fed: list[tuple[_Sequence, int]] = []
-        outputs: list[tuple[_Sequence, int]] = []
-        batch, count = self._batch, 0
-        # In the order of the sequences' ids: llama.cpp evaluates each run of consecutive ids in one pass.
-        for sequence in running:
+        generating = [sequence for sequence in running if sequence.generated]
+        # A prompt whose next item is a media chunk has it evaluated before the step.
+        prompts = sorted((s for s in running if not s.generated and s.pending and isinstance(s.pending[0], int)), key=lambda s: s.arrival)
+        self._prompt_step = bool(prompts) and not (generating and self._prompt_step)
+        if not self._prompt_step:
+            return dict.fromkeys(generating, 1)
+        first = prompts[0]
+        text = next((index for index, item in enumerate(first.pending) if not isinstance(item, int)), len(first.pending))
+        return {first: min(self._prompt_batch, text)}
+
+    def _fill(self, takes: dict[_Sequence, int]) -> list[tuple[_Sequence, int]]:
+        """The batch for ``takes``, in the order of the sequences' ids (llama.cpp evaluates each run
+        of consecutive ids in one pass); the sequences to sample and their logits' places in it."""
+        batch, count, outputs = self._batch, 0, []
+        for sequence in sorted(takes, key=lambda s: s.seq_id):
             take = takes[sequence]
-            if not take:
-                continue
             for offset, token in enumerate(sequence.pending[:take]):
                 batch.token[count] = token
                 batch.pos[count] = sequence.position + offset
@@ -534,22 +563,13 @@ class _Batcher:
                 batch.seq_id[count][0] = sequence.seq_id
                 batch.logits[count] = take == len(sequence.pending) and offset == take - 1
                 count += 1
-            fed.append((sequence, take))
             if batch.logits[count - 1]:
                 outputs.append((sequence, count - 1))
-        if not count:
-            return
         batch.n_tokens = count
-        with self._abortable(any(s.generated == 0 for s, _ in fed)):
-            status = lib.llama_decode(self._ctx, batch)
-        if status != 0:
-            self._failed(status)
-            return
-        for sequence, take in fed:
-            for token in sequence.pending[:take]:
-                sequence.add(token)
-            del sequence.pending[:take]
-        self.evaluated["tokens"] += count
+        return outputs
+
+    def _sample(self, outputs: list[tuple[_Sequence, int]]) -> None:
+        """A token for each sequence of ``outputs`` from its logits, by its own sampler (and grammar)."""
         for sequence, index in outputs:
             asked = sequence.job.args.logprobs
             logprobs = None if asked is None else self._logprobs(index)
@@ -704,15 +724,12 @@ def _cpu_has_amx() -> bool:
         return False
 
 
-def _fitting_context(config: Any, sequences: int) -> int:
+def _fitting_context(shape: GgufModel, sequences: int) -> int:
     """Each sequence's context: the model's trained context, or less where the KV cache (f16) of
     all ``sequences`` would take more than a quarter of the free memory."""
-    text = config.get_text_config()
-    heads = getattr(text, "num_attention_heads", 1)
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    per_token = 2 * text.num_hidden_layers * getattr(text, "num_key_value_heads", heads) * head_dim * 2
+    per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2
     fits = int(psutil.virtual_memory().available * KV_CACHE_SHARE // per_token // sequences)
-    trained = getattr(text, "max_position_embeddings", None) or 4096
+    trained = shape.context_length or 4096
     return max(CONTEXT_STEP, min(trained, fits) // CONTEXT_STEP * CONTEXT_STEP)
 
 

@@ -1,16 +1,18 @@
 """GGUF files for the backends that do not run them as they are: dequantized once into a plain
 safetensors directory in the cache for transformers and vLLM (later loads take under a second
-instead of about 20 s), and their tokenizer and config read once for our prompt path (llama.cpp
-runs the GGUF file itself)."""
+instead of about 20 s), and their tokenizer read once for our prompt path (llama.cpp runs the
+GGUF file itself)."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
 from ..errors import ModelLoadError
 from . import Progress
 from .cache import written_once
+from .gguf_header import read_fields
 
 
 def converted_gguf_dir(gguf_path: Path, progress: Progress | None = None, generation: dict | None = None) -> Path:
@@ -19,8 +21,9 @@ def converted_gguf_dir(gguf_path: Path, progress: Progress | None = None, genera
 
 
 def gguf_metadata_dir(gguf_path: Path, progress: Progress | None = None, generation: dict | None = None) -> Path:
-    """The GGUF's config, tokenizer and generation config, without its weights, for our prompt path
-    (llama.cpp runs the GGUF file itself). Reading a GGUF's tokenizer takes seconds; this, once."""
+    """The GGUF's tokenizer (with its chat template) and generation defaults, without its weights,
+    for our prompt path (llama.cpp runs the GGUF file itself, and its header says the rest:
+    gguf_header.py). Reading a GGUF's tokenizer takes seconds; this, once."""
     return written_once(gguf_path, "metadata", _write_metadata, "Reading {name}'s tokenizer and chat template (once)…", progress, generation)
 
 
@@ -30,38 +33,30 @@ _TEXT_ARCHITECTURES = {"qwen2vl": "qwen2", "qwen3vl": "qwen3", "qwen3vlmoe": "qw
 
 
 def _write_metadata(gguf_path: Path, out_dir: Path, report: Progress, generation: dict | None) -> None:
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers import AutoTokenizer
 
     with tempfile.TemporaryDirectory(prefix="anychat-gguf-") as scratch:
         readable = _as_text_architecture(gguf_path, Path(scratch))
-        source_dir, name = str(readable.parent), readable.name
         try:
-            config = AutoConfig.from_pretrained(source_dir, gguf_file=name)
-            report(0.3, "Reading the tokenizer from the GGUF file…")
-            tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=name)
+            tokenizer = AutoTokenizer.from_pretrained(str(readable.parent), gguf_file=readable.name)
         except Exception as error:
             raise ModelLoadError(f"Could not read the GGUF file {gguf_path}: {error}") from error
-    config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    generation_config = GenerationConfig.from_model_config(config)
-    generation_config.update(**(generation or {}))
-    generation_config.save_pretrained(out_dir)
+    # Read back by GenerationArgs.from_model_dir, as a model directory's own would be.
+    (out_dir / "generation_config.json").write_text(json.dumps(generation or {}), encoding="utf-8")
 
 
 def _as_text_architecture(gguf_path: Path, scratch: Path) -> Path:
     """The GGUF itself, or, for an architecture transformers does not read (_TEXT_ARCHITECTURES),
     a copy of its metadata alone (no weights: the prompt path needs none) under its text
     architecture's name."""
+    architecture = (read_fields(gguf_path, ("general.architecture",)) or {}).get("general.architecture")
+    text = _TEXT_ARCHITECTURES.get(architecture)
+    if text is None:  # or not a GGUF that can be read: transformers says what is wrong with it
+        return gguf_path
     import gguf
 
-    try:
-        reader = gguf.GGUFReader(gguf_path)
-        architecture = reader.fields["general.architecture"].contents()
-    except Exception:  # not a GGUF gguf-py can read: transformers says what is wrong with it
-        return gguf_path
-    text = _TEXT_ARCHITECTURES.get(architecture)
-    if text is None:
-        return gguf_path
+    reader = gguf.GGUFReader(gguf_path)
     copy = scratch / f"{gguf_path.stem}.metadata.gguf"
     writer = gguf.GGUFWriter(copy, text)
     for key, field in reader.fields.items():

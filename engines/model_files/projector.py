@@ -1,7 +1,7 @@
 """Multimodal projectors (``mmproj*.gguf``): the image or audio encoder llama.cpp pairs with a GGUF
 model, found beside it as llama.cpp, LM Studio and Hugging Face repositories lay them out.
 
-Only GGUF metadata is read here (never weights), so it is quick enough for the model picker.
+Only GGUF metadata is read here (never weights: gguf_header.py), so it is quick enough for the model picker.
 A projector fits a model when its output width (``clip.*.projection_dim``) is the model's
 embedding width; libmtmd checks nothing more, and a projector of another width would be refused
 by it only with a log line, so the pairing is checked here, with a message that says what to do.
@@ -9,11 +9,11 @@ by it only with a log line, so the pairing is checked here, with a message that 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelLoadError
+from .gguf_header import read_fields
 
 # What each encoder of a projector lets the model read: video is read as frames, so it comes
 # with images.
@@ -28,24 +28,23 @@ class Projector:
     width: int | None
 
 
-def find_projector(model: Path, named: str | None = None) -> Projector | None:
-    """The projector for ``model``: the one ``named``, else the ``mmproj*.gguf`` beside it whose
-    width fits (None where there is none). Raises ModelLoadError for a named file that is no
-    projector or does not fit. The model's own metadata is read only where there is a projector
-    to check it against: gguf-py reads the whole header, vocabulary included (seconds)."""
+def find_projector(model: Path, named: str | None = None, width: int | None = None) -> Projector | None:
+    """The projector for ``model`` (whose embedding ``width`` is read from its header unless given):
+    the one ``named``, else the ``mmproj*.gguf`` beside it whose width fits (None where there is
+    none). Raises ModelLoadError for a named file that is no projector or does not fit."""
     if not model.is_file():
         raise ModelLoadError(f"{model} does not exist.")
     if named:
         projector = read_projector(Path(named).expanduser())
         if projector is None:
             raise ModelLoadError(f"{named} is not a multimodal projector (an mmproj GGUF file); give the mmproj file that came with {model.name}.")
-        check_pair(model, gguf_embedding_width(model), projector)
+        check_pair(model, width or gguf_embedding_width(model), projector)
         return projector
     found = [projector for path in sorted(model.parent.glob("mmproj*.gguf"), key=lambda path: path.name.lower())
              if (projector := read_projector(path)) is not None]
     if not found:
         return None
-    width = gguf_embedding_width(model)
+    width = width or gguf_embedding_width(model)
     fitting = [projector for projector in found if projector.width in (None, width)]
     if not fitting:
         names = ", ".join(projector.path.name for projector in found)
@@ -67,8 +66,8 @@ def check_pair(model: Path, width: int | None, projector: Projector) -> None:
 
 def read_projector(path: Path) -> Projector | None:
     """The projector's type, the media it reads and its output width; None if ``path`` is no projector."""
-    fields = _fields(path, ("general.type", "general.architecture", "clip.projector_type", "clip.has_vision_encoder",
-                            "clip.has_audio_encoder", "clip.vision.projection_dim", "clip.audio.projection_dim"))
+    fields = read_fields(path, ("general.type", "general.architecture", "clip.projector_type", "clip.has_vision_encoder",
+                              "clip.has_audio_encoder", "clip.vision.projection_dim", "clip.audio.projection_dim"))
     if fields is None or (fields.get("general.type") != "mmproj" and fields.get("general.architecture") != "clip"):
         return None
     kinds = tuple(kind for encoder, encoder_kinds in _ENCODERS.items() if fields.get(f"clip.has_{encoder}_encoder")
@@ -78,21 +77,6 @@ def read_projector(path: Path) -> Projector | None:
 
 
 def gguf_embedding_width(model: Path) -> int | None:
-    fields = _fields(model, lambda key: key == "general.architecture" or key.endswith(".embedding_length"))
+    fields = read_fields(model, lambda key: key == "general.architecture" or key.endswith(".embedding_length"))
     architecture = (fields or {}).get("general.architecture")
     return None if architecture is None else fields.get(f"{architecture}.embedding_length")
-
-
-def _fields(path: Path, wanted: tuple[str, ...] | Callable[[str], bool]) -> dict | None:
-    """The metadata fields of a GGUF file that are ``wanted`` (names, or a test of a name), or None
-    where it is not one that can be read."""
-    import gguf
-
-    if not path.is_file():
-        raise ModelLoadError(f"{path} does not exist.")
-    try:
-        reader = gguf.GGUFReader(path)
-    except Exception:  # gguf-py raises whatever its parsing hits on a file that is no GGUF
-        return None
-    keep = wanted if callable(wanted) else wanted.__contains__
-    return {key: field.contents() for key, field in reader.fields.items() if keep(key)}

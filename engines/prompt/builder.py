@@ -7,6 +7,8 @@ model's context. Engines take the ``Prompt`` it builds and do only what is their
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,27 +51,27 @@ class PromptBuilder:
     defaults. ``context_length`` (prompt plus reply, in tokens) is set by the engine once its
     runtime has said what it serves; None means the model sets no limit we know of."""
 
-    def __init__(
-        self, model_args: ModelArgs, config: Any, tokenizer: Any, defaults: GenerationArgs, media: MediaProcessor | None
-    ) -> None:
+    def __init__(self, model_args: ModelArgs, tokenizer: Any, defaults: GenerationArgs, media: MediaProcessor | None,
+                 trained_context: int | None, can_generate: bool = True, config: Any = None) -> None:
         self.model_args = model_args
+        # transformers' config of a model directory (None for a GGUF file's metadata).
         self.config = config
         self.tokenizer = tokenizer
         self.defaults = defaults
         self.media = media
-        self.can_generate = is_generative(config)
+        self.can_generate = can_generate
         self.media_kinds = media.kinds if media else frozenset()
         # Older multimodal checkpoints keep their chat template with the processor only.
         self.template = template_source(media.processor if media else tokenizer, model_args.chat_template) if self.can_generate else None
-        self.context_length = _trained_context(config, model_args.max_model_len)
+        limits = [limit for limit in (trained_context, model_args.max_model_len) if limit]
+        self.context_length = min(limits) if limits else None
         # In characters, as its vocabulary spells it (byte-level vocabularies: one per byte).
         self.longest_token = max(map(len, tokenizer.get_vocab()), default=1)
 
     @classmethod
-    def from_pretrained(cls, path: str, model_args: ModelArgs, generation: dict[str, Any] | None = None,
-                        with_media: bool = True) -> PromptBuilder:
-        """Read a model directory's config, tokenizer, processor (unless the backend takes no
-        media) and generation config: everything but the weights."""
+    def from_pretrained(cls, path: str, model_args: ModelArgs, generation: dict[str, Any] | None = None) -> PromptBuilder:
+        """Read a model directory's config, tokenizer, processor and generation config: everything
+        but the weights."""
         from transformers import AutoConfig, AutoTokenizer
 
         remote = model_args.trust_remote_code
@@ -78,11 +80,26 @@ class PromptBuilder:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote)
         except (OSError, ValueError, KeyError) as error:
             raise ModelLoadError(f"Could not load {model_args.display_name}: {error}. {LOAD_HINT}") from error
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        media = MediaProcessor.load(path, model_args) if with_media and is_generative(config) and is_multimodal(config) else None
-        defaults = GenerationArgs.from_model_dir(path).replace(**(generation or {}))
-        return cls(model_args, config, tokenizer, defaults, media)
+        generative = is_generative(config)
+        media = MediaProcessor.load(path, model_args) if generative and is_multimodal(config) else None
+        return cls(model_args, _with_pad_token(tokenizer), _defaults(path, generation), media, _trained_context(config), generative, config)
+
+    @classmethod
+    def from_gguf_metadata(cls, path: str, model_args: ModelArgs, generation: dict[str, Any] | None,
+                           trained_context: int | None) -> PromptBuilder:
+        """A GGUF text model's prompt path, from the tokenizer and generation config read once from
+        its file (engines/model_files/gguf.py) and its context from its header. Its tokenizer's
+        own class is loaded, as AutoTokenizer would pick it, without AutoTokenizer, which imports
+        torch (seconds, and hundreds of MiB) for a model that llama.cpp runs."""
+        import transformers
+
+        try:
+            with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+                named = json.load(f).get("tokenizer_class")
+            tokenizer = getattr(transformers, named or "", transformers.PreTrainedTokenizerFast).from_pretrained(path)
+        except (OSError, ValueError, KeyError) as error:
+            raise ModelLoadError(f"Could not load {model_args.display_name}'s tokenizer: {error}.") from error
+        return cls(model_args, _with_pad_token(tokenizer), _defaults(path, generation), None, trained_context)
 
     def use_media(self, media: Any) -> None:
         """Read media through ``media`` (a runtime's own, such as engines/prompt/media_markers.py's
@@ -181,9 +198,17 @@ def is_generative(config: Any) -> bool:
     return not any(a.endswith("ForSequenceClassification") for a in config.architectures or ())
 
 
-def _trained_context(config: Any, max_model_len: int | None) -> int | None:
-    """The model's own context length, capped by max_model_len."""
+def _trained_context(config: Any) -> int | None:
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    trained = getattr(text_config, "max_position_embeddings", None)
-    limits = [limit for limit in (trained, max_model_len) if limit]
-    return min(limits) if limits else None
+    return getattr(text_config, "max_position_embeddings", None)
+
+
+def _with_pad_token(tokenizer: Any) -> Any:
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _defaults(path: str, generation: dict[str, Any] | None) -> GenerationArgs:
+    """The model's generation defaults: ours, its generation_config.json's, then ``generation``."""
+    return GenerationArgs.from_model_dir(path).replace(**(generation or {}))

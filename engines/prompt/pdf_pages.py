@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
-from ..errors import MediaError
 from .documents import DocumentInput, check_page_count, open_pdf, read_bytes
 
 # A page is rendered at most this many times its size in points (72 per inch): 288 dpi.
