@@ -3,7 +3,7 @@
 The GGUF file is opened as it is: no conversion, no dequantized copy. Prompts come from the
 shared prompt path (the model's own chat template, with the tokenizer read from the same GGUF,
 whose ids are llama.cpp's) and reach llama.cpp as token ids. Generation is our own loop over
-llama.cpp's low-level API, on one thread that owns the context (_Batcher):
+llama.cpp's low-level API, on one thread that owns the context (llamacpp_batcher.py):
 
 - the context holds ``max_concurrent`` sequences, each with a KV cache of its own; every running
   request is one sequence, and one llama_decode a step evaluates a token of each (continuous
@@ -32,20 +32,16 @@ import contextlib
 import ctypes
 import dataclasses
 import inspect
-import itertools
 import logging
-import secrets
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import numpy as np
 import psutil
 
-from ..errors import BackendUnavailableError, ChatError, ConfigError, MediaError, ModelLoadError
+from ..errors import BackendUnavailableError, ConfigError, MediaError, ModelLoadError
 from ..generation_args import GenerationArgs
-from ..logprobs import RawLogprobs, TokenLogprobs, log_softmax, top_logprobs
+from ..logprobs import RawLogprobs, TokenLogprobs
 from ..model_files import Progress
 from ..model_files.gguf import gguf_metadata_dir
 from ..model_files.gguf_header import GgufModel
@@ -57,10 +53,10 @@ from ..prompt.text_stream import IncrementalDecoder
 from ..reply_format import ReplyFormat
 from ..request import ChatRequest
 from .base import BaseEngine, Response
-from .free_cores import FreeCores
 from .grammar_sandbox import compile_bounded
-from .llamacpp_grammar import GrammarSampler, gbnf
-from .llamacpp_media import MediaChunk, MediaEncoder, mtmd
+from .llamacpp_batcher import Batcher, Job, StepThreads
+from .llamacpp_grammar import gbnf
+from .llamacpp_media import MediaEncoder, mtmd
 from .registry import BACKENDS
 
 try:
@@ -79,8 +75,6 @@ MAX_GRAMMAR_CHARS = 200_000
 CONTEXT_STEP = 256
 # The share of free memory the default context's KV cache may take.
 KV_CACHE_SHARE = 0.25
-# llama.cpp's "pick a random seed" value; a seed that lands on it is moved off it.
-RANDOM_SEED = 0xFFFFFFFF
 _load_lock = threading.Lock()
 logger = logging.getLogger(__name__)
 # What llama.cpp logs, as errors, when our abort callback stops an evaluation on purpose.
@@ -147,7 +141,8 @@ class LlamaCppEngine(BaseEngine):
             self._media = MediaEncoder(self.model, projector, self.llama_settings["n_threads_batch"],
                                        self.llama_settings["n_gpu_layers"] != 0, error_lines)
             self.prompts.use_media(self._media.prompt_media(model_args, self.tokenizer))
-        self._batcher = _Batcher(self.model, sequences, self.llama_settings["n_batch"] - sequences, self._media, self._step_threads())
+        self._batcher = Batcher(self.model, sequences, self.llama_settings["n_batch"] - sequences, self._media, self._step_threads(),
+                                error_lines)
         self.prompts.context_length = self._batcher.n_ctx_sequence
 
     @property
@@ -180,11 +175,11 @@ class LlamaCppEngine(BaseEngine):
             raise ConfigError(f"llama.cpp's Llama() takes no argument {', '.join(unknown)}. Its arguments: {', '.join(sorted(known))}.")
         return {**settings, **args.engine_args}
 
-    def _step_threads(self) -> _StepThreads | None:
+    def _step_threads(self) -> StepThreads | None:
         """The thread counts each step lowers to the free cores, unless they were set by hand."""
         if self.model_args.threads or {"n_threads", "n_threads_batch"} & set(self.model_args.engine_args):
             return None
-        return _StepThreads(self.model.ctx, self.llama_settings["n_threads"], self.llama_settings["n_threads_batch"])
+        return StepThreads(self.model.ctx, self.llama_settings["n_threads"], self.llama_settings["n_threads_batch"])
 
     def check(self, request: ChatRequest) -> GenerationArgs:
         for kind in request.media:
@@ -227,7 +222,7 @@ class LlamaCppEngine(BaseEngine):
             if item is None:
                 released.set_result(None)
 
-        job = _Job(prompt.ids, args, threading.Event(), lambda item: loop.call_soon_threadsafe(arrive, item),
+        job = Job(prompt.ids, args, threading.Event(), lambda item: loop.call_soon_threadsafe(arrive, item),
                    grammar=self.reply_constraint(prompt.request.reply_format))
         prompt_length = len(prompt.ids)
         if prompt.media:
@@ -281,399 +276,6 @@ class LlamaCppEngine(BaseEngine):
         model, self.model = self.model, None
         if model is not None:
             model.close()
-
-
-@dataclass(eq=False)
-class _Job:
-    """One reply to generate: handed to the batcher's thread, which hands back its tokens.
-    ``prompt``: token ids, and libmtmd's chunks for its media; ``release`` frees those chunks.
-    ``grammar``: the GBNF the reply keeps to, if any."""
-
-    prompt: list[int | MediaChunk]
-    args: GenerationArgs
-    cancel: threading.Event
-    hand_over: Callable[[Any], None]
-    release: Callable[[], None] = lambda: None
-    grammar: bytes | None = None
-
-
-# What a sequence's cache holds, item by item: a token id, or a media chunk's key.
-_Cached = int | tuple
-
-
-def _cache_keys(prompt: list[int | MediaChunk]) -> list[_Cached]:
-    return [item if isinstance(item, int) else item.key for item in prompt]
-
-
-@dataclass(eq=False)
-class _Sequence:
-    """One of the context's sequences: what its part of the KV cache holds, and the job it runs."""
-
-    seq_id: int
-    cached: list[_Cached] = field(default_factory=list)
-    # The position after each cached item (a media chunk may take several).
-    ends: list[int] = field(default_factory=list)
-    # The last prompt evaluated here and where its evaluation started (see reusable).
-    last_prompt: list[_Cached] | None = None
-    last_start: int = 0
-    job: _Job | None = None
-    sampler: Any = None
-    grammar: GrammarSampler | None = None
-    # What to put into the cache next: the rest of the prompt, then each sampled token.
-    pending: list[int | MediaChunk] = field(default_factory=list)
-    generated: int = 0
-    # When its job arrived: prompts are evaluated first come, first served.
-    arrival: int = 0
-
-    @property
-    def position(self) -> int:
-        return self.ends[-1] if self.ends else 0
-
-    def keep(self, items: int) -> int:
-        """Forget all but the first ``items`` cached items; the position after them."""
-        del self.cached[items:], self.ends[items:]
-        return self.position
-
-    def add(self, item: _Cached, positions: int = 1) -> None:
-        self.cached.append(item)
-        self.ends.append(self.position + positions)
-
-    def reusable(self, prompt: list[_Cached], fresh: bool) -> int:
-        """How many items of ``prompt`` this cache already holds and need not evaluate again."""
-        if fresh:
-            return 0
-        common = 0
-        for cached, new in zip(self.cached, prompt):
-            if cached != new:
-                break
-            common += 1
-        if common < len(prompt):
-            return common
-        # The whole prompt is cached, but not the logits of its last token. Evaluating it again
-        # from where it started last time repeats that evaluation exactly.
-        return self.last_start if prompt == self.last_prompt else 0
-
-
-class _StepThreads:
-    """llama.cpp's two thread counts (for a step of one token, and of more), each lowered before a
-    step to the cores the rest of the machine leaves free (free_cores.py): ggml's spinning threads
-    made 4 chats at once slower than one beside a busy process."""
-
-    def __init__(self, ctx: Any, generating: int, evaluating: int) -> None:
-        self._ctx = ctx
-        self._most = (generating, evaluating)
-        self._free = FreeCores(max(self._most))
-        self.counts = self._most
-
-    def fit(self) -> None:
-        free = self._free.count()
-        counts = (min(self._most[0], free), min(self._most[1], free))
-        if counts != self.counts:
-            lib.llama_set_n_threads(self._ctx, *counts)
-            self.counts = counts
-
-
-class _Batcher:
-    """llama.cpp's context, owned by one thread that decodes every running sequence together.
-
-    Each step is planned, filled and sampled (_plan, _fill, _sample): one token of every sequence
-    that is generating, or the next piece of one prompt, in one batch that one llama_decode
-    evaluates; then each sequence whose prompt is done samples from its own logits with its own
-    sampler. A job that arrives joins at the next step; one that ends (or is cancelled) frees its
-    sequence at once. What a sequence's
-    cache holds stays after its job, and the next job goes to the sequence that holds the
-    longest start of its prompt."""
-
-    def __init__(self, model: llama_cpp.Llama, sequences: int, prompt_batch: int, media: MediaEncoder | None,
-                 threads: _StepThreads | None) -> None:
-        self._ctx = model.ctx
-        self._media = media
-        self._threads = threads
-        self._vocab = lib.llama_model_get_vocab(model.model)
-        self._memory = lib.llama_get_memory(self._ctx)
-        self.n_ctx_sequence = lib.llama_n_ctx_seq(self._ctx)
-        self._n_vocab = lib.llama_vocab_n_tokens(self._vocab)
-        self._prompt_batch = prompt_batch
-        self._prompt_step = False
-        self._arrivals = itertools.count()
-        self._sequences = [_Sequence(seq_id) for seq_id in range(sequences)]
-        self._batch = lib.llama_batch_init(prompt_batch + sequences, 0, 1)
-        self._arrived: collections.deque[_Job | None] = collections.deque()
-        self._wake = threading.Condition()
-        # Jobs submitted and not handed back yet (written under _wake: two threads change it).
-        self.unfinished = 0
-        # What has been put into the caches so far: text tokens and media chunks (each encoded once).
-        self.evaluated = collections.Counter()
-        self._thread = threading.Thread(target=self._run, name="llamacpp", daemon=True)
-        self._thread.start()
-
-    def is_end(self, token: int) -> bool:
-        return bool(lib.llama_vocab_is_eog(self._vocab, token))
-
-    def check_grammar(self, grammar: bytes, name: str) -> bytes:
-        """``grammar`` if llama.cpp's grammar sampler takes it, else a ConfigError with its reason."""
-        logged = error_lines.count
-        sampler = lib.llama_sampler_init_grammar(self._vocab, grammar, b"root")
-        if not sampler:
-            raise ConfigError(f"llama.cpp cannot use the grammar of the {name} schema: {error_lines.since(logged) or 'no reason given'}.")
-        lib.llama_sampler_free(sampler)
-        return grammar
-
-    def submit(self, job: _Job) -> None:
-        """Start ``job``: its tokens are handed over one by one as they are sampled (where it
-        asks for logprobs, each token's RawLogprobs just before it), then None
-        (after an error, the error, then None) once its sequence is free again. Setting its
-        ``cancel`` ends it within one step, or within milliseconds while its prompt is evaluated."""
-        with self._wake:
-            self._arrived.append(job)
-            self.unfinished += 1
-            self._wake.notify()
-
-    def close(self) -> None:
-        with self._wake:
-            self._arrived.append(None)
-            self._wake.notify()
-        self._thread.join()
-        lib.llama_batch_free(self._batch)
-
-    # ---- the thread
-
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                while not self._arrived and not self._running():
-                    self._wake.wait()
-                arrived = list(self._arrived)
-                self._arrived.clear()
-            for job in arrived:
-                if job is None:
-                    for sequence in self._running():
-                        self._end(sequence)
-                    return
-                self._start(job)
-            for sequence in self._running():
-                if sequence.job.cancel.is_set():
-                    self._end(sequence)
-            if self._running():
-                self._step()
-
-    def _running(self) -> list[_Sequence]:
-        return [sequence for sequence in self._sequences if sequence.job is not None]
-
-    def _start(self, job: _Job) -> None:
-        free = [sequence for sequence in self._sequences if sequence.job is None]
-        if not free:
-            # The waiting line in front admits no more jobs than there are sequences.
-            self._hand_back(job, ChatError("llama.cpp has no free sequence for this request; try again."))
-            return
-        fresh = job.args.seed is not None
-        keys = _cache_keys(job.prompt)
-        # The sequence whose cache holds the most of this prompt (a seeded job starts from an
-        # empty cache), then the lowest: llama.cpp decodes a run of consecutive sequences in one
-        # pass, and one pass per run.
-        sequence = max(free, key=lambda s: (0 if fresh else s.reusable(keys, False), -s.seq_id))
-        start = sequence.reusable(keys, fresh)
-        lib.llama_memory_seq_rm(self._memory, sequence.seq_id, sequence.keep(start), -1)
-        sequence.last_prompt, sequence.last_start = keys, start
-        sequence.job, sequence.pending, sequence.generated, sequence.arrival = job, job.prompt[start:], 0, next(self._arrivals)
-        try:
-            sequence.sampler = self._sampler([item for item in job.prompt if isinstance(item, int)], job.args)
-            if job.grammar is not None:
-                sequence.grammar = GrammarSampler(self._vocab, job.grammar, self._n_vocab)
-        except BaseException as error:
-            self._end(sequence, error)
-
-    def _end(self, sequence: _Sequence, error: BaseException | None = None) -> None:
-        job, sequence.job = sequence.job, None
-        if sequence.pending and sequence.generated == 0:
-            # Its prompt was not evaluated whole, so the next prompt cannot repeat its evaluation.
-            sequence.last_prompt = None
-        sequence.pending = []
-        if sequence.sampler is not None:
-            lib.llama_sampler_free(sequence.sampler)
-            sequence.sampler = None
-        if sequence.grammar is not None:
-            sequence.grammar.free()
-            sequence.grammar = None
-        self._hand_back(job, error)
-
-    def _hand_back(self, job: _Job, error: BaseException | None) -> None:
-        """The job's end: its media chunks freed, the error if any, then None; not counted as
-        unfinished by the time its stream reads that None."""
-        job.release()
-        if error is not None:
-            job.hand_over(error)
-        with self._wake:
-            self.unfinished -= 1
-        job.hand_over(None)
-
-    def _step(self) -> None:
-        """One llama_decode, then a token sampled for each sequence whose prompt is now evaluated
-        whole. A media chunk next in a prompt is evaluated first, on its own (libmtmd encodes it,
-        then decodes its embeddings)."""
-        if self._threads is not None:
-            self._threads.fit()
-        for sequence in self._running():
-            if sequence.pending and isinstance(sequence.pending[0], MediaChunk) and not self._evaluate_media(sequence):
-                return
-        takes = self._plan()
-        if not takes:
-            return
-        outputs = self._fill(takes)
-        with self._abortable(self._prompt_step):
-            status = lib.llama_decode(self._ctx, self._batch)
-        if status != 0:
-            self._failed(status)
-            return
-        for sequence, take in takes.items():
-            for token in sequence.pending[:take]:
-                sequence.add(token)
-            del sequence.pending[:take]
-        self.evaluated["tokens"] += self._batch.n_tokens
-        self._sample(outputs)
-
-    def _plan(self) -> dict[_Sequence, int]:
-        """What this step evaluates, as tokens per sequence: the next piece of one prompt (the
-        first come, up to the prompt batch and its next media chunk), or one token of every
-        sequence that is generating, taking turns while both wait. A prompt never shares a step:
-        llama.cpp splits a batch over several caches into equal runs per sequence, so a prompt
-        beside others would be cut where their lengths fall, and its logits (and so a seeded or
-        near-tie reply) would depend on what else ran."""
-        running = self._running()
-        generating = [sequence for sequence in running if sequence.generated]
-        # A prompt whose next item is a media chunk has it evaluated before the step.
-        prompts = sorted((s for s in running if not s.generated and s.pending and isinstance(s.pending[0], int)), key=lambda s: s.arrival)
-        self._prompt_step = bool(prompts) and not (generating and self._prompt_step)
-        if not self._prompt_step:
-            return dict.fromkeys(generating, 1)
-        first = prompts[0]
-        text = next((index for index, item in enumerate(first.pending) if not isinstance(item, int)), len(first.pending))
-        return {first: min(self._prompt_batch, text)}
-
-    def _fill(self, takes: dict[_Sequence, int]) -> list[tuple[_Sequence, int]]:
-        """The batch for ``takes``, in the order of the sequences' ids (llama.cpp evaluates each run
-        of consecutive ids in one pass); the sequences to sample and their logits' places in it."""
-        batch, count, outputs = self._batch, 0, []
-        for sequence in sorted(takes, key=lambda s: s.seq_id):
-            take = takes[sequence]
-            for offset, token in enumerate(sequence.pending[:take]):
-                batch.token[count] = token
-                batch.pos[count] = sequence.position + offset
-                batch.n_seq_id[count] = 1
-                batch.seq_id[count][0] = sequence.seq_id
-                batch.logits[count] = take == len(sequence.pending) and offset == take - 1
-                count += 1
-            if batch.logits[count - 1]:
-                outputs.append((sequence, count - 1))
-        batch.n_tokens = count
-        return outputs
-
-    def _sample(self, outputs: list[tuple[_Sequence, int]]) -> None:
-        """A token for each sequence of ``outputs`` from its logits, by its own sampler (and grammar)."""
-        for sequence, index in outputs:
-            asked = sequence.job.args.logprobs
-            logprobs = None if asked is None else self._logprobs(index)
-            if sequence.grammar is not None:
-                token = sequence.grammar.sample(sequence.sampler, self._ctx, index)
-            else:
-                token = lib.llama_sampler_sample(sequence.sampler, self._ctx, index)
-            sequence.generated += 1
-            if logprobs is not None:
-                sequence.job.hand_over(top_logprobs(logprobs, token, asked))
-            sequence.job.hand_over(token)
-            if self.is_end(token) or sequence.generated == sequence.job.args.max_new_tokens or sequence.job.cancel.is_set():
-                self._end(sequence)
-            else:
-                sequence.pending = [token]
-
-    def _logprobs(self, index: int) -> np.ndarray:
-        """The log-softmax of the raw logits of the batch's ``index``-th token."""
-        return log_softmax(np.ctypeslib.as_array(lib.llama_get_logits_ith(self._ctx, index), shape=(self._n_vocab,)))
-
-    def _evaluate_media(self, sequence: _Sequence) -> bool:
-        """The sequence's next media chunk into its cache; False if that did not happen."""
-        chunk = sequence.pending[0]
-        with self._abortable(True):
-            after = self._media.evaluate(self._ctx, chunk, sequence.position, sequence.seq_id, self._prompt_batch)
-        if after is None:
-            # Stopped, or failed: what it put into the cache is taken out again.
-            lib.llama_memory_seq_rm(self._memory, sequence.seq_id, sequence.position, -1)
-            if not sequence.job.cancel.is_set():
-                self._end(sequence, ChatError("llama.cpp could not evaluate this medium with the model's projector. The server log may say more."))
-            return False
-        sequence.add(chunk.key, after - sequence.position)
-        del sequence.pending[0]
-        self.evaluated["media"] += 1
-        return True
-
-    @contextlib.contextmanager
-    def _abortable(self, evaluating_prompts: bool) -> Iterator[None]:
-        """While prompts are evaluated, llama.cpp stops as soon as one of them is cancelled. The
-        callback runs once per graph node, so it is set only then (a long prompt is where Stop
-        must not wait); a generation step ends within a token anyway."""
-        if not evaluating_prompts:
-            yield
-            return
-
-        @lib.ggml_abort_callback
-        def abort(_: Any) -> bool:
-            return any(s.job.cancel.is_set() for s in self._running() if s.generated == 0)
-
-        lib.llama_set_abort_callback(self._ctx, abort, None)
-        try:
-            yield
-        finally:
-            lib.llama_set_abort_callback(self._ctx, lib.ggml_abort_callback(), None)
-
-    def _failed(self, status: int) -> None:
-        """After a llama_decode that did not run: llama.cpp took the batch's tokens back out of
-        the cache, and the step is tried again, unless it cannot succeed."""
-        if status == 2:  # cancelled: the cancelled jobs end at the next step
-            return
-        if status == 1 and self._free_idle_caches():
-            return
-        error = ChatError(
-            "llama.cpp has no room left in its context for all the conversations running at once; try again shortly, "
-            "or load the model with a larger max_model_len."
-            if status == 1 else f"llama.cpp could not evaluate the prompt (llama_decode returned {status}). The server log may say more."
-        )
-        # The conversations that have started their replies keep going where they can.
-        running = self._running()
-        for sequence in [s for s in running if s.generated == 0] or running:
-            self._end(sequence, error)
-
-    def _free_idle_caches(self) -> bool:
-        """Empty the caches of the sequences no job runs on; False if there were none to empty."""
-        idle = [s for s in self._sequences if s.job is None and s.cached]
-        for sequence in idle:
-            lib.llama_memory_seq_rm(self._memory, sequence.seq_id, 0, -1)
-            sequence.keep(0)
-            sequence.last_prompt = None
-        return bool(idle)
-
-    def _sampler(self, ids: list[int], args: GenerationArgs) -> Any:
-        """The sampler chain for ``args``, in transformers' order: penalties (over the prompt too),
-        temperature, top-k, top-p, min-p, then the draw."""
-        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
-        add = lambda sampler: lib.llama_sampler_chain_add(chain, sampler)  # noqa: E731
-        if (args.repetition_penalty, args.presence_penalty, args.frequency_penalty) != (1.0, 0.0, 0.0):
-            add(lib.llama_sampler_init_penalties(self._n_vocab, self.n_ctx_sequence, args.repetition_penalty,
-                                                 args.frequency_penalty, args.presence_penalty))
-            for token in ids:
-                lib.llama_sampler_accept(chain, token)
-        if args.greedy:
-            add(lib.llama_sampler_init_greedy())
-        else:
-            add(lib.llama_sampler_init_temp(args.temperature))
-            if args.top_k > 0:
-                add(lib.llama_sampler_init_top_k(args.top_k))
-            if args.top_p < 1.0:
-                add(lib.llama_sampler_init_top_p(args.top_p, 1))
-            if args.min_p > 0.0:
-                add(lib.llama_sampler_init_min_p(args.min_p, 1))
-            seed = secrets.randbits(32) if args.seed is None else args.seed % 2**32
-            add(lib.llama_sampler_init_dist(seed if seed != RANDOM_SEED else 0))
-        return chain
 
 
 def open_llama(path: str, settings: dict[str, Any], sequences: int = 1) -> llama_cpp.Llama:
