@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelLoadError
-from .gguf_header import read_fields
+from .gguf_header import GgufModel, read_fields
 
 # What each encoder of a projector lets the model read: video is read as frames, so it comes
 # with images.
@@ -38,13 +38,13 @@ def find_projector(model: Path, named: str | None = None, width: int | None = No
         projector = read_projector(Path(named).expanduser())
         if projector is None:
             raise ModelLoadError(f"{named} is not a multimodal projector (an mmproj GGUF file); give the mmproj file that came with {model.name}.")
-        check_pair(model, width or gguf_embedding_width(model), projector)
+        check_pair(model, width or GgufModel.read(model).embedding_width, projector)
         return projector
     found = [projector for path in sorted(model.parent.glob("mmproj*.gguf"), key=lambda path: path.name.lower())
              if (projector := read_projector(path)) is not None]
     if not found:
         return None
-    width = width or gguf_embedding_width(model)
+    width = width or GgufModel.read(model).embedding_width
     fitting = [projector for projector in found if projector.width in (None, width)]
     if not fitting:
         names = ", ".join(projector.path.name for projector in found)
@@ -74,9 +74,3 @@ def read_projector(path: Path) -> Projector | None:
                   for kind in encoder_kinds)
     width = fields.get("clip.vision.projection_dim") or fields.get("clip.audio.projection_dim")
     return Projector(path, str(fields.get("clip.projector_type", "unknown")), kinds, width)
-
-
-def gguf_embedding_width(model: Path) -> int | None:
-    fields = read_fields(model, lambda key: key == "general.architecture" or key.endswith(".embedding_length"))
-    architecture = (fields or {}).get("general.architecture")
-    return None if architecture is None else fields.get(f"{architecture}.embedding_length")
