@@ -81,9 +81,9 @@ class SessionOwnerCheck:
         if scope["type"] != "http" or not scope["path"].startswith("/gradio_api/"):
             await self.app(scope, receive, send)
             return
-        request = Request(scope)
+        http = Request(scope)
         named = _HASH_IN_PATH.match(scope["path"])
-        session_hash = named[1] if named else request.query_params.get("session_hash")
+        session_hash = named[1] if named else http.query_params.get("session_hash")
         if scope["path"] == CANCEL and scope["method"] == "POST":
             body = await _small_body(receive)
             if body is None:
@@ -91,7 +91,7 @@ class SessionOwnerCheck:
                 return
             session_hash = _session_hash_in(body)
             receive = _replaying(body, receive)
-        if not self.owners.admits(session_hash, self.login_of(request)):
+        if not self.owners.admits(session_hash, self.login_of(http)):
             await JSONResponse({"detail": NOT_YOURS}, status_code=403)(scope, receive, send)
             return
         await self.app(scope, receive, send)

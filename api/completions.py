@@ -52,8 +52,7 @@ def chat_request(body: ChatCompletionRequest, model: ChatModel, local_media_dir:
     tool_choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, NamedToolChoice) else body.tool_choice
     if tool_choice not in (None, "auto", "none") and not body.tools:
         raise APIError(400, "tool_choice forces a tool call, but no tools were given: give tools, or leave tool_choice out.", param="tool_choice")
-    media = engine_input.media
-    return ChatRequest.build(engine_input.messages, tools=tools, images=media["image"], videos=media["video"], audios=media["audio"],
+    return ChatRequest.build(engine_input.messages, tools=tools, media=engine_input.media,
                              chat_template_kwargs=body.chat_template_kwargs, user=user, response_format=body.response_format,
                              tool_choice=tool_choice, parallel_tool_calls=body.parallel_tool_calls,
                              continue_final_message=body.continue_final_message, **generation)

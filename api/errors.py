@@ -84,29 +84,29 @@ def _validation_message(error: RequestValidationError) -> tuple[str, str | None]
 def install_error_handlers(app: FastAPI) -> None:
     """OpenAI-shaped errors under /v1; other paths (the page) keep FastAPI's own answers."""
 
-    def on_api_path(request: Request) -> bool:
-        return request.url.path.startswith(API_PREFIX)
+    def on_api_path(http: Request) -> bool:
+        return http.url.path.startswith(API_PREFIX)
 
-    async def api_error(request: Request, error: Exception) -> JSONResponse:
+    async def api_error(http: Request, error: Exception) -> JSONResponse:
         refused = from_exception(error)
         return JSONResponse(refused.body(), status_code=refused.status, headers=refused.headers)
 
-    async def unexpected_error(request: Request, error: Exception) -> Response:
-        if not on_api_path(request):  # a failure under the mounted page, which shows its own errors
+    async def unexpected_error(http: Request, error: Exception) -> Response:
+        if not on_api_path(http):  # a failure under the mounted page, which shows its own errors
             return PlainTextResponse("Internal Server Error", status_code=500)
-        return await api_error(request, error)
+        return await api_error(http, error)
 
-    async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
-        if not on_api_path(request):
-            return await request_validation_exception_handler(request, error)
+    async def validation_error(http: Request, error: RequestValidationError) -> JSONResponse:
+        if not on_api_path(http):
+            return await request_validation_exception_handler(http, error)
         message, param = _validation_message(error)
         return JSONResponse(APIError(400, message, param=param).body(), status_code=400)
 
-    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
-        if not on_api_path(request):
-            return await http_exception_handler(request, error)
+    async def http_error(http: Request, error: HTTPException) -> JSONResponse:
+        if not on_api_path(http):
+            return await http_exception_handler(http, error)
         code = HTTP_ERROR_CODES.get(error.status_code)
-        message = f"{request.method} {request.url.path}: {error.detail}."
+        message = f"{http.method} {http.url.path}: {error.detail}."
         return JSONResponse(APIError(error.status_code, message, code=code).body(), status_code=error.status_code)
 
     app.add_exception_handler(APIError, api_error)

@@ -210,10 +210,10 @@ class ChatCompletionRequest(_RequestBody):
         return settings
 
 
-def generation_settings(request: BaseModel, exclude: Collection[str] = ()) -> dict[str, Any]:
-    """The fields of ``request`` that are generation settings (under OpenAI's names or
+def generation_settings(body: BaseModel, exclude: Collection[str] = ()) -> dict[str, Any]:
+    """The fields of a request's ``body`` that are generation settings (under OpenAI's names or
     GenerationArgs' own), given, under GenerationArgs' names; in field order, so a later alias wins."""
-    return {GENERATION_NAMES.get(name, name): value for name, value in request
+    return {GENERATION_NAMES.get(name, name): value for name, value in body
             if value is not None and name not in exclude and GENERATION_NAMES.get(name, name) in GenerationArgs.model_fields}
 
 

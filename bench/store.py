@@ -39,7 +39,8 @@ from engines import ModelSlot  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
 from harness.postgres import fresh_database, postgres_bin, postgres_server  # noqa: E402
 from store import open_store  # noqa: E402
-from webui.conversation import ChatSession, Turn, render  # noqa: E402
+from webui.chat_session import ChatSession  # noqa: E402
+from webui.conversation import Turn, render  # noqa: E402
 from webui.handlers import ChatHandlers  # noqa: E402
 from webui.saved_chats import SavedChats  # noqa: E402
 

@@ -65,6 +65,7 @@ class ChatRequest:
         images: list | None = None,
         videos: list | None = None,
         audios: list | None = None,
+        media: dict[str, list] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         user: str | None = None,
         response_format: dict[str, Any] | ReplyFormat | None = None,
@@ -75,7 +76,8 @@ class ChatRequest:
     ) -> ChatRequest:
         """The request from a chat call's arguments: ``messages`` (``[{"role": ..., "content":
         str}]``), ``system``, ``tools`` (function schemas, a list or JSON text), ``images``,
-        ``videos``, ``audios``, ``chat_template_kwargs``, the reply's format (OpenAI's
+        ``videos``, ``audios`` (or all three as ``media``, by kind, as the page and the API
+        gather them; the two add up), ``chat_template_kwargs``, the reply's format (OpenAI's
         ``response_format``, ``tool_choice`` and ``parallel_tool_calls``), ``continue_final_message`` (the last message is an assistant reply to
         go on with) and any GenerationArgs setting; or a ConfigError that says what is wrong with them."""
         chosen = GenerationArgs.chosen(**generation)
@@ -84,7 +86,8 @@ class ChatRequest:
             if checked[0]["role"] == "system":
                 checked = checked[1:]
             checked = [{"role": "system", "content": system}, *checked]
-        media = {kind: list(files) for kind, files in zip(MEDIA_KINDS, (images, videos, audios)) if files}
+        given = dict(zip(MEDIA_KINDS, (images, videos, audios)))
+        media = {kind: files for kind in MEDIA_KINDS if (files := [*(media or {}).get(kind, ()), *(given[kind] or ())])}
         if media:
             checked = _placed(checked, media)
         parsed_tools = parse_tools(tools)

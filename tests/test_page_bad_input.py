@@ -28,7 +28,8 @@ from limits import Limits
 from tests.media_samples import bomb_png, png_bytes, solid_image, tone, write_audio, write_video
 from tests.page_input import CONTROLS, message, run, settings, written_imports
 from harness.tiny_models import build_qwen2_audio
-from webui.conversation import ChatSession, Turn, render, render_turn
+from webui.chat_session import ChatSession
+from webui.conversation import Turn, render, render_turn
 from webui.handlers import ChatHandlers
 
 REFUSED = "⚠ The model could not answer"

@@ -19,7 +19,8 @@ from engines.request import ChatRequest
 from limits import Limits
 from tests.page_input import CONTROLS, message, run, settings
 from webui.attachments import PAGE_PIXELS, is_chip
-from webui.conversation import ChatSession, model_request, render
+from webui.chat_session import ChatSession
+from webui.conversation import model_request, render
 from webui.conversation_file import read_conversation, write_conversation
 from webui.handlers import ChatHandlers, edited_text
 

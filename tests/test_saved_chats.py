@@ -22,7 +22,8 @@ from webui import chat_presets, chat_sidebar
 from store import Quota, open_store
 from webui.browser_storage import browser_memory, page_secret
 from webui.chat_keeper import title_of
-from webui.conversation import ChatSession, Turn, model_request, render
+from webui.chat_session import ChatSession
+from webui.conversation import Turn, model_request, render
 from webui.handlers import ChatHandlers
 from webui.saved_chats import SavedChats
 

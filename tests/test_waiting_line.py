@@ -19,7 +19,7 @@ from engines.waiting_line import WaitingLine
 from harness.running_server import running_server
 from tests.api_samples import COUNTING, QUESTION
 from tests.page_input import CONTROLS, message, settings
-from webui.conversation import ChatSession
+from webui.chat_session import ChatSession
 from webui.handlers import ChatHandlers
 
 MAX_WAITING = 2

@@ -23,7 +23,8 @@ from limits import Limits
 from tests.held_load import load_held
 from tests.hub_cache import cache_model
 from tests.page_input import CONTROLS, message, run, settings, written_imports
-from webui.conversation import ChatSession, SavedToolCall, Turn, model_request, render, turn_of_message
+from webui.chat_session import ChatSession
+from webui.conversation import SavedToolCall, Turn, model_request, render, turn_of_message
 from webui.handlers import ChatHandlers, backend_options, message_box_for
 from webui.user_turns import page_user
 from webui.model_rights import ModelRights
@@ -187,6 +188,22 @@ async def test_throttled_updates_gather_pieces():
     assert "".join(piece for chunk in chunks for piece in chunk) == "a" * 200
     assert chunks[0] == ["a"], "the first piece goes out at once"
     assert len(chunks) < 50, f"{len(chunks)} updates for 200 pieces: not throttled"
+
+
+async def test_the_reply_clock_times_the_model_not_the_page():
+    """Each item reaches the clock as the model writes it, however long the page holds each update."""
+    arrivals, written = [], []
+
+    async def steady():
+        for index in range(20):
+            written.append(time.monotonic())
+            yield index
+            await asyncio.sleep(0.01)
+
+    async for _ in throttled(steady(), lambda: False, interval=0.01, arrived=lambda item: arrivals.append((item, time.monotonic()))):
+        await asyncio.sleep(0.3)  # a page slow to draw: far fewer updates than items
+    assert [item for item, _ in arrivals] == list(range(20))
+    assert all(at - made < 0.1 for (_, at), made in zip(arrivals, written)), "an item was timed when the page took it"
 
 
 async def test_updates_are_spaced_out_when_the_page_is_slow_to_handle_them():
@@ -504,8 +521,8 @@ def test_only_admins_manage_the_model(slot):
     rights = ModelRights(admins=frozenset({"alice"}))
     handlers = ChatHandlers(slot, CONTROLS, rights)
     bob, alice = gr.Request(username="bob"), gr.Request(username="alice")
-    for refused in (lambda: handlers.load("huggingface", "", "bfloat16", request=bob, progress=no_progress),
-                    lambda: handlers.unload(request=bob),
+    for refused in (lambda: handlers.load("huggingface", "", "bfloat16", page_request=bob, progress=no_progress),
+                    lambda: handlers.unload(page_request=bob),
                     lambda: handlers.unload()):  # no user at all, on a page with logins
         with pytest.raises(gr.Error, match="may not load or unload models. Model management needs an admin"):
             refused()
@@ -513,7 +530,7 @@ def test_only_admins_manage_the_model(slot):
     assert "Model management needs an admin" in rights.note(bob) and "**bob**" in rights.note(bob)
     assert rights.note(alice) == "" and ModelRights().note(gr.Request()) == "", "without logins, the one user is the admin"
 
-    status = handlers.load("huggingface", "", "bfloat16", request=alice, progress=no_progress)["status"]
+    status = handlers.load("huggingface", "", "bfloat16", page_request=alice, progress=no_progress)["status"]
     assert status.startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface") and slot.model.engine is not engine
 
 

@@ -11,7 +11,6 @@ in the page, which says so once, and the next save writes everything still unsav
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -26,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from store import ChatStore, MessageChanges, OverQuota, StoredMessage, StoreError, store_problem
 from store.media import file_hash
 
-from .conversation import ChatSession, Turn, kept_media
+from .conversation import Turn, kept_media
 from .conversation_file import MessageTree
 
 logger = logging.getLogger(__name__)
@@ -41,24 +40,36 @@ class ChatGone(Exception):
 
 
 class ChatKeeper:
+    """Writes chat ``chat_id`` of ``owner`` into ``store``. What it keeps between saves:
+
+    - ``written``: each message row as this keeper last wrote or read it (a save writes the rows
+      whose message differs from it);
+    - ``shown``: the last message of the branch the store has as shown;
+    - ``discarded``: rows to delete at the next save (an undone exchange, a cleared chat);
+    - ``seen``: the chat's ``updated`` stamp when this keeper last looked for what other tabs wrote;
+    - ``last_save``: when it last saved (a streaming reply is saved every SAVE_INTERVAL);
+    - ``problem``: why the store could not be written, until it can again ("" while it can);
+    - ``known``: the media hash of each file path kept with the chat, to put a copy back where
+      the page's own was deleted; ``_media``: the same by (path, size, mtime), each file read
+      once (None: not kept, over the quota).
+
+    Saves and the sidebar's look for other tabs' writes run on threads of their own (the store
+    may be slow): a lock keeps them from interleaving."""
+
     def __init__(self, store: ChatStore, owner: str, chat_id: str, written: dict[int, dict[str, Any]] | None = None,
                  known: dict[str, str] | None = None, shown: int | None = None) -> None:
-        """``shown``: the last message of the branch the store has as shown."""
         self.store = store
         self.owner = owner
         self.chat_id = chat_id
         self.written = written or {}
         self.shown = shown
-        # The chat's ``updated`` stamp when this keeper last looked for what other tabs wrote.
         self.seen: float | None = None
         self.discarded: set[int] = set()
         self.last_save = time.monotonic()
         self.problem = ""
-        self._lock = threading.Lock()
-        # The media of this chat's files, by (path, size, mtime): each file is read once. None: not kept (over the quota).
-        self._media: dict[tuple[str, int, int], tuple[str, int] | None] = {}
-        # The hash of each file path known to be kept, to put a copy back where the page's own was deleted.
         self.known = known or {}
+        self._media: dict[tuple[str, int, int], tuple[str, int] | None] = {}
+        self._lock = threading.Lock()
 
     def save(self, turns: list[Turn], system: str = "", tools: str = "") -> None:
         """Write what changed in ``turns`` (``system`` and ``tools`` go with a chat written for the first time)."""
@@ -227,20 +238,6 @@ class ChatKeeper:
                 gr.Warning(f"⚠ This chat could not be saved ({problem}). It stays on the page and goes on; it is saved again as soon "
                            "as the store can be written. Export it (Conversation file) to keep a copy meanwhile.")
         self.problem = problem
-
-
-async def kept(session: ChatSession, every: float = 0.0, system: str = "", tools: str = "") -> None:
-    """Save ``session``'s chat, in a thread (the store may be slow; the event loop streams
-    meanwhile), unless it was saved less than ``every`` seconds ago."""
-    keeper = session.keeper
-    if keeper is not None and time.monotonic() - keeper.last_save >= every:
-        await asyncio.to_thread(keeper.save, list(session.turns), system, tools)
-
-
-def kept_now(session: ChatSession) -> None:
-    """Save ``session``'s chat at once (where nothing can be awaited: a reply closed mid-stream)."""
-    if session.keeper is not None:
-        session.keeper.save(list(session.turns))
 
 
 def as_message(turn: Turn, media: dict[str, tuple[str, int]]) -> dict[str, Any]:

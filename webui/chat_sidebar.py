@@ -38,7 +38,8 @@ from .by_name import by_name
 from .chat_keeper import ChatGone
 from .chats_export import export_chats
 from .chats_import import chats_in_archive
-from .conversation import ChatSession, render
+from .chat_session import ChatSession
+from .conversation import render
 from .saved_chats import TOO_LATE, UNDO_SECONDS, SavedChats
 from .user_turns import in_users_turn
 
@@ -234,19 +235,19 @@ class ChatSidebar:
         return {"chat_list": list_update(chats), "note": note}
 
     @store_errors
-    def restore(self, stored: Any, old: Any, request: gr.Request | None = None) -> dict[str, Any]:
+    def restore(self, stored: Any, old: Any, page_request: gr.Request | None = None) -> dict[str, Any]:
         """The page opens on its user's chats, on the chat it last showed in this browser (else the newest)."""
         browser, current = browser_memory(stored)
-        chats = SavedChats(self.store, owner_of(request, browser), browser, current, self.setting_names)
+        chats = SavedChats(self.store, owner_of(page_request, browser), browser, current, self.setting_names)
         chats.purge_expired()
         problem = move_in(chats, old, self.limits.max_import_chats)
         session = chats.open(chats.current or chats.newest(), get_upload_folder())
         return {"chats": chats, "old_chats": None if old is not None else gr.skip(), **show(chats, session, problem)}
 
 
-def owner_of(request: gr.Request | None, browser: str) -> str:
+def owner_of(page_request: gr.Request | None, browser: str) -> str:
     """Whose chats a page shows: its login's; without logins, its browser's."""
-    username = getattr(request, "username", None)
+    username = getattr(page_request, "username", None)
     return f"login:{username}" if username else f"browser:{browser}"
 
 

@@ -1,12 +1,12 @@
-"""One browser tab's conversation: its turns, what the model is sent, and what the Chatbot shows."""
+"""A conversation's turns: what each keeps, what the model is sent, and what the Chatbot shows
+(the tab's session that holds them: webui/chat_session.py)."""
 
 from __future__ import annotations
 
 import json
 import mimetypes
 import os
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -18,10 +18,6 @@ from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest
 from .attachments import AttachedDocument, chip
 from .reply_stats import ReplyStats
 from .versions import version_line
-
-if TYPE_CHECKING:
-    from .chat_keeper import ChatKeeper
-    from .conversation_file import MessageTree
 
 
 class SavedToolCall(BaseModel):
@@ -59,29 +55,6 @@ class Turn(BaseModel):
     waiting: int | None = Field(None, exclude=True)
     row: int | None = Field(None, exclude=True)
     versions: list[int] = Field([], exclude=True)
-
-
-@dataclass
-class ChatSession:
-    """Kept in gr.State, so one per browser tab. The object is mutated in place while a reply
-    streams: the Stop handler receives this same object and flips ``stop_requested``.
-    ``chat_id`` names the saved chat it shows, and ``keeper`` writes it into the chat store as
-    it changes (webui/chat_keeper.py; None for a session not kept); ``answering`` is true while
-    a reply is written; ``pdfs_as_images``: PDFs attached in this tab go to a model that reads
-    images as page images; ``imported``: every message of a conversation file just imported
-    (webui/conversation_file.py), until the sidebar writes them into a chat of their own.
-    ``left``: the tab has switched to another chat (or is switching): nothing of this session is
-    shown any more, since a reply's late update or a refresh ending late would paint it over the
-    chat now shown."""
-
-    turns: list[Turn] = field(default_factory=list)
-    stop_requested: bool = False
-    chat_id: str = ""
-    answering: bool = False
-    keeper: ChatKeeper | None = None
-    pdfs_as_images: bool = False
-    imported: MessageTree | None = None
-    left: bool = False
 
 
 def media_kind(path: str) -> str | None:
@@ -136,8 +109,7 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
             tags += PLACEHOLDERS[kind]
         texts = [document.text for document in turn.documents] + ([turn.content] if turn.content else [])
         messages.append({"role": "user", "content": tags + "\n\n".join(texts)})
-    return ChatRequest.build(messages, system=system or None, tools=tools or None, images=media["image"], videos=media["video"],
-                             audios=media["audio"], user=user, response_format=chosen_format,
+    return ChatRequest.build(messages, system=system or None, tools=tools or None, media=media, user=user, response_format=chosen_format,
                              continue_final_message=continue_final_message, **generation)
 
 

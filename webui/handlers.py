@@ -25,21 +25,20 @@ import psutil
 from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
-from engines import ChatError, ConfigError, GenerationArgs, ModelSlot, QueuePlace, ReplyChunk, Response
+from engines import ChatError, ConfigError, GenerationArgs, ModelSlot
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
 from limits import Limits
 from store import NoSuchMessage, StoreError, store_problem
 
 from .attachments import is_chip, page_images, read_documents, split_files, tokens_note
-from .chat_keeper import SAVE_INTERVAL, kept, kept_now
-from .conversation import ChatSession, SavedToolCall, Turn, kept_media, model_request, render, render_turn, turn_of_message
+from .chat_session import ChatSession
+from .conversation import Turn, model_request, render, turn_of_message
 from .conversation_file import read_conversation, write_conversation
 from .markdown_export import write_markdown
 from .model_rights import ModelRights
-from .reply_stats import ReplyClock
+from .page_reply import PageReply
 from .replying import BUSY, one_reply_at_a_time
-from .streaming import throttled
 from .user_turns import page_user
 from .versions import picked
 
@@ -108,7 +107,7 @@ class ChatHandlers:
     # ---- chat
 
     @one_reply_at_a_time
-    async def send(self, session: ChatSession, message: dict | None, request: gr.Request | None = None,
+    async def send(self, session: ChatSession, message: dict | None, page_request: gr.Request | None = None,
                    **settings: Any) -> AsyncIterator[dict[str, Any]]:
         text = ((message or {}).get("text") or "").strip()
         files = list((message or {}).get("files") or [])
@@ -118,7 +117,7 @@ class ChatHandlers:
         as_images = session.pdfs_as_images and self.slot.loaded and "image" in self.slot.model.media_kinds
         media, document_files, pdfs = split_files(files, as_images)
         try:
-            documents = await asyncio.to_thread(read_documents, document_files, self.limits, page_user(request))
+            documents = await asyncio.to_thread(read_documents, document_files, self.limits, page_user(page_request))
             media += await asyncio.to_thread(page_images, pdfs, get_upload_folder(), self.limits)
         except ChatError as error:
             # The message stays in the box, to take the file out of it; the conversation is as it was.
@@ -126,11 +125,11 @@ class ChatHandlers:
             yield {"chatbot": render(session.turns)}
             return
         session.turns.append(Turn(role="user", content=text, files=media, documents=documents))
-        async for update in self._answer(session, settings, request, emptied=box(True)):
+        async for update in self._answer(session, settings, page_request, emptied=box(True)):
             yield update
 
     @one_reply_at_a_time
-    async def regenerate(self, session: ChatSession, request: gr.Request | None = None, **settings: Any) -> AsyncIterator[dict[str, Any]]:
+    async def regenerate(self, session: ChatSession, page_request: gr.Request | None = None, **settings: Any) -> AsyncIterator[dict[str, Any]]:
         while session.turns and session.turns[-1].role == "assistant":
             session.turns.pop()
         if not session.turns:
@@ -138,11 +137,11 @@ class ChatHandlers:
             yield {"chatbot": []}
             return
         session.turns[-1].error = None
-        async for update in self._answer(session, settings, request):
+        async for update in self._answer(session, settings, page_request):
             yield update
 
     @one_reply_at_a_time
-    async def continue_reply(self, session: ChatSession, request: gr.Request | None = None,
+    async def continue_reply(self, session: ChatSession, page_request: gr.Request | None = None,
                              **settings: Any) -> AsyncIterator[dict[str, Any]]:
         """Go on with the last reply (stopped, or cut at max_new_tokens): the model writes on from
         where it ended, into the same message."""
@@ -151,10 +150,10 @@ class ChatHandlers:
             gr.Warning(NOTHING_TO_CONTINUE)
             yield {"chatbot": render(session.turns)}
             return
-        async for update in self._answer(session, settings, request, continuing=True):
+        async for update in self._answer(session, settings, page_request, continuing=True):
             yield update
 
-    async def edit(self, session: ChatSession, edit: gr.EditData, request: gr.Request | None = None,
+    async def edit(self, session: ChatSession, edit: gr.EditData, page_request: gr.Request | None = None,
                    **settings: Any) -> AsyncIterator[dict[str, Any]]:
         """A past user message was edited in the Chatbot: answer it again from there. Gradio sends
         an edit of each part of the message; a document's chip is not what the user wrote, and its
@@ -162,11 +161,11 @@ class ChatHandlers:
         if is_chip(edit.value):
             yield {}
             return
-        async for update in self._edit(session, edit, request, **settings):
+        async for update in self._edit(session, edit, page_request, **settings):
             yield update
 
     @one_reply_at_a_time
-    async def _edit(self, session: ChatSession, edit: gr.EditData, request: gr.Request | None, **settings: Any) -> AsyncIterator[dict[str, Any]]:
+    async def _edit(self, session: ChatSession, edit: gr.EditData, page_request: gr.Request | None, **settings: Any) -> AsyncIterator[dict[str, Any]]:
         index = turn_of_message(session.turns, edit.index)
         turn = session.turns[index]
         if turn.role != "user":
@@ -179,7 +178,7 @@ class ChatHandlers:
         # triggers, so no start can run before it in one chain, and a listener of its own beside it
         # could land after a short reply had ended, leaving Stop shown for good.
         yield {"stop_btn": gr.update(visible=True)}
-        async for update in self._answer(session, settings, request):
+        async for update in self._answer(session, settings, page_request):
             yield update
 
     def stop(self, session: ChatSession) -> None:
@@ -229,79 +228,22 @@ class ChatHandlers:
         session.turns[:] = turns
         return {"chatbot": render(session.turns)}
 
-    async def _answer(self, session: ChatSession, settings: dict[str, Any], request: gr.Request | None,
+    async def _answer(self, session: ChatSession, settings: dict[str, Any], page_request: gr.Request | None,
                       emptied: dict[str, Any] | None = None, continuing: bool = False) -> AsyncIterator[dict[str, Any]]:
-        """The chat updates of one reply, asked for by ``request`` (``continuing``: the last reply,
+        """The chat updates of one reply, asked for by ``page_request`` (``continuing``: the last reply,
         written on). The box stays editable (the next message may be typed while the reply
         streams), so only the first update may touch it: ``emptied``, the sent message taken out
         of it; later updates leave what is typed there alone. Once the tab has left the chat
         (``session.left``) the reply goes on being saved, but is no longer shown."""
         first = {"message_box": emptied} if emptied else {}
-        async for shown in self._reply(session, settings, page_user(request), continuing):
+        async for shown in PageReply(self.slot, session, continuing).written(settings, page_user(page_request)):
             if not session.left:
                 yield {"chatbot": shown, **first}
                 first = {}
         if not session.left:
             yield {"chatbot": render(session.turns)}
 
-    async def _reply(self, session: ChatSession, settings: dict[str, Any], user: str | None,
-                     continuing: bool = False) -> AsyncIterator[list]:
-        """Stream the model's answer to the conversation into a new assistant turn, or with
-        ``continuing`` onto the last one, which shows its place in line while other requests keep
-        the model busy (``user``: whom it counts for there). A request the model cannot take (no
-        model, bad tools JSON, media it cannot read, too many waiting) marks the user turn with
-        the reason (a continued reply: a warning, the reply as it was); the conversation itself
-        stays as it was."""
-        session.stop_requested = False
-        # The page's files are deleted after a while: a file that is gone is shown so, not sent
-        # (unless the chat store keeps it: then the page gets a copy again).
-        if session.keeper is not None:
-            session.keeper.restore_media(session.turns)
-        session.turns[:] = [kept_media(turn) for turn in session.turns]
-        reply = session.turns[-1] if continuing else Turn(role="assistant")
-        asked = session.turns[-1]
-        before = render(session.turns[:-1] if continuing else session.turns)
-        yield render(session.turns)
-        # Saved as it happens: the message now, the reply every few seconds and when it ends.
-        await kept(session, system=settings.get("system") or "", tools=settings.get("tools") or "")
-        earlier = Turn(role="assistant", reasoning=reply.reasoning, content=reply.content, stats=reply.stats)
-        reply.writing = True
-        ended = False
-        try:
-            request = model_request(session.turns, user=user, continue_final_message=continuing, **settings)
-            clock = ReplyClock(self.slot.model)
-            stream = clock.watch(clock.model.astream_reply(request, queue_places=True))
-            if not continuing:
-                session.turns.append(reply)
-            async for items in throttled(stream, lambda: session.stop_requested):
-                for item in items:
-                    _add_to_reply(reply, item)
-                yield before + render_turn(reply)
-                await kept(session, every=SAVE_INTERVAL)
-            reply.stopped = session.stop_requested
-            reply.stats = clock.stats(_written_since(earlier, reply)).after(earlier.stats)
-            ended = True
-        except ChatError as error:
-            if reply.content != earlier.content or reply.reasoning != earlier.reasoning:
-                reply.stopped, reply.stats = True, None
-                gr.Warning(f"The reply was cut short: {error}")
-            elif continuing:
-                gr.Warning(f"Could not continue the reply: {error}")
-            else:
-                if reply in session.turns:
-                    session.turns.remove(reply)
-                asked.error = str(error)
-            ended = True
-        finally:
-            reply.writing, reply.tool_text, reply.waiting = False, "", None
-            if not ended:  # closed mid-reply (a reload, a switch of chats), where nothing can be awaited
-                reply.stopped = True
-                if _written_since(earlier, reply):
-                    reply.stats = None  # they would cover less than is written now
-                kept_now(session)
-        await kept(session)
-
-    def attachments_note(self, session: ChatSession, message: dict | None, request: gr.Request | None = None, **settings: Any) -> str:
+    def attachments_note(self, session: ChatSession, message: dict | None, page_request: gr.Request | None = None, **settings: Any) -> str:
         """The note under the box: what its documents take of the loaded model's context, after the
         conversation so far (sent with the chat's ``settings``)."""
         model = self.slot.model if self.slot.loaded else None
@@ -316,7 +258,7 @@ class ChatHandlers:
                 conversation = model.render_prompt(model_request([*session.turns, Turn(role="user")], **settings))
             except ChatError:
                 conversation = ""
-        note = tokens_note(model, documents, conversation, self.limits, page_user(request))
+        note = tokens_note(model, documents, conversation, self.limits, page_user(page_request))
         return f"{note} · {pages}." if pages else note
 
     def pdfs_as_images(self, session: ChatSession, chosen: bool) -> None:
@@ -368,11 +310,11 @@ class ChatHandlers:
 
     # ---- model
 
-    def load(self, infer_backend: str, model_name_or_path: str, infer_dtype: str, request: gr.Request | None = None,
+    def load(self, infer_backend: str, model_name_or_path: str, infer_dtype: str, page_request: gr.Request | None = None,
              progress: gr.Progress = gr.Progress(), **options: Any) -> dict[str, Any]:
         """Load a model with the Settings tab's choices (``options``: the backend options, named
-        as ModelArgs settings), if ``request``'s user is an admin; on failure the previous model stays."""
-        self.rights.check_admin(request)
+        as ModelArgs settings), if ``page_request``'s user is an admin; on failure the previous model stays."""
+        self.rights.check_admin(page_request)
         settings = {"infer_backend": infer_backend, "model_name_or_path": (model_name_or_path or "").strip() or None, "infer_dtype": infer_dtype}
         try:
             settings = self.rights.page_settings(settings | backend_options(**options))
@@ -383,8 +325,8 @@ class ChatHandlers:
             return {"status": f"⚠ **Could not load:** {error}\n\n{kept} {memory_line()}"}
         return self.model_status()
 
-    def unload(self, request: gr.Request | None = None) -> dict[str, Any]:
-        self.rights.check_admin(request)
+    def unload(self, page_request: gr.Request | None = None) -> dict[str, Any]:
+        self.rights.check_admin(page_request)
         self.slot.unload()
         return self.model_status()
 
@@ -400,28 +342,6 @@ class ChatHandlers:
         return {"status": f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}", "message_box": message_box_for(kinds),
                 "pdfs_as_images": gr.update(visible="image" in kinds),
                 **{name: control_value(defaults, name) for name in self.control_names}}
-
-
-def _written_since(earlier: Turn, reply: Turn) -> str:
-    """What the model wrote into ``reply`` since it was ``earlier`` (all of it, for a new reply)."""
-    return reply.reasoning[len(earlier.reasoning):] + reply.content[len(earlier.content):] + reply.tool_text
-
-
-def _add_to_reply(reply: Turn, item: Any) -> None:
-    """One item of ChatModel.astream_reply into the assistant turn being written."""
-    if isinstance(item, QueuePlace):
-        reply.waiting = item.ahead
-    elif isinstance(item, Response):  # the finished reply: its tool calls are parsed now
-        reply.tool_calls = [SavedToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in item.parts.tool_calls]
-        reply.tool_text = ""
-    elif not isinstance(item, ReplyChunk):  # a token's logprobs (asked for in the model's defaults): the page shows none
-        return
-    elif item.kind == "reasoning":
-        reply.reasoning += item.text
-    elif item.kind == "content":
-        reply.content += item.text
-    else:
-        reply.tool_text += item.text
 
 
 def message_box_for(kinds: list[str]) -> dict[str, Any]:

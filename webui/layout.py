@@ -12,9 +12,9 @@ from limits import Limits
 from store import ChatStore, Quota, open_store
 
 from .chat_presets import ChatPresets
+from .chat_session import ChatSession
 from .chat_sidebar import SIDEBAR_HEAD, ChatSidebar
 from .chat_tab import ChatTab
-from .conversation import ChatSession
 from .handlers import ChatHandlers
 from .model_rights import ModelRights
 from .settings_tab import SettingsTab

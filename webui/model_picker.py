@@ -40,8 +40,8 @@ def model_picker(demo: gr.Blocks, models_dir: Path | None, model_path: gr.Textbo
         picker = gr.Dropdown([], value=None, label="Models on this machine", elem_id="model-picker", scale=4)
         rescan = gr.Button("↻ Rescan", elem_id="rescan-models", size="sm", scale=0, min_width=100)
 
-    def choices(request: gr.Request) -> dict:
-        return picker_choices(models_dir, rights.is_admin(request))
+    def choices(page_request: gr.Request) -> dict:
+        return picker_choices(models_dir, rights.is_admin(page_request))
 
     gr.on([demo.load, rescan.click], choices, None, picker, api_visibility="private", queue=False)
     picker.input(lambda value: value, picker, model_path, api_visibility="private", queue=False)

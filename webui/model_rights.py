@@ -39,14 +39,14 @@ class ModelRights(BaseModel):
     trust_remote_code: bool = False
     server_settings: dict[str, Any] = {}
 
-    def is_admin(self, request: gr.Request | None) -> bool:
-        return self.admins is None or (request is not None and request.username in self.admins)
+    def is_admin(self, page_request: gr.Request | None) -> bool:
+        return self.admins is None or (page_request is not None and page_request.username in self.admins)
 
-    def check_admin(self, request: gr.Request | None) -> None:
-        if not self.is_admin(request):
+    def check_admin(self, page_request: gr.Request | None) -> None:
+        if not self.is_admin(page_request):
             if self.without_logins:
                 raise gr.Error(NEEDS_LOGINS, title="Not an admin", print_exception=False)
-            who = request.username if request is not None and request.username else "This user"
+            who = page_request.username if page_request is not None and page_request.username else "This user"
             raise gr.Error(f"{who} may not load or unload models. {NEEDS_ADMIN}", title="Not an admin", print_exception=False)
 
     def page_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
@@ -56,10 +56,10 @@ class ModelRights(BaseModel):
             raise ConfigError(REMOTE_CODE_REFUSED)
         return self.server_settings | settings | {"trust_remote_code": self.trust_remote_code}
 
-    def note(self, request: gr.Request | None) -> str:
+    def note(self, page_request: gr.Request | None) -> str:
         """What the Settings tab tells a user who may not manage models (empty for an admin)."""
-        if self.is_admin(request):
+        if self.is_admin(page_request):
             return ""
         if self.without_logins:
             return f"🔒 You see what is loaded, read-only. {NEEDS_LOGINS}"
-        return f"🔒 Signed in as **{request.username if request is not None else 'a guest'}**: you see what is loaded, read-only. {NEEDS_ADMIN}"
+        return f"🔒 Signed in as **{page_request.username if page_request is not None else 'a guest'}**: you see what is loaded, read-only. {NEEDS_ADMIN}"

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from typing import Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from engines import BACKEND_NAMES, ChatModel, QueuePlace, Response
-
-T = TypeVar("T")
 
 
 class ReplyStats(BaseModel):
@@ -54,7 +51,8 @@ class ReplyStats(BaseModel):
 
 
 class ReplyClock:
-    """Times one reply of ``model`` as it leaves the model, before the page's throttling holds it back."""
+    """Times one reply of ``model`` as it leaves the model, before the page's throttling holds it
+    back (webui/streaming.py hands it each item as it comes)."""
 
     def __init__(self, model: ChatModel) -> None:
         self.model = model
@@ -63,18 +61,16 @@ class ReplyClock:
         self.last: float | None = None
         self.response: Response | None = None
 
-    async def watch(self, stream: AsyncIterator[T]) -> AsyncIterator[T]:
-        async for item in stream:
-            if isinstance(item, QueuePlace):  # waiting behind others is not the model's time
-                self.started = time.perf_counter()
-                yield item
-                continue
-            self.last = time.perf_counter()
-            if self.first is None:
-                self.first = self.last
-            if isinstance(item, Response):
-                self.response = item
-            yield item
+    def note(self, item: Any) -> None:
+        """One item of the reply, as it leaves the model."""
+        if isinstance(item, QueuePlace):  # waiting behind others is not the model's time
+            self.started = time.perf_counter()
+            return
+        self.last = time.perf_counter()
+        if self.first is None:
+            self.first = self.last
+        if isinstance(item, Response):
+            self.response = item
 
     def stats(self, text: str) -> ReplyStats:
         """The finished reply's stats; ``text``, what a stopped reply had written, is counted in tokens."""

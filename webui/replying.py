@@ -11,7 +11,7 @@ from typing import Any
 
 import gradio as gr
 
-from .conversation import ChatSession
+from .chat_session import ChatSession
 
 BUSY = "A reply is being written: wait for it, or press Stop (Esc). Your message stays in the box."
 

@@ -16,7 +16,8 @@ from typing import Any
 from store import ChatInfo, ChatStore
 
 from .chat_keeper import ChatKeeper
-from .conversation import ChatSession, Turn
+from .chat_session import ChatSession
+from .conversation import Turn
 from .conversation_file import MessageTree
 
 # How long a delete can be undone (and only until the same user's next delete): long enough to

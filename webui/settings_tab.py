@@ -79,8 +79,8 @@ class SettingsTab:
         # Others see the model settings read-only; the load and unload handlers check again.
         management = [*self.model.values(), *self.picker, self.load_btn, self.unload_btn]
 
-        def show_rights(request: gr.Request) -> dict[gr.components.Component, Any]:
-            note = rights.note(request)
+        def show_rights(page_request: gr.Request) -> dict[gr.components.Component, Any]:
+            note = rights.note(page_request)
             return {self.rights_note: gr.update(value=note, visible=bool(note)), **{part: gr.update(interactive=not note) for part in management}}
 
         demo.load(show_rights, None, [self.rights_note, *management], api_visibility="private", queue=False)

@@ -20,19 +20,22 @@ T = TypeVar("T")
 
 
 async def throttled(
-    stream: AsyncIterator[T], should_stop: Callable[[], bool], interval: float = UPDATE_INTERVAL
+    stream: AsyncIterator[T], should_stop: Callable[[], bool], interval: float = UPDATE_INTERVAL,
+    arrived: Callable[[T], None] = lambda item: None,
 ) -> AsyncIterator[list[T]]:
     """Yield the items gathered since the last yield, at most once per ``interval`` (the first
     item at once, for a quick first token), or less often where the caller's handling of each
     yield takes more than PAGE_SHARE of the time between them. The model stream is drained by its own task, so it
-    runs at full speed however slowly the caller consumes. Stopping (``should_stop()`` turning
-    true, or the caller closing this generator) cancels that task, which closes the model stream
-    and so stops generation in the engine."""
+    runs at full speed however slowly the caller consumes, and hands each item to ``arrived`` as
+    it comes (the reply's clock: when the model wrote it, not when the page showed it). Stopping
+    (``should_stop()`` turning true, or the caller closing this generator) cancels that task,
+    which closes the model stream and so stops generation in the engine (docs/life_of_a_token.md)."""
     queue: asyncio.Queue = asyncio.Queue()
 
     async def drain() -> None:
         try:
             async for piece in stream:
+                arrived(piece)
                 queue.put_nowait(piece)
         except Exception as error:  # handed to the consumer, which re-raises it in its own task
             queue.put_nowait(error)

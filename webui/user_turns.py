@@ -30,12 +30,12 @@ TOO_MANY = (f"You have {RUNNING + WAITING} requests to the saved chats or for co
             "this tab or others): wait for them to end, then try again.")
 
 
-def page_user(request: gr.Request | None) -> str | None:
+def page_user(page_request: gr.Request | None) -> str | None:
     """Whom a request from the page counts for (in the model's waiting line, and here): its
     login, else the address of its browser."""
-    if request is None:
+    if page_request is None:
         return None
-    return line_user(request.username, request.client.host if request.client else None)
+    return line_user(page_request.username, page_request.client.host if page_request.client else None)
 
 
 class UserTurns:

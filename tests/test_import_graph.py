@@ -1,0 +1,78 @@
+"""The house's imports read one way: no module reaches itself again through the modules it
+imports, at the top of the file, under TYPE_CHECKING or inside a function (a circle there is
+two rooms that should be one, or one room that should be two)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("engines", "webui", "api", "store", "access", "harness", "bench")
+
+
+def module_files() -> dict[str, Path]:
+    files = {path.stem: path for path in ROOT.glob("*.py")}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+def imported_by(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project's modules that ``name`` imports anywhere in its file."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            source = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                # "from package import module" imports the module; "from module import name" the module.
+                found.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source)
+    return (found & modules.keys()) - {name}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each group of modules that import one another round in a circle (Tarjan's strongly
+    connected components of more than one module)."""
+    order: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(module: str) -> None:
+        order[module] = lowest[module] = len(order)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in order:
+                visit(other)
+                lowest[module] = min(lowest[module], lowest[other])
+            elif other in stack:
+                lowest[module] = min(lowest[module], order[other])
+        if lowest[module] == order[module]:
+            group = []
+            while (member := stack.pop()) != module:
+                group.append(member)
+            if group:
+                found.append(sorted([module, *group]))
+
+    for module in graph:
+        if module not in order:
+            visit(module)
+    return found
+
+
+def test_no_module_imports_itself_round_a_circle():
+    modules = module_files()
+    graph = {name: imported_by(name, path, modules) for name, path in modules.items()}
+    assert "webui.conversation" in graph["webui.handlers"]  # the graph is read at all
+    assert circles(graph) == []
+
+
+def test_a_circle_is_found_where_there_is_one():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []

@@ -1,0 +1,50 @@
+"""One browser tab's session of a chat: the turns it shows, the saved chat it writes them to,
+and whether a reply is being written; and the two ways a session's chat is saved."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from .chat_keeper import ChatKeeper
+from .conversation import Turn
+from .conversation_file import MessageTree
+
+
+@dataclass
+class ChatSession:
+    """Kept in gr.State, so one per browser tab. The object is mutated in place while a reply
+    streams: the Stop handler receives this same object and flips ``stop_requested``.
+    ``chat_id`` names the saved chat it shows, and ``keeper`` writes it into the chat store as
+    it changes (webui/chat_keeper.py; None for a session not kept); ``answering`` is true while
+    a reply is written; ``pdfs_as_images``: PDFs attached in this tab go to a model that reads
+    images as page images; ``imported``: every message of a conversation file just imported
+    (webui/conversation_file.py), until the sidebar writes them into a chat of their own.
+    ``left``: the tab has switched to another chat (or is switching): nothing of this session is
+    shown any more, since a reply's late update or a refresh ending late would paint it over the
+    chat now shown."""
+
+    turns: list[Turn] = field(default_factory=list)
+    stop_requested: bool = False
+    chat_id: str = ""
+    answering: bool = False
+    keeper: ChatKeeper | None = None
+    pdfs_as_images: bool = False
+    imported: MessageTree | None = None
+    left: bool = False
+
+
+
+async def kept(session: ChatSession, every: float = 0.0, system: str = "", tools: str = "") -> None:
+    """Save ``session``'s chat, in a thread (the store may be slow; the event loop streams
+    meanwhile), unless it was saved less than ``every`` seconds ago."""
+    keeper = session.keeper
+    if keeper is not None and time.monotonic() - keeper.last_save >= every:
+        await asyncio.to_thread(keeper.save, list(session.turns), system, tools)
+
+
+def kept_now(session: ChatSession) -> None:
+    """Save ``session``'s chat at once (where nothing can be awaited: a reply closed mid-stream)."""
+    if session.keeper is not None:
+        session.keeper.save(list(session.turns))

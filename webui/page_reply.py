@@ -1,0 +1,128 @@
+"""One reply written into a tab's conversation: built from the turns, streamed from the model,
+each item added to the reply's turn as it comes, and finished (its stats, or why it failed).
+
+It is saved through the tab's one save path (webui/chat_session.py): the message as the reply
+starts, the reply every SAVE_INTERVAL seconds while it streams, and once it ends; the sidebar
+then writes the chat's settings (webui/chat_sidebar.py). How a token gets from the model to the
+page, and how Stop stops the model, is drawn in docs/life_of_a_token.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import gradio as gr
+
+from engines import ChatError, ModelSlot, QueuePlace, ReplyChunk, Response
+
+from .chat_keeper import SAVE_INTERVAL
+from .chat_session import ChatSession, kept, kept_now
+from .conversation import SavedToolCall, Turn, kept_media, model_request, render, render_turn
+from .reply_stats import ReplyClock
+from .streaming import throttled
+
+
+class PageReply:
+    """The answer of the model in ``slot`` to ``session``'s conversation: a new assistant turn, or with
+    ``continuing`` the last one written on. ``earlier`` is what that turn held before (nothing,
+    for a new reply), so that the stats and a failure speak of what this reply wrote."""
+
+    def __init__(self, slot: ModelSlot, session: ChatSession, continuing: bool) -> None:
+        self.slot = slot
+        self.session = session
+        self.continuing = continuing
+        # The page's files are deleted after a while: a file that is gone is shown so, not sent
+        # (unless the chat store keeps it: then the page gets a copy again).
+        if session.keeper is not None:
+            session.keeper.restore_media(session.turns)
+        session.turns[:] = [kept_media(turn) for turn in session.turns]
+        self.asked = session.turns[-1]
+        self.turn = session.turns[-1] if continuing else Turn(role="assistant")
+        self.earlier = Turn(role="assistant", reasoning=self.turn.reasoning, content=self.turn.content, stats=self.turn.stats)
+        self.before = render(session.turns[:-1] if continuing else session.turns)
+
+    async def written(self, settings: dict[str, Any], user: str | None) -> AsyncIterator[list]:
+        """The Chatbot's messages as the reply is written (``user``: whom it counts for in the
+        waiting line); the turn shows its place in line while other requests keep the model busy.
+        A request the model cannot take (no model, bad tools JSON, media it cannot read, too many
+        waiting) marks the user's turn with the reason (a continued reply: a warning, the reply as
+        it was); the conversation itself stays as it was."""
+        session = self.session
+        session.stop_requested = False
+        yield render(session.turns)
+        await kept(session, system=settings.get("system") or "", tools=settings.get("tools") or "")
+        self.turn.writing = True
+        ended = False
+        try:
+            model = self.slot.model  # none loaded, or one loading: a ChatError, said on the user's turn
+            request = model_request(session.turns, user=user, continue_final_message=self.continuing, **settings)
+            clock = ReplyClock(model)
+            if not self.continuing:
+                session.turns.append(self.turn)
+            stream = model.astream_reply(request, queue_places=True)
+            async for items in throttled(stream, lambda: session.stop_requested, arrived=clock.note):
+                for item in items:
+                    add(self.turn, item)
+                yield self.before + render_turn(self.turn)
+                await kept(session, every=SAVE_INTERVAL)
+            self.finish(clock)
+            ended = True
+        except ChatError as error:
+            self.fail(error)
+            ended = True
+        finally:
+            self.turn.writing, self.turn.tool_text, self.turn.waiting = False, "", None
+            if not ended:
+                self.close()
+        await kept(session)
+
+    def new_text(self) -> str:
+        """What the model wrote into the turn since ``earlier`` (all of it, for a new reply)."""
+        turn, earlier = self.turn, self.earlier
+        return turn.reasoning[len(earlier.reasoning):] + turn.content[len(earlier.content):] + turn.tool_text
+
+    def finish(self, clock: ReplyClock) -> None:
+        """The model has finished, or the user stopped it: the turn gets its stats line."""
+        self.turn.stopped = self.session.stop_requested
+        self.turn.stats = clock.stats(self.new_text()).after(self.earlier.stats)
+
+    def fail(self, error: ChatError) -> None:
+        """The model could not answer, or stopped answering: a reply cut short keeps what it
+        wrote, a continued one stays as it was, and a new one that never began is taken out,
+        its reason shown on the user's turn."""
+        turn, earlier = self.turn, self.earlier
+        if turn.content != earlier.content or turn.reasoning != earlier.reasoning:
+            turn.stopped, turn.stats = True, None
+            gr.Warning(f"The reply was cut short: {error}")
+        elif self.continuing:
+            gr.Warning(f"Could not continue the reply: {error}")
+        else:
+            if turn in self.session.turns:
+                self.session.turns.remove(turn)
+            self.asked.error = str(error)
+
+    def close(self) -> None:
+        """The page closed the reply mid-stream (a reload, a switch of chats), where nothing can
+        be awaited: it is kept as stopped, and saved at once."""
+        self.turn.stopped = True
+        if self.new_text():
+            self.turn.stats = None  # they would cover less than is written now
+        kept_now(self.session)
+
+
+def add(turn: Turn, item: Any) -> None:
+    """One item of ChatModel.astream_reply into the assistant turn being written."""
+    if isinstance(item, QueuePlace):
+        turn.waiting = item.ahead
+    elif isinstance(item, Response):  # the finished reply: its tool calls are parsed now
+        turn.tool_calls = [SavedToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in item.parts.tool_calls]
+        turn.tool_text = ""
+    elif not isinstance(item, ReplyChunk):  # a token's logprobs (asked for in the model's defaults): the page shows none
+        return
+    elif item.kind == "reasoning":
+        turn.reasoning += item.text
+    elif item.kind == "content":
+        turn.content += item.text
+    else:
+        turn.tool_text += item.text
