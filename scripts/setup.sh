@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up .venv for anychat. Safe to run again: it installs only what is missing.
 #   bash scripts/setup.sh               # the app on llama.cpp and transformers (embedded SmolLM2 included;
-#                                       # compiles llama.cpp once: minutes)
+#                                       # compiles llama.cpp once, beside the installs: minutes)
 #   bash scripts/setup.sh --no-llamacpp # without llama.cpp: the app runs on transformers
 #   bash scripts/setup.sh --vllm        # plus the vLLM backend (CPU build)
 #   bash scripts/setup.sh --test        # plus everything the test suite needs (vLLM included)
@@ -57,6 +57,54 @@ fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile)
 has_module() { .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)"; }
 
+# What the installed llama-cpp-python was built with: none, text (no libmtmd), mtmd, or cuda.
+llamacpp_build() {
+  .venv/bin/python - <<'PY'
+import importlib.util, pathlib
+spec = importlib.util.find_spec("llama_cpp")
+names = [path.name for path in (pathlib.Path(spec.origin).parent / "lib").iterdir()] if spec else []
+has = lambda prefix: any(name.startswith(prefix) for name in names)
+print("none" if spec is None else "cuda" if has("libggml-cuda") else "mtmd" if has("libmtmd") else "text")
+PY
+}
+
+# llama.cpp's compile is most of a first setup's time: it starts first, as a wheel of its own in
+# the background, beside every install below, and is installed at the end.
+build=$(llamacpp_build)
+llamacpp_wheels=.cache/llama-cpp-wheel
+llamacpp_job=""
+if [ "$want_llamacpp" = 1 ] && { [ "$build" = none ] || [ "$build" = text ] || { [ "$want_cuda" = 1 ] && [ "$build" != cuda ]; }; }; then
+  # ggml's own thread pool rather than OpenMP: with OMP_WAIT_POLICY=PASSIVE, which torch needs on a
+  # few cores, OpenMP's llama.cpp decodes three times slower. On the CPU, a unity build
+  # (llamacpp_unity.cmake); a CUDA build as llama.cpp's own, the way it is tested upstream.
+  cmake_args="-DGGML_OPENMP=OFF"
+  if [ "$want_cuda" = 1 ]; then
+    cmake_args="$cmake_args -DGGML_CUDA=on"
+  else
+    cmake_args="$cmake_args -DCMAKE_PROJECT_INCLUDE=$PWD/scripts/llamacpp_unity.cmake"
+  fi
+  if ! command -v c++ >/dev/null && ! command -v g++ >/dev/null; then
+    echo "No C++ compiler here, so llama.cpp is left out and the app runs on transformers (about 5 times slower on CPU)." >&2
+    echo "To add it: install one (Debian/Ubuntu: apt-get install build-essential), then run this script again." >&2
+    if [ "$want_tests" = 1 ]; then exit 1; fi
+  else
+    echo "Building llama-cpp-python ($cmake_args) beside the other installs: it compiles llama.cpp with libmtmd (images and audio), a few minutes on 2 cores, once (pip keeps the wheel)…"
+    if [ "$build" != none ]; then
+      # pip's wheel cache is keyed by the source package, not by CMAKE_ARGS: drop the wheel built
+      # the other way (an earlier text-only or CPU build) so that this build is the one installed.
+      .venv/bin/python -m pip cache remove --quiet 'llama_cpp_python*' >/dev/null 2>&1 || true
+    fi
+    rm -rf "$llamacpp_wheels"
+    (
+      started=$SECONDS
+      CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/python -m pip wheel --quiet \
+        --disable-pip-version-check --no-deps -w "$llamacpp_wheels" llama-cpp-python==0.3.36
+      echo "llama-cpp-python built in $((SECONDS - started)) s."
+    ) > .cache/setup-llamacpp.log 2>&1 &
+    llamacpp_job=$!
+  fi
+fi
+
 # torch first and pinned: the CPU wheel; an unpinned torch resolves to a multi-GB CUDA build.
 "${pip[@]}" torch==2.13.0
 "${pip[@]}" -r requirements.txt
@@ -72,46 +120,6 @@ fi
 
 bash scripts/compile_venv.sh .venv > .cache/setup-compile.log 2>&1 &
 background+=("$!:.cache/setup-compile.log")
-
-# What the installed llama-cpp-python was built with: none, text (no libmtmd), mtmd, or cuda.
-llamacpp_build() {
-  .venv/bin/python - <<'PY'
-import importlib.util, pathlib
-spec = importlib.util.find_spec("llama_cpp")
-names = [path.name for path in (pathlib.Path(spec.origin).parent / "lib").iterdir()] if spec else []
-has = lambda prefix: any(name.startswith(prefix) for name in names)
-print("none" if spec is None else "cuda" if has("libggml-cuda") else "mtmd" if has("libmtmd") else "text")
-PY
-}
-
-build=$(llamacpp_build)
-if [ "$want_llamacpp" = 1 ] && { [ "$build" = none ] || [ "$build" = text ] || { [ "$want_cuda" = 1 ] && [ "$build" != cuda ]; }; }; then
-  cmake_args="-DGGML_OPENMP=OFF"
-  [ "$want_cuda" = 1 ] && cmake_args="$cmake_args -DGGML_CUDA=on"
-  if ! command -v c++ >/dev/null && ! command -v g++ >/dev/null; then
-    echo "No C++ compiler here, so llama.cpp is left out and the app runs on transformers (about 5 times slower on CPU)." >&2
-    echo "To add it: install one (Debian/Ubuntu: apt-get install build-essential), then run this script again." >&2
-    if [ "$want_tests" = 1 ]; then exit 1; fi
-  else
-    echo "Building llama-cpp-python ($cmake_args): it compiles llama.cpp with libmtmd (images and audio), about 3 to 4 minutes on 2 cores, once (pip keeps the wheel)…"
-    reinstall=()
-    if [ "$build" != none ]; then
-      # pip's wheel cache is keyed by the source package, not by CMAKE_ARGS: drop the wheel built
-      # the other way (an earlier text-only or CPU build) so that this build is the one installed.
-      .venv/bin/python -m pip cache remove --quiet 'llama_cpp_python*' >/dev/null 2>&1 || true
-      reinstall=(--force-reinstall --no-deps)
-    fi
-    build_started=$SECONDS
-    # ggml's own thread pool rather than OpenMP: with OMP_WAIT_POLICY=PASSIVE, which torch needs on a
-    # few cores, OpenMP's llama.cpp decodes three times slower.
-    if CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" "${reinstall[@]}" llama-cpp-python==0.3.36; then
-      echo "llama-cpp-python built in $((SECONDS - build_started)) s."
-    else
-      echo "llama-cpp-python did not build (the lines above say why), so the app runs on transformers; run this script again to retry." >&2
-      if [ "$want_tests" = 1 ]; then exit 1; fi
-    fi
-  fi
-fi
 
 if [ "$want_tests" = 1 ]; then
   "${pip[@]}" -r requirements-test.txt
@@ -142,6 +150,18 @@ shutil.rmtree(dest, ignore_errors=True)
 staging.rename(dest)
 PY
     rm -rf "$sdist_dir"
+  fi
+fi
+if [ -n "$llamacpp_job" ]; then
+  if wait "$llamacpp_job"; then
+    cat .cache/setup-llamacpp.log
+    reinstall=()
+    [ "$build" != none ] && reinstall=(--force-reinstall --no-deps)
+    "${pip[@]}" "${reinstall[@]}" --find-links "$llamacpp_wheels" llama-cpp-python==0.3.36
+  else
+    cat .cache/setup-llamacpp.log >&2
+    echo "llama-cpp-python did not build (the lines above say why), so the app runs on transformers; run this script again to retry." >&2
+    if [ "$want_tests" = 1 ]; then exit 1; fi
   fi
 fi
 for job in "${background[@]}"; do
