@@ -35,7 +35,6 @@ class ChatSession:
     left: bool = False
 
 
-
 async def kept(session: ChatSession, every: float = 0.0, system: str = "", tools: str = "") -> None:
     """Save ``session``'s chat, in a thread (the store may be slow; the event loop streams
     meanwhile), unless it was saved less than ``every`` seconds ago."""

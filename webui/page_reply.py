@@ -1,10 +1,10 @@
 """One reply written into a tab's conversation: built from the turns, streamed from the model,
 each item added to the reply's turn as it comes, and finished (its stats, or why it failed).
 
-It is saved through the tab's one save path (webui/chat_session.py): the message as the reply
-starts, the reply every SAVE_INTERVAL seconds while it streams, and once it ends; the sidebar
-then writes the chat's settings (webui/chat_sidebar.py). How a token gets from the model to the
-page, and how Stop stops the model, is drawn in docs/life_of_a_token.md.
+It is saved through the session's saves (webui/chat_session.py): the message as the reply
+starts, the reply every SAVE_INTERVAL seconds while it streams, and once it ends; after it, the
+sidebar saves the chat again with its settings (webui/chat_sidebar.py: keep_chat). How a token
+gets from the model to the page, and how Stop stops the model, is drawn in docs/life_of_a_token.md.
 """
 
 from __future__ import annotations
