@@ -116,7 +116,7 @@ def main() -> None:
     ways = {
         "HF ChatModel": lambda users: ours(hf, users, args.tokens),
         "vLLM ChatModel": lambda users: ours(ours_vllm, users, args.tokens),
-        "bare AsyncLLM": lambda users: bare(engine, prompts, users, args.tokens),
+        "bare AsyncLLM": lambda users, engine=engine: bare(engine, prompts, users, args.tokens),
     }
     for run in ways.values():  # warm-up
         loop.run_until_complete(run(1))
@@ -143,6 +143,7 @@ def main() -> None:
 
     loop.run_until_complete(stop_bare(engine))
     # Collected now, while vLLM's modules are alive: its __del__ fails at interpreter exit.
+    ways.clear()
     del engine
     gc.collect()
     ours_vllm.close()

@@ -1,14 +1,15 @@
 """The chat store on the server: every user's chats and their messages, one row per message, and their presets, in
 an SQLite file in the app's data folder by default or in PostgreSQL (``--database-url``).
 
-``tables.py`` holds the schema, ``quota.py`` what one user may keep, ``database.py`` where the database is and how it is opened (its
+``tables.py`` holds the schema, ``message_tree.py`` the shape of a chat's messages, ``quota.py`` what one user may keep, ``database.py`` where the database is and how it is opened (its
 migrations, in ``migrations/``, run at every start), ``chats.py`` what the page asks of it.
 """
 
 from .chats import ChatInfo, ChatStore, ListedChat, MessageChanges, PresetInfo, StoredMessage
 from .database import StoreSettings, data_dir, database_url, open_store, shown_url
 from .errors import NoSuchMessage, NotYours, OverQuota, StoreError, store_problem
+from .message_tree import MessageTree
 from .quota import Quota
 
-__all__ = ["ChatInfo", "ChatStore", "ListedChat", "MessageChanges", "NoSuchMessage", "NotYours", "OverQuota", "PresetInfo", "Quota", "StoreError",
+__all__ = ["ChatInfo", "ChatStore", "ListedChat", "MessageChanges", "MessageTree", "NoSuchMessage", "NotYours", "OverQuota", "PresetInfo", "Quota", "StoreError",
            "StoreSettings", "StoredMessage", "data_dir", "database_url", "open_store", "shown_url", "store_problem"]

@@ -9,7 +9,6 @@ the delete until it is purged (``purge``), which removes its rows and its media 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from .errors import NoSuchMessage, NotYours, StoreError
 from .media import MediaFiles
+from .message_tree import MessageTree
 from .quota import CHAT_FIELDS_SIZE, MESSAGE_SIZE, PRESET_SIZE, Quota
 from .tables import Chat, ChatMedia, Media, Message, Preset
 
@@ -51,12 +51,12 @@ class PresetInfo:
 @dataclass(frozen=True)
 class StoredMessage:
     """``data``: the message as the page keeps it, ``role`` and ``content`` included;
-    ``versions``: the ids of its versions (itself among them), oldest first."""
+    ``versions``: the ids of its versions (itself among them), oldest first. Where it stands
+    among the chat's messages is its place in a MessageTree."""
 
     id: int
     data: dict[str, Any]
     state: str
-    parent: int | None = None
     versions: tuple[int, ...] = ()
 
 
@@ -116,17 +116,17 @@ class ChatStore:
             chat = _owned(session, owner, chat_id)
             return _info(chat) if chat else None
 
-    def messages(self, owner: str, chat_id: str) -> list[StoredMessage]:
+    def tree(self, owner: str, chat_id: str) -> MessageTree[StoredMessage]:
         """All the chat's messages, every version, in the order written (none for a chat that is not ``owner``'s)."""
         with Session(self.engine) as session:
-            return [_stored(row) for row in _rows(session, owner, chat_id)]
+            chat = _owned(session, owner, chat_id)
+            return _stored_tree(_rows(session, owner, chat_id), chat.shown if chat else None)
 
     def branch(self, owner: str, chat_id: str) -> list[StoredMessage]:
         """The branch the chat shows, first message first, each with its versions (none for a
         chat that is not ``owner``'s)."""
-        with Session(self.engine) as session:
-            chat = _owned(session, owner, chat_id)
-            return Tree(_rows(session, owner, chat_id)).branch(chat.shown) if chat else []
+        tree = self.tree(owner, chat_id)
+        return [tree.messages[place] for place in tree.branch()]
 
     def show(self, owner: str, chat_id: str, message_id: int) -> list[StoredMessage]:
         """Show version ``message_id`` in the chat: the branch through it and on to the latest
@@ -135,10 +135,11 @@ class ChatStore:
             chat = _owned(session, owner, chat_id)
             if chat is None:
                 raise NotYours(f"Chat {chat_id} is not yours.")
-            tree = Tree(_rows(session, owner, chat_id))
-            if message_id not in tree.rows:
+            tree = _stored_tree(_rows(session, owner, chat_id), chat.shown)
+            place = next((place for place, message in enumerate(tree.messages) if message.id == message_id), None)
+            if place is None:
                 raise NoSuchMessage(f"Message {message_id} is not one of this chat's: reload the page to see the chat as it is now.")
-            branch = tree.branch(through=message_id)
+            branch = [tree.messages[place] for place in tree.branch(through=place)]
             chat.shown = branch[-1].id
             return branch
 
@@ -147,7 +148,8 @@ class ChatStore:
         statement = select(Message.id, Message.parent).join(Chat).where(Chat.owner == owner, Chat.deleted.is_(None),
                                                                         Message.chat_id == chat_id)
         with Session(self.engine) as session:
-            return Tree(session.execute(statement)).versions()
+            tree = _tree(session.execute(statement.order_by(Message.id)))
+            return {row.id: versions for row, versions in zip(tree.messages, _version_ids(tree))}
 
     def write(self, owner: str, chat_id: str, changes: MessageChanges, created: dict[str, str], media: dict[str, int] | None = None) -> list[int]:
         """Write ``changes`` into the chat, made with ``created`` (its title, system and tools) if
@@ -163,7 +165,8 @@ class ChatStore:
             chat.updated = now
             gone = []
             if changes.removed:
-                gone = Tree(session.execute(select(Message.id, Message.parent).where(Message.chat_id == chat_id))).below(changes.removed)
+                gone = _below(session.execute(select(Message.id, Message.parent).where(Message.chat_id == chat_id).order_by(Message.id)),
+                              changes.removed)
             before = _messages_size(session, chat_id, Message.id.in_([*changes.changed, *gone]))
             if gone:
                 session.execute(delete(Message).where(Message.chat_id == chat_id, Message.id.in_(gone)))
@@ -184,28 +187,23 @@ class ChatStore:
             self._use_media(session, owner, chat_id, media or {}, now)
             return [row.id for row in rows]
 
-    def write_tree(self, owner: str, chat_id: str, messages: list[tuple[int | None, dict[str, Any]]], shown: int,
-                   created: dict[str, str], media: dict[str, int] | None = None) -> list[int]:
-        """A new chat of ``messages``, every version of each (an imported chat), in the order
-        written, each with the place in ``messages`` of the one it follows (an earlier one; None
-        for a first message); ``shown``: the place of the last message of the branch it shows.
-        ``created`` and ``media`` as for ``write``. The ids of the messages, in their order. A
-        chat id already taken is refused, whoever's it is."""
-        for index, (parent, _) in enumerate(messages):
-            if parent is not None and not 0 <= parent < index:
-                raise ValueError(f"message {index} follows {parent}, which is not an earlier one")
+    def write_tree(self, owner: str, chat_id: str, tree: MessageTree[dict[str, Any]], created: dict[str, str],
+                   media: dict[str, int] | None = None) -> list[int]:
+        """A new chat of every message of ``tree`` (an imported chat), showing the branch it
+        shows. ``created`` and ``media`` as for ``write``. The ids of the messages, in their
+        order. A chat id already taken is refused, whoever's it is."""
         now = time.time()
         with Session(self.engine) as session, session.begin():
             chat = session.get(Chat, chat_id)
             if chat is not None:
                 raise NotYours(f"Chat {chat_id} is not yours.") if chat.owner != owner else StoreError(f"Chat {chat_id} exists already.")
             chat = self._new_chat(session, owner, chat_id, created, now)
-            rows = [Message(chat_id=chat_id, **_columns(message, now)) for _, message in messages]
+            rows = [Message(chat_id=chat_id, **_columns(message, now)) for message in tree.messages]
             session.add_all(rows)
             session.flush()
-            for (parent, _), row in zip(messages, rows):
+            for parent, row in zip(tree.parents, rows):
                 row.parent = rows[parent].id if parent is not None else None
-            chat.shown = rows[shown].id if rows else None
+            chat.shown = rows[tree.shown].id if tree.shown is not None else None
             session.flush()
             self._grow(session, owner, chat_id, _messages_size(session, chat_id, true()))
             self._use_media(session, owner, chat_id, media or {}, now)
@@ -348,44 +346,27 @@ class ChatStore:
             return True
 
 
-class Tree:
-    """A chat's messages (rows with an ``id`` and ``parent``, at least) as the tree their parents
-    make. A message whose parent is gone counts as a first message."""
+def _tree(rows: Any, shown: int | None = None) -> MessageTree[Any]:
+    """A chat's rows (each with an ``id`` and ``parent``, at least), by id, as the tree they
+    make; ``shown``: the id of the last message the chat shows."""
+    return MessageTree.of_rows(rows, lambda row: row.id, lambda row: row.parent, shown)
 
-    def __init__(self, rows: Any) -> None:
-        self.rows = {row.id: row for row in sorted(rows, key=lambda row: row.id)}
-        self.children: dict[int | None, list[int]] = defaultdict(list)
-        for row in self.rows.values():
-            self.children[self._parent(row)].append(row.id)
 
-    def _parent(self, row: Message) -> int | None:
-        return row.parent if row.parent in self.rows else None
+def _version_ids(tree: MessageTree[Any]) -> list[tuple[int, ...]]:
+    """The ids of each message's versions, place by place."""
+    return [tuple(tree.messages[version].id for version in tree.versions(place)) for place in range(len(tree))]
 
-    def branch(self, last: int | None = None, through: int | None = None) -> list[StoredMessage]:
-        """The branch that ends at message ``last``; or that goes ``through`` a message, on to
-        the message written last after it (the branch of the message written last, without either)."""
-        node = self.rows[last] if through is None and last in self.rows else self._newest_below(through)
-        path = []
-        while node is not None:
-            path.append(node)
-            node = self.rows.get(self._parent(node))
-        return [_stored(row, tuple(self.children[self._parent(row)])) for row in reversed(path)]
 
-    def _newest_below(self, start: int | None) -> Message | None:
-        """The message written last among ``start`` and those after it (among all, for None)."""
-        below = self.below([start]) if start is not None else self.rows
-        return self.rows[max(below)] if below else None
+def _stored_tree(rows: list[Message], shown: int | None) -> MessageTree[StoredMessage]:
+    tree = _tree(rows, shown)
+    return MessageTree([_stored(row, versions) for row, versions in zip(rows, _version_ids(tree))], tree.parents, tree.shown)
 
-    def versions(self) -> dict[int, tuple[int, ...]]:
-        return {row.id: tuple(self.children[self._parent(row)]) for row in self.rows.values()}
 
-    def below(self, ids: list[int]) -> list[int]:
-        """``ids`` (those of this chat) and every message after them."""
-        found, todo = [], [i for i in ids if i in self.rows]
-        while todo:
-            found.append(todo.pop())
-            todo += self.children.get(found[-1], [])
-        return found
+def _below(rows: Any, ids: list[int]) -> list[int]:
+    """``ids`` (those among a chat's ``rows``) and the ids of every message after them."""
+    tree = _tree(rows)
+    place = {row.id: index for index, row in enumerate(tree.messages)}
+    return [tree.messages[below].id for below in tree.below(place[i] for i in ids if i in place)]
 
 
 def _rows(session: Session, owner: str, chat_id: str) -> list[Message]:
@@ -394,8 +375,8 @@ def _rows(session: Session, owner: str, chat_id: str) -> list[Message]:
     return list(session.scalars(statement))
 
 
-def _stored(row: Message, versions: tuple[int, ...] = ()) -> StoredMessage:
-    return StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state, row.parent, versions)
+def _stored(row: Message, versions: tuple[int, ...]) -> StoredMessage:
+    return StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state, versions)
 
 
 def _media_of(owner: str) -> Select:

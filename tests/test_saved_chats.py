@@ -88,9 +88,9 @@ def test_each_message_is_a_row_and_a_reopened_chat_is_as_it_was(chat_store):
     session = chat_session(chats, "Hi", "Hello")
     session.turns[1].writing, session.turns[1].tool_text = True, "<tool_call>"
     session.keeper.save(session.turns)
-    assert [m.state for m in chat_store.messages(chats.owner, session.chat_id)] == ["done", "writing"]
+    assert [m.state for m in chat_store.tree(chats.owner, session.chat_id).messages] == ["done", "writing"]
     # Only what a chat needs is stored: nothing that exists only while a reply streams.
-    assert [m.data for m in chat_store.messages(chats.owner, session.chat_id)] == [
+    assert [m.data for m in chat_store.tree(chats.owner, session.chat_id).messages] == [
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
     # A reply the store still has as writing (the server died mid-reply) opens as stopped.
     reopened = chats.open(session.chat_id, "")
@@ -100,14 +100,14 @@ def test_each_message_is_a_row_and_a_reopened_chat_is_as_it_was(chat_store):
     session.turns[1].content = "Hello there"
     session.turns.append(Turn(role="user", content="Bye", error="No model is loaded."))
     session.keeper.save(session.turns)
-    rows = chat_store.messages(chats.owner, session.chat_id)
+    rows = chat_store.tree(chats.owner, session.chat_id).messages
     assert [(m.data["content"], m.state) for m in rows] == [("Hi", "done"), ("Hello there", "done"), ("Bye", "error")]
     assert [t.row for t in session.turns] == [m.id for m in rows]
     # A regenerated reply is a new row beside the earlier one, which stays as a version; the others stay the rows they were.
     del session.turns[1:]
     session.turns.append(Turn(role="assistant", content="Hi again"))
     session.keeper.save(session.turns)
-    assert [m.id for m in chat_store.messages(chats.owner, session.chat_id)] == [*(m.id for m in rows), session.turns[1].row]
+    assert [m.id for m in chat_store.tree(chats.owner, session.chat_id).messages] == [*(m.id for m in rows), session.turns[1].row]
     assert session.turns[1].versions == [rows[1].id, session.turns[1].row]
     assert [t.content for t in chats.open(session.chat_id, "").turns] == ["Hi", "Hi again"]
 
@@ -357,10 +357,10 @@ async def test_a_chat_deleted_in_another_tab_stays_on_screen_and_is_saved_again_
     assert [t.content for t in here.turns] == ["Hi", "Hello"] and chats.find(here.chat_id) is None, "saved at its next message"
     here.turns += [Turn(role="user", content="Still here?")]
     chats.keep(here, here.chat_id, "", "")
-    assert [m.data["content"] for m in chat_store.messages(chats.owner, here.chat_id)] == ["Hi", "Hello", "Still here?"]
+    assert [m.data["content"] for m in chat_store.tree(chats.owner, here.chat_id).messages] == ["Hi", "Hello", "Still here?"]
     assert [chat_id for _, chat_id in chats.choices()] == [here.chat_id]
     assert elsewhere.undo_delete() == deleted, "the other tab's Undo still brings it back"
-    assert [m.data["content"] for m in chat_store.messages(chats.owner, deleted)] == ["Hi", "Hello"], "as it was deleted"
+    assert [m.data["content"] for m in chat_store.tree(chats.owner, deleted).messages] == ["Hi", "Hello"], "as it was deleted"
 
 
 def test_a_tab_that_opened_a_reply_being_written_elsewhere_never_writes_its_copy_over_it(chat_store):
@@ -374,7 +374,7 @@ def test_a_tab_that_opened_a_reply_being_written_elsewhere_never_writes_its_copy
     writer.keeper.save(writer.turns)
     reader.turns.append(Turn(role="user", content="Nice"))
     reader.keeper.save(reader.turns)
-    assert [(m.data["content"], m.state) for m in chat_store.messages(chats.owner, writer.chat_id)] == [
+    assert [(m.data["content"], m.state) for m in chat_store.tree(chats.owner, writer.chat_id).messages] == [
         ("Tell me a story", "done"), ("Once upon a time, the end.", "done"), ("Nice", "done")]
 
 
@@ -424,7 +424,7 @@ def test_media_are_kept_with_the_chat_once_by_content_and_go_with_the_last_chat(
     fresh.keeper.restore_media(fresh.turns)
     fresh.keeper.save(fresh.turns)
     assert Image.open(fresh.turns[0].files[0]).getpixel((0, 0)) == (0, 128, 0)
-    assert isinstance(chat_store.messages(chats.owner, fresh.chat_id)[0].data["files"][0], dict), "still kept as a medium"
+    assert isinstance(chat_store.tree(chats.owner, fresh.chat_id).messages[0].data["files"][0], dict), "still kept as a medium"
     chats.delete(fresh.chat_id)
     chat_store.purge(time.time())  # as it is once Undo's time is over
 
@@ -778,23 +778,23 @@ async def test_the_message_is_saved_when_sent_and_the_reply_as_it_streams(handle
     chats = user_chats(chat_store)
     session = chats.new_session()
     task = await started_reply(handlers, session, "Write a long story about a dragon.")
-    rows = chat_store.messages(chats.owner, session.chat_id)
+    rows = chat_store.tree(chats.owner, session.chat_id).messages
     assert rows[0].data["content"] == "Write a long story about a dragon.", "the message is saved before its reply"
     assert chats.find(session.chat_id).title == "Write a long story about a dragon."
     deadline = asyncio.get_running_loop().time() + 30
     while len(rows) < 2 or len(rows[1].data["content"]) < 20:
         assert asyncio.get_running_loop().time() < deadline and not task.done(), "the reply was not saved while it streamed"
         await asyncio.sleep(0.2)
-        rows = chat_store.messages(chats.owner, session.chat_id)
+        rows = chat_store.tree(chats.owner, session.chat_id).messages
     assert rows[1].state == "writing" and session.turns[1].content.startswith(rows[1].data["content"])
     handlers.stop(session)
     await task
-    [asked, reply] = chat_store.messages(chats.owner, session.chat_id)
+    [asked, reply] = chat_store.tree(chats.owner, session.chat_id).messages
     assert reply.state == "stopped" and reply.data["content"] == session.turns[1].content
     assert reply.data["stats"]["finish_reason"] == "stopped"
     await run(handlers.send(session, message("Write a poem about the sea."), **settings(2)))
     assert session.turns[-1].stats.finish_reason == "length"
-    assert chat_store.messages(chats.owner, session.chat_id)[-1].state == "length"
+    assert chat_store.tree(chats.owner, session.chat_id).messages[-1].state == "length"
 
 
 async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_the_branch_shown(handlers, chat_store, monkeypatch):
@@ -805,7 +805,7 @@ async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_
         await run(handlers.regenerate(session, **settings(6, temperature=1.0, seed=seed)))
     versions = session.turns[1].versions
     assert len(versions) == 3 and versions[-1] == session.turns[1].row, "each regenerated reply is a version"
-    replies = {row: next(m.data["content"] for m in chat_store.messages(chats.owner, session.chat_id) if m.id == row) for row in versions}
+    replies = {row: next(m.data["content"] for m in chat_store.tree(chats.owner, session.chat_id).messages if m.id == row) for row in versions}
     assert len(set(replies.values())) > 1, "the sampled replies were all alike: the test cannot tell them apart"
     assert "3/3" in str(render(session.turns)[-1]["content"])
 
@@ -845,7 +845,7 @@ async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_
     await task
     stopped = reopened.turns[-1]
     assert stopped.stopped and len(stopped.versions) == 2 and stopped.versions[-1] == stopped.row
-    assert next(m.state for m in chat_store.messages(chats.owner, session.chat_id) if m.id == stopped.row) == "stopped"
+    assert next(m.state for m in chat_store.tree(chats.owner, session.chat_id).messages if m.id == stopped.row) == "stopped"
 
     # Undo takes the last exchange away, with the other versions after it; Clear, every version.
     handlers.undo(reopened)
@@ -853,7 +853,7 @@ async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_
     assert [t.content for t in chats.open(session.chat_id, "").turns] == ["Name a fruit.", replies[versions[0]]]
     handlers.clear(reopened)
     chats.keep(reopened, reopened.chat_id, "", "")
-    assert chat_store.messages(chats.owner, session.chat_id) == []
+    assert chat_store.tree(chats.owner, session.chat_id).messages == []
 
 
 async def test_continue_writes_on_the_cut_reply_in_the_same_message_and_keeps_it(handlers, chat_store, slot):
@@ -875,7 +875,7 @@ async def test_continue_writes_on_the_cut_reply_in_the_same_message_and_keeps_it
     assert (reply.stats.tokens, reply.stats.finish_reason) == (16, "length")
     assert reply.stats.first_token_seconds == first_part.stats.first_token_seconds
     assert shown[-1][-1]["content"] == f'<span class="reply-stats">{reply.stats.line()}</span>'
-    [_, row] = chat_store.messages(chats.owner, session.chat_id)
+    [_, row] = chat_store.tree(chats.owner, session.chat_id).messages
     assert row.data["content"] == whole.response_text and row.state == "length" and row.data["stats"]["tokens"] == 16
 
     # Stop works on a continued reply too: what was written stays, counted as stopped.
@@ -903,10 +903,8 @@ async def test_continue_writes_on_the_cut_reply_in_the_same_message_and_keeps_it
 def chat_shape(store, owner, chat_id):
     """Every message of a chat (role, content, the place of the one it follows), in the order
     written, and the places of the branch it shows: what an export and import must keep."""
-    messages = store.messages(owner, chat_id)
-    place = {m.id: index for index, m in enumerate(messages)}
-    return ([(m.data["role"], m.data["content"], place.get(m.parent)) for m in messages],
-            [place[m.id] for m in store.branch(owner, chat_id)])
+    tree = store.tree(owner, chat_id)
+    return [(m.data["role"], m.data["content"], parent) for m, parent in zip(tree.messages, tree.parents)], tree.branch()
 
 
 async def test_a_chat_exports_and_imports_with_every_version_of_its_messages(handlers, chat_store, upload_folder, tmp_path):

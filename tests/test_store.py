@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import inspect, text
 
 from harness.postgres import fresh_database
-from store import MessageChanges, NoSuchMessage, NotYours, OverQuota, Quota, StoreError, open_store
+from store import MessageChanges, MessageTree, NoSuchMessage, NotYours, OverQuota, Quota, StoreError, open_store
 from store.database import MIGRATIONS, database_url, migrate
 
 
@@ -39,7 +39,7 @@ def test_the_schema_is_made_by_the_migrations_and_opening_again_changes_nothing(
     store.write("alice", "c1", messages("Hi"), {"title": "Hi"})
     store.close()
     again = open_store(url)
-    assert [m.data["content"] for m in again.messages("alice", "c1")] == ["Hi"]
+    assert [m.data["content"] for m in again.tree("alice", "c1").messages] == ["Hi"]
     again.close()
 
 
@@ -67,7 +67,7 @@ def test_two_processes_starting_at_once_migrate_one_after_the_other(url):
 def test_messages_rows_search_and_delete(chat_store):
     ids = chat_store.write("alice", "c1", messages("Name a fruit", "Mango."), {"title": "Name a fruit", "system": "Be brief."})
     chat_store.write("alice", "c2", messages("Hello_world 100%"), {"title": "Greeting"})
-    assert [m.id for m in chat_store.messages("alice", "c1")] == ids
+    assert [m.id for m in chat_store.tree("alice", "c1").messages] == ids
     chat = chat_store.chat("alice", "c1")
     assert (chat.title, chat.system, chat.tools) == ("Name a fruit", "Be brief.", "")
     # Changed and removed by id (a removed message with the messages after it); another row added meanwhile is left alone.
@@ -75,7 +75,7 @@ def test_messages_rows_search_and_delete(chat_store):
     [fourth] = chat_store.write("alice", "c1", messages("More"), {"title": "x"})
     chat_store.write("alice", "c1", MessageChanges(added=[], changed={ids[1]: {"role": "assistant", "content": "Papaya.", "state": "stopped"}},
                                                    removed=[third]), {"title": "x"})
-    assert [(m.id, m.data["content"], m.state) for m in chat_store.messages("alice", "c1")] == [
+    assert [(m.id, m.data["content"], m.state) for m in chat_store.tree("alice", "c1").messages] == [
         (ids[0], "Name a fruit", "done"), (ids[1], "Papaya.", "stopped"), (fourth, "More", "done")]
     assert chat_store.chat("alice", "c1").title == "Name a fruit", "a chat's title is given once"
     assert [c.id for c in chat_store.chats("alice")] == ["c1", "c2"]
@@ -85,9 +85,9 @@ def test_messages_rows_search_and_delete(chat_store):
     # A NUL character (PostgreSQL's text holds none) is kept as U+FFFD rather than failing the save.
     chat_store.write("alice", "c3", MessageChanges(added=[{"role": "user", "content": "a\0b", "files": ["/tmp/a\0.png"]}], changed={}, removed=[]),
                      {"title": "a\0b"})
-    assert chat_store.messages("alice", "c3")[0].data == {"role": "user", "content": "a\ufffdb", "files": ["/tmp/a\ufffd.png"]}
+    assert chat_store.tree("alice", "c3").messages[0].data == {"role": "user", "content": "a\ufffdb", "files": ["/tmp/a\ufffd.png"]}
     assert chat_store.set_settings("alice", "c3", "\0", "\0") and chat_store.chat("alice", "c3").system == "\ufffd"
-    assert chat_store.delete("alice", "c1") and chat_store.messages("alice", "c1") == []
+    assert chat_store.delete("alice", "c1") and chat_store.tree("alice", "c1").messages == []
     assert chat_store.purge(time.time()) == 1
     with chat_store.engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM messages WHERE chat_id = 'c1'")).scalar() == 0, "its messages go with it"
@@ -99,13 +99,13 @@ def test_a_deleted_chat_is_hidden_until_purged_and_only_its_owner_undoes_the_del
     before = time.time()
     assert chat_store.delete("alice", "c1")
     assert [c.id for c in chat_store.chats("alice")] == ["c2"] and chat_store.chats("alice", "kept") == []
-    assert chat_store.chat("alice", "c1") is None and chat_store.messages("alice", "c1") == [] and chat_store.count("alice") == 1
+    assert chat_store.chat("alice", "c1") is None and chat_store.tree("alice", "c1").messages == [] and chat_store.count("alice") == 1
     assert not chat_store.rename("alice", "c1", "x") and not chat_store.delete("alice", "c1"), "a deleted chat is no chat"
     assert not chat_store.undelete("mallory", "c1", before), "another owner cannot bring it back"
     assert not chat_store.undelete("alice", "c1", time.time() + 1), "nor its owner once the delete is older than asked"
     assert chat_store.purge(before, "alice") == 0, "deleted after the time given: kept"
     assert chat_store.undelete("alice", "c1", before)
-    assert [m.data["content"] for m in chat_store.messages("alice", "c1")] == ["Keep me", "Kept."] and chat_store.count("alice") == 2
+    assert [m.data["content"] for m in chat_store.tree("alice", "c1").messages] == ["Keep me", "Kept."] and chat_store.count("alice") == 2
     chat_store.delete("alice", "c1")
     chat_store.write("bob", "b1", messages("Bob's"), {"title": "Bob's"})
     chat_store.delete("bob", "b1")
@@ -117,7 +117,7 @@ def test_a_deleted_chat_is_hidden_until_purged_and_only_its_owner_undoes_the_del
 def test_another_owners_chat_cannot_be_read_listed_changed_or_deleted(chat_store):
     [row] = chat_store.write("alice", "c1", messages("Alice's secret"), {"title": "Secret"})
     assert chat_store.chats("mallory") == [] and chat_store.chats("mallory", "secret") == []
-    assert chat_store.chat("mallory", "c1") is None and chat_store.messages("mallory", "c1") == []
+    assert chat_store.chat("mallory", "c1") is None and chat_store.tree("mallory", "c1").messages == []
     with pytest.raises(NotYours):
         chat_store.write("mallory", "c1", messages("Mine now"), {"title": "x"})
     with pytest.raises(NotYours):
@@ -129,7 +129,7 @@ def test_another_owners_chat_cannot_be_read_listed_changed_or_deleted(chat_store
     chat_store.write("mallory", "m1", MessageChanges(added=[], changed={row: {"role": "user", "content": "x"}}, removed=[row]), {"title": "x"})
     chat = chat_store.chat("alice", "c1")
     assert (chat.title, chat.system) == ("Secret", "")
-    assert [m.data["content"] for m in chat_store.messages("alice", "c1")] == ["Alice's secret"]
+    assert [m.data["content"] for m in chat_store.tree("alice", "c1").messages] == ["Alice's secret"]
 
 
 def reply(content, after):
@@ -142,8 +142,9 @@ def test_versions_are_a_tree_and_the_branch_shown_survives_reopening(url):
     [second] = store.write("alice", "c1", reply("Papaya.", question), {"title": "x"})
     [third] = store.write("alice", "c1", reply("Kiwi.", question), {"title": "x"})
     [edited] = store.write("alice", "c1", messages("Name a vegetable"), {"title": "x"})
-    assert [(m.id, m.parent) for m in store.messages("alice", "c1")] == [(question, None), (first, question), (second, question),
-                                                                        (third, question), (edited, None)]
+    tree = store.tree("alice", "c1")
+    assert [m.id for m in tree.messages] == [question, first, second, third, edited] and tree.parents == [None, 0, 0, 0, None]
+    assert tree.branch() == [4], "the branch shown is the one written last"
     assert store.versions("alice", "c1")[second] == (first, second, third)
     assert [(m.data["content"], m.versions) for m in store.branch("alice", "c1")] == [("Name a vegetable", (question, edited))]
     # Showing a version shows the branch through it, on to the latest message written after it.
@@ -164,30 +165,30 @@ def test_versions_are_a_tree_and_the_branch_shown_survives_reopening(url):
     assert [m.id for m in again.branch("alice", "c1")] == [question, first, follow_up]
     # Removing a message removes the messages after it, in every branch; its other versions stay.
     again.write("alice", "c1", MessageChanges(added=[], changed={}, removed=[first], shown=question), {"title": "x"})
-    assert [m.id for m in again.messages("alice", "c1")] == [question, second, third, edited]
-    assert again.delete("alice", "c1") and again.messages("alice", "c1") == []
+    assert [m.id for m in again.tree("alice", "c1").messages] == [question, second, third, edited]
+    assert again.delete("alice", "c1") and again.tree("alice", "c1").messages == []
     again.close()
 
 
 def test_a_whole_tree_is_written_at_once_into_a_new_chat_of_its_owner_only(chat_store):
-    tree = [(None, {"role": "user", "content": "Name a fruit"}), (0, {"role": "assistant", "content": "Mango."}),
-            (0, {"role": "assistant", "content": "Kiwi."}), (None, {"role": "user", "content": "Name a vegetable"}),
-            (3, {"role": "assistant", "content": "Leek."})]
-    ids = chat_store.write_tree("alice", "c1", tree, 2, {"title": "Fruit"})
-    assert [(m.id, m.parent) for m in chat_store.messages("alice", "c1")] == [(ids[0], None), (ids[1], ids[0]), (ids[2], ids[0]),
-                                                                             (ids[3], None), (ids[4], ids[3])]
+    tree = MessageTree([{"role": "user", "content": "Name a fruit"}, {"role": "assistant", "content": "Mango."},
+                        {"role": "assistant", "content": "Kiwi."}, {"role": "user", "content": "Name a vegetable"},
+                        {"role": "assistant", "content": "Leek."}], [None, 0, 0, None, 3], shown=2)
+    ids = chat_store.write_tree("alice", "c1", tree, {"title": "Fruit"})
+    written = chat_store.tree("alice", "c1")
+    assert [m.id for m in written.messages] == ids and written.parents == tree.parents and written.shown == 2
     assert [(m.data["content"], m.versions) for m in chat_store.branch("alice", "c1")] == [
         ("Name a fruit", (ids[0], ids[3])), ("Kiwi.", (ids[1], ids[2]))]
     # Into a chat id already taken, whoever's, or with a message before the one it follows, nothing is written.
     chat_store.write("mallory", "m1", messages("Mine"), {"title": "Mine"})
     with pytest.raises(NotYours):
-        chat_store.write_tree("alice", "m1", tree, 0, {"title": "x"})
+        chat_store.write_tree("alice", "m1", tree, {"title": "x"})
     with pytest.raises(StoreError, match="exists already"):
-        chat_store.write_tree("alice", "c1", tree, 0, {"title": "x"})
+        chat_store.write_tree("alice", "c1", tree, {"title": "x"})
     with pytest.raises(ValueError, match="message 0 follows 1"):
-        chat_store.write_tree("alice", "c2", [(1, {"role": "user", "content": "x"}), (None, {"role": "user", "content": "y"})], 0, {"title": "x"})
-    assert [m.data["content"] for m in chat_store.messages("mallory", "m1")] == ["Mine"] and chat_store.chat("alice", "c2") is None
-    assert len(chat_store.messages("alice", "c1")) == 5
+        chat_store.write_tree("alice", "c2", MessageTree([{"role": "user", "content": "x"}, {"role": "user", "content": "y"}], [1, None]), {"title": "x"})
+    assert [m.data["content"] for m in chat_store.tree("mallory", "m1").messages] == ["Mine"] and chat_store.chat("alice", "c2") is None
+    assert len(chat_store.tree("alice", "c1").messages) == 5
 
 
 def test_chats_written_before_branches_become_one_branch(tmp_path):
@@ -206,8 +207,7 @@ def test_chats_written_before_branches_become_one_branch(tmp_path):
             connection.execute(text("INSERT INTO messages (chat_id, role, content, data, state, updated) VALUES ('c1', 'user', :c, '{}', 'done', 0)"),
                                {"c": content})
     migrate(store.engine)
-    rows = store.messages("alice", "c1")
-    assert [m.parent for m in rows] == [None, rows[0].id, rows[1].id]
+    assert store.tree("alice", "c1").parents == [None, 0, 1]
     assert [m.data["content"] for m in store.branch("alice", "c1")] == ["Hi", "Hello", "Bye"]
     store.close()
 
@@ -279,8 +279,8 @@ def test_each_chats_text_is_counted_as_it_changes(chat_store):
                                                    removed=[ids[2]], after=ids[1]), {"title": "x"})
     chat_store.set_settings("alice", "c1", "Be very brief, always." * 10, "[]", {"temperature": 0.3})
     chat_store.rename("alice", "c1", "Fruit")
-    chat_store.write_tree("alice", "c2", [(None, {"role": "user", "content": "Hi"}), (0, {"role": "assistant", "content": "Hello!"}),
-                                          (0, {"role": "assistant", "content": "Hey " * 100})], 2, {"title": "Hi"})
+    chat_store.write_tree("alice", "c2", MessageTree([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                                                      {"role": "assistant", "content": "Hey " * 100}], [None, 0, 0], shown=2), {"title": "Hi"})
     assert counted(chat_store, "alice") == recounted(chat_store, "alice")
     assert counted(chat_store, "alice")["c1"] > 1000
 
@@ -289,11 +289,11 @@ def test_a_write_past_the_text_quota_is_refused_whole_and_the_room_a_delete_free
     store = open_store(url, Quota(text=3000))
     try:
         [first] = store.write("alice", "c1", messages("x" * 1000), {"title": "One"})
-        before = (store.messages("alice", "c1"), counted(store, "alice"))
+        before = (store.tree("alice", "c1").messages, counted(store, "alice"))
         with pytest.raises(OverQuota, match=r"adding 2\.4 KB of text to the 1005 bytes your saved chats and presets hold would pass this server's limit of 2\.9 KB per user \(--max-user-text-size\)"):
             store.write("alice", "c1", MessageChanges(added=[{"role": "assistant", "content": "y" * 2500}],
                                                       changed={first: {"role": "user", "content": "z" * 1000}}, removed=[], after=first), {"title": "x"})
-        assert (store.messages("alice", "c1"), counted(store, "alice")) == before, "nothing of the refused write is kept"
+        assert (store.tree("alice", "c1").messages, counted(store, "alice")) == before, "nothing of the refused write is kept"
         with pytest.raises(OverQuota):  # a new chat counts with the others
             store.write("alice", "c2", messages("w" * 2500), {"title": "Two"})
         with pytest.raises(OverQuota):  # and so do a chat's system prompt and a preset
@@ -324,7 +324,7 @@ def test_a_write_whose_new_media_pass_the_media_quota_is_refused_whole(url):
         with pytest.raises(OverQuota, match=r"your saved chats' media would take 5 KB, over this server's limit of 4\.9 KB per user"
                                              r" \(--max-user-media-size\)"):
             store.write("alice", "c1", messages("Another"), {"title": "x"}, media={"b" * 64: 2100})
-        assert len(store.messages("alice", "c1")) == 1 and store.media_of("alice") == {"a" * 64: 3000}, "nothing of the refused write is kept"
+        assert len(store.tree("alice", "c1").messages) == 1 and store.media_of("alice") == {"a" * 64: 3000}, "nothing of the refused write is kept"
         store.write("bob", "b1", messages("Mine"), {"title": "Bob's"}, media={"b" * 64: 2100})  # each user has a quota of their own
         store.write("alice", "c1", messages("Smaller"), {"title": "x"}, media={"c" * 64: 2000})
         assert store.media_of("alice") == {"a" * 64: 3000, "c" * 64: 2000}
@@ -336,11 +336,11 @@ def test_chats_and_presets_past_their_quota_are_refused(url):
     store = open_store(url, Quota(chats=2, presets=2))
     try:
         store.write("alice", "c1", messages("One"), {"title": "One"})
-        store.write_tree("alice", "c2", [(None, {"role": "user", "content": "Two"})], 0, {"title": "Two"})
+        store.write_tree("alice", "c2", MessageTree.line([{"role": "user", "content": "Two"}]), {"title": "Two"})
         with pytest.raises(OverQuota, match=r"you would have 3 saved chats, over this server's limit of 2 per user \(--max-user-chats\)"):
             store.write("alice", "c3", messages("Three"), {"title": "Three"})
         with pytest.raises(OverQuota):
-            store.write_tree("alice", "c3", [(None, {"role": "user", "content": "Three"})], 0, {"title": "Three"})
+            store.write_tree("alice", "c3", MessageTree.line([{"role": "user", "content": "Three"}]), {"title": "Three"})
         store.write("alice", "c1", messages("More in a chat kept already"), {"title": "x"})
         store.delete("alice", "c1")
         store.write("alice", "c3", messages("Three"), {"title": "Three"})

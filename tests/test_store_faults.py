@@ -46,7 +46,7 @@ async def test_a_database_gone_mid_session_is_said_and_nothing_is_lost_once_it_i
 
         server.start()
         await run(handlers.send(session, message("Say cherry."), **settings(4)))
-        stored = store.messages("login:alice", session.chat_id)
+        stored = store.tree("login:alice", session.chat_id).messages
         assert [m.data["content"] for m in stored] == [t.content for t in session.turns], "the store caught up"
         assert [m.data["content"] for m in stored if m.data["role"] == "user"] == ["Say apple.", "Say banana.", "Say cherry."]
         assert session.keeper.problem == ""
@@ -76,12 +76,12 @@ def test_an_unwritable_database_is_said_and_the_chat_is_saved_once_it_can_be(tmp
         with pytest.warns(UserWarning, match=r"⚠ This chat could not be saved \(attempt to write a readonly database\)"):
             chats.keep(session, session.chat_id, "", "")
         assert "not saved now" in chat_sidebar.keep_chat(chats, session, session.chat_id, "", "")["note"]
-        assert [m.data["content"] for m in store.messages("browser:b1", session.chat_id)] == ["Say apple.", "Apple."]
+        assert [m.data["content"] for m in store.tree("browser:b1", session.chat_id).messages] == ["Say apple.", "Apple."]
 
         writable_again()
         chats.keep(session, session.chat_id, "", "")
         assert session.keeper.problem == ""
-        assert [m.data["content"] for m in store.messages("browser:b1", session.chat_id)] == [t.content for t in session.turns]
+        assert [m.data["content"] for m in store.tree("browser:b1", session.chat_id).messages] == [t.content for t in session.turns]
     finally:
         store.close()
 
@@ -110,11 +110,11 @@ async def test_a_full_disk_is_said_the_conversation_goes_on_and_the_store_catche
             await run(handlers.send(session, message("Say banana. " + "And more. " * 600), **settings(4)))
         assert session.turns[-1].role == "assistant" and session.turns[-1].stats is not None, "the model answered all the same"
         assert "not saved now" in chat_sidebar.keep_chat(chats, session, session.chat_id, "", "")["note"]
-        assert len(store.messages("browser:b1", session.chat_id)) == 2, "what was saved before is still there"
+        assert len(store.tree("browser:b1", session.chat_id).messages) == 2, "what was saved before is still there"
 
         room_again()
         await run(handlers.send(session, message("Say cherry."), **settings(4)))
-        stored = store.messages("browser:b1", session.chat_id)
+        stored = store.tree("browser:b1", session.chat_id).messages
         assert [m.data["content"] for m in stored] == [t.content for t in session.turns], "the store caught up"
         assert session.keeper.problem == ""
     finally:

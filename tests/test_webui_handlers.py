@@ -436,8 +436,10 @@ def test_a_files_tree_comes_with_its_turns_among_its_messages(handlers, tmp_path
     session = ChatSession()
     handlers.import_(session, tree_file(tmp_path, ["q", "a2"], [{"turn": 0}, other(0, "a1"), {"parent": 0, "turn": 1}]))
     assert [t.content for t in session.turns] == ["q", "a2"]
-    assert [(parent, turn.content) for parent, turn in session.imported] == [(None, "q"), (0, "a1"), (0, "a2")]
-    assert session.imported[0][1] is session.turns[0] and session.imported[2][1] is session.turns[1]
+    assert [(parent, turn.content) for parent, turn in zip(session.imported.parents, session.imported.messages)] == [
+        (None, "q"), (0, "a1"), (0, "a2")]
+    assert session.imported.messages[0] is session.turns[0] and session.imported.messages[2] is session.turns[1]
+    assert session.imported.branch() == [0, 2], "the branch shown is the file's turns"
     handlers.import_(session, tree_file(tmp_path, ["q", "a"], []))
     assert session.imported is None, "a file of turns only has no tree"
 

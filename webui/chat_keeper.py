@@ -22,11 +22,10 @@ import gradio as gr
 from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
-from store import ChatStore, MessageChanges, OverQuota, StoredMessage, StoreError, store_problem
+from store import ChatStore, MessageChanges, MessageTree, OverQuota, StoredMessage, StoreError, store_problem
 from store.media import file_hash
 
 from .conversation import Turn, kept_media
-from .conversation_file import MessageTree
 
 logger = logging.getLogger(__name__)
 
@@ -109,42 +108,40 @@ class ChatKeeper:
                 self.problem = ""
                 gr.Info("The chat is saved again.")
 
-    def save_tree(self, tree: MessageTree, turns: list[Turn], system: str = "", tools: str = "") -> None:
-        """Write a new chat of every message of ``tree`` (an imported conversation's), showing
-        ``turns``, the branch among them that ends last in ``tree``. Unlike ``save``, this raises
-        what the store raises: the caller decides what becomes of a chat that could not be written."""
+    def save_tree(self, tree: MessageTree[Turn], system: str = "", tools: str = "") -> None:
+        """Write a new chat of every message of ``tree`` (an imported conversation's). Unlike
+        ``save``, this raises what the store raises: the caller decides what becomes of a chat
+        that could not be written."""
         with self._lock:
             self.last_save = time.monotonic()
-            media = self._kept_media([turn for _, turn in tree])
-            messages = [(parent, as_message(turn, media)) for parent, turn in tree]
-            shown = next(index for index, (_, turn) in enumerate(tree) if turn is turns[-1])
-            ids = self.store.write_tree(self.owner, self.chat_id, messages, shown,
-                                        {"title": title_of(turns), "system": system, "tools": tools}, dict(media.values()))
-            for (_, turn), row in zip(tree, ids):
+            media = self._kept_media(tree.messages)
+            messages = tree.map(lambda turn: as_message(turn, media))
+            shown = [tree.messages[place] for place in tree.branch()]
+            ids = self.store.write_tree(self.owner, self.chat_id, messages, {"title": title_of(shown), "system": system, "tools": tools},
+                                        dict(media.values()))
+            for turn, row in zip(tree.messages, ids):
                 turn.row = row
             versions = self.store.versions(self.owner, self.chat_id)
-            for turn in turns:
+            for turn in shown:
                 turn.versions = list(versions.get(turn.row, ()))
-            self.written.update({turn.row: message for (_, turn), (_, message) in zip(tree, messages)})
-            self.shown = turns[-1].row
+            self.written.update({turn.row: message for turn, message in zip(tree.messages, messages.messages)})
+            self.shown = shown[-1].row
 
-    def tree(self, turns: list[Turn], upload_folder: str) -> MessageTree | None:
-        """Every message of this chat, in the order written, with ``turns`` (the page's, the
-        branch shown) standing for their own; the others' media shown from ``upload_folder``.
-        None where ``turns`` are not all saved as a branch of the chat (the store could not be
-        written, or another tab took some away)."""
-        stored = self.store.messages(self.owner, self.chat_id)
-        place = {message.id: index for index, message in enumerate(stored)}
-        rows = [turn.row for turn in turns]
-        if not all(row in place for row in rows):
+    def tree(self, turns: list[Turn], upload_folder: str) -> MessageTree[Turn] | None:
+        """Every message of this chat, ``turns`` (the page's, the branch shown) standing for
+        their own; the others' media shown from ``upload_folder``. None where ``turns`` are not
+        all saved as a branch of the chat (the store could not be written, or another tab took
+        some away)."""
+        stored = self.store.tree(self.owner, self.chat_id)
+        place = {message.id: index for index, message in enumerate(stored.messages)}
+        if not turns or not all(turn.row in place for turn in turns):
             return None
-        follows = [None, *(place[row] for row in rows)]
-        if any(place.get(stored[place[row]].parent) != before for row, before in zip(rows, follows)):
+        branch = [place[turn.row] for turn in turns]
+        if [stored.parents[row] for row in branch] != [None, *branch[:-1]]:
             return None
-        on_branch = dict(zip(rows, turns))
-        return [(place.get(message.parent),
-                 on_branch.get(message.id) or kept_media(as_turn(message, self.store, upload_folder, self.known), upload_folder))
-                for message in stored]
+        on_branch = dict(zip(branch, turns))
+        return MessageTree([on_branch.get(index) or kept_media(as_turn(message, self.store, upload_folder, self.known), upload_folder)
+                            for index, message in enumerate(stored.messages)], stored.parents, branch[-1])
 
     def discard(self, rows: Iterable[int | None]) -> None:
         """Delete messages ``rows`` (and what follows them, in every branch) from the store at the next save."""

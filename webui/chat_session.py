@@ -1,5 +1,5 @@
 """One browser tab's session of a chat: the turns it shows, the saved chat it writes them to,
-and whether a reply is being written; and the two ways a session's chat is saved."""
+and whether a reply is being written; and ``save``, through which every save of them goes."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from store import MessageTree
+
 from .chat_keeper import ChatKeeper
 from .conversation import Turn
-from .conversation_file import MessageTree
 
 
 @dataclass
@@ -31,19 +32,19 @@ class ChatSession:
     answering: bool = False
     keeper: ChatKeeper | None = None
     pdfs_as_images: bool = False
-    imported: MessageTree | None = None
+    imported: MessageTree[Turn] | None = None
     left: bool = False
 
 
-async def kept(session: ChatSession, every: float = 0.0, system: str = "", tools: str = "") -> None:
-    """Save ``session``'s chat, in a thread (the store may be slow; the event loop streams
-    meanwhile), unless it was saved less than ``every`` seconds ago."""
-    keeper = session.keeper
-    if keeper is not None and time.monotonic() - keeper.last_save >= every:
-        await asyncio.to_thread(keeper.save, list(session.turns), system, tools)
-
-
-def kept_now(session: ChatSession) -> None:
-    """Save ``session``'s chat at once (where nothing can be awaited: a reply closed mid-stream)."""
+def save(session: ChatSession, system: str = "", tools: str = "") -> None:
+    """Write what is unsaved of ``session``'s turns into its chat (``system`` and ``tools`` go
+    with a chat written for the first time). It blocks on the store: the event loop calls ``kept``."""
     if session.keeper is not None:
-        session.keeper.save(list(session.turns))
+        session.keeper.save(list(session.turns), system, tools)
+
+
+async def kept(session: ChatSession, every: float = 0.0, system: str = "", tools: str = "") -> None:
+    """``save`` in a thread (the store may be slow; the event loop streams meanwhile), unless
+    the chat was saved less than ``every`` seconds ago."""
+    if session.keeper is not None and time.monotonic() - session.keeper.last_save >= every:
+        await asyncio.to_thread(save, session, system, tools)

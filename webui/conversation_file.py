@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from engines import ChatError
 from limits import Limits, size_text
+from store import MessageTree
 
 from .conversation import Turn, media_kind
 
@@ -69,25 +70,21 @@ class ConversationFile(BaseModel):
     tree: list[TreeMessage] = Field([], description="every message, every version, in the order written (none: only turns)")
 
 
-# Every message of a chat in the order written, each with the place in the list of the one it
-# follows (None for a first message); the branch shown is there as the very Turn objects of its turns.
-MessageTree = list[tuple[int | None, Turn]]
-
-
 @dataclass
 class Conversation:
-    """What a conversation file restores: ``tree`` is None for a file with only its turns."""
+    """What a conversation file restores: ``tree`` is None for a file with only its turns, else
+    every message, the branch shown there as the very Turn objects of ``turns``."""
 
     turns: list[Turn]
     system_prompt: str
-    tree: MessageTree | None = None
+    tree: MessageTree[Turn] | None = None
 
 
 # Read and encoded a piece at a time; a multiple of 3 bytes, so that the pieces' base64 join up.
 EXPORT_PIECE = 3 * 2**20
 
 
-def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: int, tree: MessageTree | None = None) -> None:
+def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: int, tree: MessageTree[Turn] | None = None) -> None:
     """The conversation as a file at ``path``, its media embedded, written as it is built (a
     conversation that names one large file many times is never held whole). It may take at most
     ``limit`` bytes, the most an import takes; beyond that it is a ChatError that says so.
@@ -104,7 +101,7 @@ def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: 
             if tree is not None and len(tree) > len(turns):
                 places = {id(turn): index for index, turn in enumerate(turns)}
                 out.write(', "tree": [')
-                for index, (parent, turn) in enumerate(tree):
+                for index, (parent, turn) in enumerate(zip(tree.parents, tree.messages)):
                     out.write(("," if index else "") + '{"parent": ' + json.dumps(parent))
                     if id(turn) in places:
                         out.write(f', "turn": {places[id(turn)]}}}')
@@ -188,8 +185,11 @@ def read_conversation(path: str, limits: Limits, media_root: str) -> Conversatio
     paths = _write_media(media, media_root)
     read = [Turn(**turn.model_dump(exclude={"files"}), files=files) for turn, files in zip(saved, paths)]
     turns, others = read[:len(conversation.turns)], iter(read[len(conversation.turns):])
-    tree = [(node.parent, turns[node.turn] if node.turn is not None else next(others)) for node in conversation.tree]
-    return Conversation(turns, conversation.system_prompt, tree or None)
+    if not conversation.tree:
+        return Conversation(turns, conversation.system_prompt)
+    messages = [turns[node.turn] if node.turn is not None else next(others) for node in conversation.tree]
+    shown = next(place for place, node in enumerate(conversation.tree) if node.turn == len(turns) - 1)
+    return Conversation(turns, conversation.system_prompt, MessageTree(messages, [node.parent for node in conversation.tree], shown))
 
 
 def _check_tree(conversation: ConversationFile) -> None:

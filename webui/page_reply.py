@@ -1,10 +1,12 @@
 """One reply written into a tab's conversation: built from the turns, streamed from the model,
 each item added to the reply's turn as it comes, and finished (its stats, or why it failed).
 
-It is saved through the session's saves (webui/chat_session.py): the message as the reply
-starts, the reply every SAVE_INTERVAL seconds while it streams, and once it ends; after it, the
-sidebar saves the chat again with its settings (webui/chat_sidebar.py: keep_chat). How a token
-gets from the model to the page, and how Stop stops the model, is drawn in docs/life_of_a_token.md.
+It is saved as every change of a tab's conversation is (webui/chat_session.py: save): the
+message as the reply starts, the reply every SAVE_INTERVAL seconds while it streams, and once it
+ends, all from the server's side, so that a page closed meanwhile loses nothing; after it, the
+sidebar keeps the settings it was written with (webui/chat_sidebar.py: keep_chat, whose save of
+the turns finds nothing left to write). How a token gets from the model to the page, and how
+Stop stops the model, is drawn in docs/life_of_a_token.md.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import gradio as gr
 from engines import ChatError, ModelSlot, QueuePlace, ReplyChunk, Response
 
 from .chat_keeper import SAVE_INTERVAL
-from .chat_session import ChatSession, kept, kept_now
+from .chat_session import ChatSession, kept, save
 from .conversation import SavedToolCall, Turn, kept_media, model_request, render, render_turn
 from .reply_stats import ReplyClock
 from .streaming import throttled
@@ -108,7 +110,7 @@ class PageReply:
         self.turn.stopped = True
         if self.new_text():
             self.turn.stats = None  # they would cover less than is written now
-        kept_now(self.session)
+        save(self.session)
 
 
 def add(turn: Turn, item: Any) -> None:

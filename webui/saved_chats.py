@@ -13,12 +13,11 @@ import time
 import uuid
 from typing import Any
 
-from store import ChatInfo, ChatStore
+from store import ChatInfo, ChatStore, MessageTree
 
 from .chat_keeper import ChatKeeper
-from .chat_session import ChatSession
+from .chat_session import ChatSession, save
 from .conversation import Turn
-from .conversation_file import MessageTree
 
 # How long a delete can be undone (and only until the same user's next delete): long enough to
 # click Undo, short enough that a deleted chat's media do not linger.
@@ -72,24 +71,23 @@ class SavedChats:
         for turn in session.turns:
             turn.row, turn.versions = None, []
 
-    def add(self, turns: list[Turn], system: str = "", tools: str = "", tree: MessageTree | None = None) -> ChatSession:
+    def add(self, turns: list[Turn], system: str = "", tools: str = "", tree: MessageTree[Turn] | None = None) -> ChatSession:
         """A new chat of ``turns`` (an imported conversation, a chat the browser held), saved now;
         with ``tree``, every version of its messages (``turns`` the branch shown among them).
         Raises what the store raises (OverQuota, a store that cannot be written): nothing is saved then."""
         session = self.new_session()
         session.turns = turns
         if turns:
-            session.keeper.save_tree(tree or [(index - 1 if index else None, turn) for index, turn in enumerate(turns)], turns, system, tools)
+            session.keeper.save_tree(tree or MessageTree.line(turns), system, tools)
         return session
 
     def keep(self, session: ChatSession, shown: str, system: str, tools: str, generation: dict[str, Any] | None = None) -> None:
         """Save what is left unsaved of the session's turns, and ``system``, ``tools`` and the
         ``generation`` settings in chat ``shown``, the chat the page showed them with (both come
         from the page at once; the session may be a newer one by the time this runs, after a switch)."""
-        if session.keeper is not None:
-            session.keeper.save(session.turns, system if shown == session.chat_id else "", tools if shown == session.chat_id else "")
-            if session.keeper.problem:  # the store cannot be written: the page says so already
-                return
+        save(session, system if shown == session.chat_id else "", tools if shown == session.chat_id else "")
+        if session.keeper is not None and session.keeper.problem:  # the store cannot be written: the page says so already
+            return
         self.set_settings(shown, system, tools, generation)
 
     def set_settings(self, chat_id: str, system: str, tools: str, generation: dict[str, Any] | None = None) -> bool:

@@ -1,0 +1,87 @@
+"""A chat's messages as one shape wherever they are held whole: rows in the store, turns on the
+page, entries of a conversation file. Each is a MessageTree of its own kind of message; only the
+store names messages by id (its rows'), and only at its own door.
+
+A message's versions (regenerated, edited) are the messages that follow the same one; a branch is
+a path from a first message down, and the chat shows one branch, the one that ends at ``shown``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+Message = TypeVar("Message")
+Other = TypeVar("Other")
+
+
+@dataclass
+class MessageTree(Generic[Message]):
+    """Every message of a chat, every version, in the order written: ``messages[i]`` follows
+    ``messages[parents[i]]``, an earlier one (None: a first message). ``shown``: the place of the
+    last message of the branch the chat shows (None: no message at all)."""
+
+    messages: list[Message]
+    parents: list[int | None]
+    shown: int | None = None
+    _children: dict[int | None, list[int]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.parents) != len(self.messages):
+            raise ValueError(f"{len(self.messages)} messages but {len(self.parents)} parents")
+        for place, parent in enumerate(self.parents):
+            if parent is not None and not 0 <= parent < place:
+                raise ValueError(f"message {place} follows {parent}, which is not an earlier one")
+        if self.shown is not None and not 0 <= self.shown < len(self.messages):
+            raise ValueError(f"the message shown, {self.shown}, is not in the tree")
+        self._children = {}
+        for place, parent in enumerate(self.parents):
+            self._children.setdefault(parent, []).append(place)
+
+    @classmethod
+    def line(cls, messages: list[Message]) -> MessageTree[Message]:
+        """One branch, each message following the one before it, the last shown."""
+        return cls(messages, [place - 1 if place else None for place in range(len(messages))], len(messages) - 1 if messages else None)
+
+    @classmethod
+    def of_rows(cls, rows: Iterable[Message], id_of: Callable[[Message], Hashable], parent_of: Callable[[Message], Hashable | None],
+                shown: Hashable | None = None) -> MessageTree[Message]:
+        """Rows that name what they follow by id, in the order written (by id, ascending: a row
+        follows an earlier one); a row whose parent is gone is a first message, and ``shown``
+        names the shown one by its id (one that is gone: the branch of the row written last)."""
+        rows = list(rows)
+        place = {id_of(row): index for index, row in enumerate(rows)}
+        parents = [place.get(parent_of(row)) for row in rows]
+        # A parent written after its message (never by this app) is taken as gone, not as a loop.
+        parents = [parent if parent is not None and parent < index else None for index, parent in enumerate(parents)]
+        return cls(rows, parents, place.get(shown, len(rows) - 1 if rows else None))
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def map(self, convert: Callable[[Message], Other]) -> MessageTree[Other]:
+        """The same tree of other messages: ``convert`` of each."""
+        return MessageTree([convert(message) for message in self.messages], list(self.parents), self.shown)
+
+    def branch(self, through: int | None = None) -> list[int]:
+        """The places of the branch shown, first message first; with ``through``, of the branch
+        through that message and on to the message written last after it."""
+        last = self.shown if through is None else max(self.below([through]))
+        path = []
+        while last is not None:
+            path.append(last)
+            last = self.parents[last]
+        return path[::-1]
+
+    def versions(self, place: int) -> list[int]:
+        """The places of the message's versions (itself among them), oldest first."""
+        return self._children[self.parents[place]]
+
+    def below(self, places: Iterable[int]) -> list[int]:
+        """``places`` and the places of every message after them, in every branch."""
+        found, todo = [], list(places)
+        while todo:
+            found.append(todo.pop())
+            todo += self._children.get(found[-1], [])
+        return found
