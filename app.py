@@ -27,6 +27,7 @@ from engines import ChatError, GenerationArgs, ModelArgs  # noqa: E402
 from engines.backends.base import REQUEST_LOG  # noqa: E402
 from engines.model_files.model_args import MediaSettings  # noqa: E402
 from engines.settings import choices, field_range, value_type  # noqa: E402
+from engines.tools import ToolSettings  # noqa: E402
 from limits import Limits, in_bytes, parse_size, size_text  # noqa: E402
 from store.database import StoreSettings  # noqa: E402
 
@@ -48,6 +49,11 @@ def count(text: str) -> int:
     if not text.isdigit() or int(text) == 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
     return int(text)
+
+
+def names(text: str) -> list[str]:
+    """A comma-separated list of names."""
+    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 def json_value(text: str) -> object:
@@ -92,6 +98,8 @@ def _flag_type(field: FieldInfo) -> tuple[object, str | None]:
         return kind, "N"
     if dict in (kind, get_origin(kind)):
         return json_value, "JSON"
+    if get_origin(kind) is list:
+        return names, "NAME,..."
     return kind, None
 
 
@@ -144,6 +152,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
               left_out="default: chats.db, an SQLite file in the data folder: ANYCHAT_DATA_DIR, else ~/.local/share/anychat")
     chat = parser.add_argument_group("chat")
     chat.add_argument("--system", default=None, help="system prompt for the terminal chat")
+    add_flags(chat, ToolSettings)
     args = parser.parse_args(argv)
     args.secret_flags = [flag for flag, value in (("--auth", args.auth), ("--api-key", args.api_key)) if value is not None]
     if args.api_key is None:
@@ -180,7 +189,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "chat":
             from terminal_chat import run_terminal_chat
 
-            run_terminal_chat(settings, system=args.system)
+            tools = ToolSettings.build(**{name: getattr(args, name) for name in ToolSettings.model_fields if getattr(args, name) is not None})
+            run_terminal_chat(settings, system=args.system, tools=tools)
         else:
             from server import serve
 

@@ -1,4 +1,5 @@
-"""The terminal chat: streams replies, keeps the history, `clear` and `exit` commands.
+"""The terminal chat: streams replies, keeps the history, `clear` and `exit` commands. The tools
+chosen with --run-tools run when a reply calls them, and the model goes on with their results.
 
 Ctrl-C while a reply is being written stops it and returns to the prompt; Ctrl-C at the prompt quits.
 """
@@ -10,11 +11,13 @@ import sys
 from typing import Any
 
 from engines import ChatError, ChatModel, ChatRequest, ReplyChunk, Response
+from engines.tools import StepLimitReached, ToolResult, ToolSettings, ToolsRunning
 
 HELP = "Type a message. Commands: clear (forget the conversation), exit (quit). Ctrl-C stops a reply; at the prompt it quits."
 
 
-def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin=sys.stdin, stdout=sys.stdout) -> None:
+def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin=sys.stdin, stdout=sys.stdout,
+                      tools: ToolSettings = ToolSettings()) -> None:
     def say(text: str = "", end: str = "\n") -> None:
         stdout.write(text + end)
         stdout.flush()
@@ -36,7 +39,7 @@ def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin
                 history.append({"role": "user", "content": query})
                 say("Assistant: ", end="")
                 try:
-                    history.append(_write_reply(model, history, system, say))
+                    history += _write_reply(model, history, system, tools, say)
                 except ChatError as error:
                     history.pop()
                     say(f"\nerror: {error}")
@@ -56,17 +59,32 @@ def _ask(stdin, say) -> str | None:
             return query
 
 
-def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | None, say) -> dict[str, Any]:
-    """Stream one reply (reasoning after "[thinking]", tool calls on their own lines) and return
-    it as the assistant message to keep; Ctrl-C keeps what was written so far."""
+def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | None, tools: ToolSettings, say) -> list[dict[str, Any]]:
+    """Stream one reply (reasoning after "[thinking]", tool calls, and the results of those that
+    ran, on their own lines) and return the messages to keep: each answer with its calls, the
+    results, and the last answer; Ctrl-C keeps what was written so far."""
+    running = tools.tools()
+    request = ChatRequest.build(history, system=system, tools=[tool.schema() for tool in running.values()] or None,
+                                tool_choice=tools.tool_choice)
     content, thinking = "", False
+    kept: list[dict[str, Any]] = []
     message: dict[str, Any] = {"role": "assistant"}
     try:
-        for item in model.stream_reply(ChatRequest.build(history, system=system)):
+        for item in model.stream_reply_with_tools(request, running, tools.tool_steps):
             if isinstance(item, Response):
                 for call in item.parts.tool_calls:
                     message.setdefault("tool_calls", []).append(call.for_template())
                     say(f"\n[tool call] {call.name}({call.arguments})", end="")
+            elif isinstance(item, ToolsRunning):  # this answer's calls run: the next answer starts after their results
+                kept.append({**message, "content": content})
+                content, message = "", {"role": "assistant"}
+            elif isinstance(item, ToolResult):
+                kept.append(item.for_template())
+                say(f"\n[{item.call.name} failed] {item.error}" if item.error is not None else f"\n[{item.call.name}] {item.content}", end="")
+                say("\n", end="")
+            elif isinstance(item, StepLimitReached):
+                say(f"\n[step limit] the model called tools {item.steps} time{'' if item.steps == 1 else 's'}, the most allowed (--tool-steps); "
+                    "its last calls did not run.", end="")
             elif not isinstance(item, ReplyChunk):  # a token's logprobs, where the model's defaults ask for them
                 continue
             elif item.kind == "reasoning":
@@ -78,4 +96,4 @@ def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | 
     except KeyboardInterrupt:
         say(" [stopped]", end="")
     say()
-    return {**message, "content": content}
+    return [*kept, {**message, "content": content}]

@@ -27,6 +27,7 @@ from .model_files import Progress
 from .model_files.model_args import LoadSettings, ModelArgs
 from .prompt.reply_parser import ReplyChunk
 from .request import ChatRequest, MediaKind
+from .tools import STEP_LIMIT, Tool, reply_with_tools
 from .waiting_line import QueuePlace, WaitingLine
 
 T = TypeVar("T")
@@ -174,6 +175,14 @@ class ChatModel:
             async for _, item in replies:
                 yield item
 
+    def astream_reply_with_tools(self, request: ChatRequest | Messages, tools: Mapping[str, Tool], step_limit: int = STEP_LIMIT,
+                                 queue_places: bool = False, **options: Any) -> AsyncIterator[Any]:
+        """astream_reply, where the calls the reply makes of ``tools`` (by name) run and the model
+        goes on with their results, for at most ``step_limit`` answers: between two answers, the
+        calls (ToolsRunning) and each one's ToolResult; StepLimitReached where the last still
+        calls tools (engines/tools/agent_loop.py)."""
+        return reply_with_tools(self, as_request(request, options), tools, step_limit, queue_places)
+
     async def astream_chat(self, request: ChatRequest | Messages, on_finish: Callable[[Response], None] | None = None,
                            **options: Any) -> AsyncIterator[str]:
         """The first reply's raw text, piece by piece, as the model wrote it (num_return_sequences
@@ -195,6 +204,7 @@ class ChatModel:
     chat = _blocking(achat)
     stream_chat = _blocking_stream(astream_chat)
     stream_reply = _blocking_stream(astream_reply)
+    stream_reply_with_tools = _blocking_stream(astream_reply_with_tools)
     get_scores = _blocking(aget_scores)
 
     # ---- lifetime

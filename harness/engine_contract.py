@@ -7,15 +7,27 @@ real one cannot run here). Backend-specific powers get their own tests beside it
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
-from engines import ChatModel, ConfigError, MediaError, UnsupportedError
+from engines import ChatModel, ChatRequest, ConfigError, MediaError, Response, UnsupportedError
 from engines.logprobs import TokenLogprobs
+from engines.tools import Tool, ToolResult, ToolsRunning
 
 QUESTION = [{"role": "user", "content": "Name three colors."}]
 LONG_REQUEST = [{"role": "user", "content": "Write a very long story about a dragon, in many chapters."}]
+
+
+async def _multiplied(arguments: dict) -> str:
+    return str(arguments["a"] * arguments["b"])
+
+
+# A tool whose call is short whatever the model: two bounded whole numbers.
+MULTIPLY = Tool("multiply", "Multiply two whole numbers.", {
+    "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999}, "b": {"type": "integer", "minimum": 0, "maximum": 999}},
+    "required": ["a", "b"], "additionalProperties": False}, _multiplied)
 
 
 def weights_question(items: int) -> list[dict]:
@@ -180,6 +192,26 @@ class EngineContract:
         [reply] = await model.achat(QUESTION, temperature=0, max_new_tokens=4)
         assert reply.response_length == 4
         assert time.perf_counter() - started < 30, "the cancelled generation still held the engine"
+        self.assert_no_request_running(model)
+
+    async def test_a_called_tool_runs_and_its_result_reaches_the_next_answer(self, model):
+        """The agent loop (engines/tools/agent_loop.py) over this backend: a forced call of a tool
+        runs, and the next answer's prompt is the conversation with the call and its result, token
+        for token. A stand-in runtime writes no call: its one answer passes through."""
+        forced = {"tool_choice": {"type": "function", "function": {"name": "multiply"}}} if self.writes_model_text else {}
+        question = [{"role": "user", "content": "What is 17 times 23?"}]
+        request = ChatRequest.build(question, tools=[MULTIPLY.schema()], temperature=0, max_new_tokens=64, **forced)
+        items = [item async for item in model.astream_reply_with_tools(request, {"multiply": MULTIPLY}, step_limit=2)]
+        answers = [item for item in items if isinstance(item, Response)]
+        if not self.writes_model_text:
+            assert len(answers) == 1 and not [item for item in items if isinstance(item, ToolsRunning | ToolResult)]
+            return
+        [result] = [item for item in items if isinstance(item, ToolResult)]
+        arguments = json.loads(result.call.arguments)
+        assert answers[0].parts.tool_calls == (result.call,) and result.content == str(arguments["a"] * arguments["b"])
+        answer = {"role": "assistant", "content": answers[0].parts.content or "", "tool_calls": [result.call.for_template()]}
+        asked = [*question, answer, result.for_template()]
+        assert answers[1].prompt_length == self.prompt_token_count(model, asked, tools=[MULTIPLY.schema()])
         self.assert_no_request_running(model)
 
     def assert_no_request_running(self, model: ChatModel) -> None:

@@ -200,6 +200,24 @@ def test_two_tabs_chatting_at_once_stay_separate(open_page):
         assert theirs not in user_messages(page).first.inner_text()
 
 
+def test_a_tool_the_chat_runs_shows_its_call_and_result_as_text(page):
+    open_tab(page, "Settings")
+    set_number(page, "temperature", 0)
+    set_number(page, "max-new-tokens", 40)
+    open_tab(page, "Chat")
+    page.locator("#tools-panel").get_by_text("Tools", exact=True).click()
+    page.locator("#run-tools").get_by_label("calculator").check()
+    page.locator("#tool-choice input[role=combobox]").click()
+    page.get_by_role("option", name="required", exact=True).click()
+    ask(page, "What is 17 times 23?")
+    chat = page.locator("#chatbot")
+    call = chat.get_by_text(re.compile(r"^(⚙ calculator|⚠ calculator failed)$"))
+    expect(call).to_have_count(1)
+    call.click()  # a collapsed block opens on its title
+    expect(chat.get_by_text(re.compile(r"^(Result|Error)$"))).to_be_visible()
+    expect(chat.get_by_text("Tool call: calculator")).to_have_count(0), "a call that ran shows as run, not as one for the user"
+
+
 def choose_backend(page, name):
     page.locator("#backend input[role=combobox]").click()
     page.get_by_role("option", name=name, exact=True).click()

@@ -1,5 +1,6 @@
 """`python app.py chat`, driven through its stdin as a person would type."""
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -9,6 +10,8 @@ import threading
 import pytest
 
 from engines import ChatModel
+from engines.prompt.reply_parser import ToolCall
+from engines.tools import BUILTIN_TOOLS, run_call
 
 pytestmark = pytest.mark.server  # `python app.py chat`, a process of its own
 
@@ -92,3 +95,28 @@ class Output:
             return len(self.text) - self.text.rindex(marker) - len(marker) >= then_chars
         with self._changed:
             assert self._changed.wait_for(seen, timeout), f"no {marker!r} in:\n{self.text[-2000:]}"
+
+
+def test_the_tools_chosen_run_when_a_reply_calls_them_and_the_model_goes_on():
+    typed = "What is 17 times 23?\nexit\n"
+    result = subprocess.run(
+        [sys.executable, "app.py", "chat", "--run-tools", "calculator", "--tool-choice", "required", "--tool-steps", "2",
+         "--temperature", "0", "--max-new-tokens", "40"],
+        input=typed, capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    call = out.split("[tool call] calculator(", 1)[1].split(")\n", 1)[0]
+    expected = asyncio.run(run_call(BUILTIN_TOOLS["calculator"], ToolCall("calculator", call)))
+    shown = f"[calculator failed] {expected.error}" if expected.error is not None else f"[calculator] {expected.content}"
+    assert shown in out, out[-2000:]
+    # The model wrote a second answer after the result (or called again, at its step limit).
+    after = out.split(shown, 1)[1].split("\nUser: ", 1)[0]
+    assert after.strip(), out[-2000:]
+
+
+def test_a_tool_that_is_not_there_is_refused_at_the_start():
+    from app import main
+
+    with pytest.raises(SystemExit, match="run_tools names no tool here: rm"):
+        main(["chat", "--run-tools", "calculator,rm"])

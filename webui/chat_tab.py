@@ -10,6 +10,7 @@ import gradio as gr
 from engines import GenerationArgs
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.reply_format import ReplyFormatChoice
+from engines.tools import ToolSettings
 
 from . import replying
 from .by_name import by_name
@@ -25,7 +26,8 @@ TOOLS_EXAMPLE = """[{"type": "function", "function": {"name": "get_weather", "de
 class ChatTab:
     """Built inside the page's Tabs; ``wire`` once the generation controls exist. After it,
     ``replies`` are the events that write a reply, ``changes`` the others that change the
-    conversation, and ``imported`` a conversation file read into it."""
+    conversation, and ``imported`` a conversation file read into it. ``run_tools``: the controls
+    of the chat's ToolSettings (which tools run, for how many answers), by setting name."""
 
     def __init__(self) -> None:
         with gr.Tab("Chat", id="chat"), gr.Row(equal_height=False):
@@ -66,10 +68,11 @@ class ChatTab:
                     placeholder="You are a helpful assistant.",
                 )
                 self.enable_thinking = control(GenerationArgs, "enable_thinking", control_value(GenerationArgs(), "enable_thinking"))
-                with gr.Accordion("Tools", open=False):
+                with gr.Accordion("Tools", open=False, elem_id="tools-panel"):
+                    self.run_tools = {name: control(ToolSettings, name, value) for name, value in ToolSettings()}
                     self.tools = gr.Textbox(
                         "", label="Function schemas (JSON list)", elem_id="tools", lines=6,
-                        placeholder=TOOLS_EXAMPLE,
+                        placeholder=TOOLS_EXAMPLE, info="Functions the model may call that you answer yourself",
                     )
                 with gr.Accordion("Reply format", open=False):
                     self.reply_format = control(ReplyFormatChoice, "reply_format")
@@ -84,7 +87,8 @@ class ChatTab:
     def wire(self, handlers: ChatHandlers, session: gr.State, generation: dict[str, gr.components.Component]) -> None:
         """The chat's events; each reply is written with the chat's settings and ``generation``,
         the controls of GenerationArgs settings by name."""
-        chat_settings = {"system": self.system, "tools": self.tools, "reply_format": self.reply_format, "reply_schema": self.reply_schema, **generation}
+        chat_settings = {"system": self.system, "tools": self.tools, "reply_format": self.reply_format, "reply_schema": self.reply_schema,
+                         **self.run_tools, **generation}
         chat = {"chatbot": self.chatbot, "message_box": self.message_box}
         # Generation is bounded by the engine's own queue; the page never serialises users.
         streaming: dict[str, Any] = {"concurrency_limit": None, "show_progress": "minimal"}
@@ -104,7 +108,7 @@ class ChatTab:
         # Cheap without documents in the box; with them, each is read and counted once (webui/attachments.py).
         # Not one at a time across users: one person's long PDF must not hold up everyone's note.
         note = {"fn": handlers.attachments_note, "inputs": [session, self.message_box], "outputs": self.attachments_note,
-                "inputs_kwargs": {"system": self.system, "tools": self.tools}, "show_progress": "hidden", "concurrency_limit": None,
+                "inputs_kwargs": {"system": self.system, "tools": self.tools, **self.run_tools}, "show_progress": "hidden", "concurrency_limit": None,
                 "api_visibility": "private"}
         for reply in self.replies:
             # Queued, so that its answer comes in order in the page's one stream of answers. Answered

@@ -4,7 +4,7 @@ field, so that a control cannot allow what its setting refuses."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_origin
 
 import gradio as gr
 from pydantic import BaseModel
@@ -16,13 +16,16 @@ from engines.settings import choices, field_range, value_type
 def control(settings: type[BaseModel], name: str, value: Any = None, **overrides: Any) -> gr.components.Component:
     """The control for setting ``name`` of ``settings``, showing ``value`` (a choice shows the
     setting's default when none is given). ``overrides`` go to the Gradio component over what the
-    declaration says; given ``choices``, the control is a dropdown of them. A setting with a
+    declaration says; given ``choices``, the control is a dropdown of them, or checkboxes for a
+    setting that is a list of them. A setting with a
     ``step`` is a slider over its range (from the step above an open lower bound), narrowed by a
     declared ``minimum`` or ``maximum``; other numbers are number boxes, booleans checkboxes, the
     rest text boxes."""
     field = settings.model_fields[name]
     options = {"elem_id": name.replace("_", "-"), **(field.json_schema_extra or {})["page"], **overrides}
     kind = value_type(field)
+    if get_origin(kind) is list:
+        return gr.CheckboxGroup(value=field.default if value is None else value, **options)
     if "choices" in options or choices(field):
         options.setdefault("choices", list(choices(field)))
         return gr.Dropdown(value=field.default if value is None else value, **options)

@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import mimetypes
 import os
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from engines import ChatError, ToolCall
+from engines import ChatError, ConfigError, ToolCall
 from engines.prompt.media import MEDIA_EXTENSIONS
 from engines.reply_format import ReplyFormatChoice
-from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest
+from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest, parse_tools
+from engines.tools import Tool
 
 from .attachments import AttachedDocument, chip
 from .reply_stats import ReplyStats
@@ -21,20 +23,40 @@ from .versions import version_line
 
 
 class SavedToolCall(BaseModel):
+    """A call the model wrote; where it ran here (a tool the chat runs), what it gave the model:
+    ``result``, and ``error`` where it failed, after ``seconds``."""
+
     id: str
     name: str
     arguments: str
+    result: str | None = None
+    error: str | None = None
+    seconds: float | None = None
 
     def for_template(self) -> dict[str, Any]:
         return ToolCall(self.name, self.arguments, self.id).for_template()
+
+    def result_for_template(self) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": self.id, "name": self.name, "content": self.result or ""}
+
+
+class ToolStep(BaseModel):
+    """One answer of a reply that ran tools, before the reply's last: what the model wrote, and
+    the calls it made, each with its result."""
+
+    reasoning: str = ""
+    content: str = ""
+    tool_calls: list[SavedToolCall] = []
 
 
 class Turn(BaseModel):
     """One message as the conversation keeps it. An assistant turn keeps its reply as the
     parser read it: ``reasoning``, ``content`` and ``tool_calls``. ``error`` on a user turn says
     why the model could not answer it, and such a turn is not sent to the model again until
-    regenerated. ``documents`` are the documents attached to a user turn, as text. ``stats``
-    says how a finished reply was written. ``missing_files`` names the files
+    regenerated. ``documents`` are the documents attached to a user turn, as text. ``steps``:
+    a reply that ran tools holds its answers before the last there, each with its calls and their
+    results (engines/tools/agent_loop.py); ``step_limit``, where it stopped at its limit of
+    answers with calls, that limit. ``stats`` says how a finished reply was written. ``missing_files`` names the files
     that the server no longer has (shown as missing, not sent). ``writing``,
     ``tool_text`` and ``waiting`` (how many requests must finish before this reply starts) exist
     only while the reply streams. ``row``: its message's id in the chat store, once written there;
@@ -48,6 +70,8 @@ class Turn(BaseModel):
     error: str | None = None
     reasoning: str = ""
     tool_calls: list[SavedToolCall] = []
+    steps: list[ToolStep] = []
+    step_limit: int | None = None
     stopped: bool = False
     stats: ReplyStats | None = None
     writing: bool = Field(False, exclude=True)
@@ -82,13 +106,15 @@ def kept_media(turn: Turn, media_root: str | None = None) -> Turn:
 
 def model_request(turns: list[Turn], system: str | None = None, tools: str | None = None, user: str | None = None,
                   reply_format: str = "text", reply_schema: str = "", continue_final_message: bool = False,
-                  **generation: Any) -> ChatRequest:
+                  running: tuple[Tool, ...] = (), **generation: Any) -> ChatRequest:
     """The request for the model: the conversation, each file with its placeholder in the
     message it was attached to (so the model sees it where the user put it), then the text of its
-    documents, each named, before what the user wrote; earlier replies as their answer and tool
-    calls without their reasoning, and the tab's settings (``reply_format`` and ``reply_schema``
-    as in ReplyFormatChoice). ``user``: whom it counts for in the model's waiting line;
-    ``continue_final_message``: the last reply is to be written on."""
+    documents, each named, before what the user wrote; earlier replies as their answers, tool
+    calls and the results of those that ran, without their reasoning, and the tab's settings
+    (``reply_format`` and ``reply_schema`` as in ReplyFormatChoice). ``tools``: the function
+    schemas the user declared (JSON text), offered beside those of the tools ``running`` here.
+    ``user``: whom it counts for in the model's waiting line; ``continue_final_message``: the last
+    reply is to be written on."""
     chosen_format = ReplyFormatChoice.build(reply_format=reply_format, reply_schema=reply_schema or "").chosen()
     messages: list[dict[str, Any]] = []
     media: dict[str, list[str]] = {kind: [] for kind in MEDIA_KINDS}
@@ -96,6 +122,9 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
         if turn.role == "user" and turn.error:
             continue
         if turn.role == "assistant":
+            for step in turn.steps:
+                messages.append({"role": "assistant", "content": step.content, "tool_calls": [call.for_template() for call in step.tool_calls]})
+                messages += [call.result_for_template() for call in step.tool_calls]
             if turn.content or turn.tool_calls:
                 calls = {"tool_calls": [call.for_template() for call in turn.tool_calls]} if turn.tool_calls else {}
                 messages.append({"role": "assistant", "content": turn.content, **calls})
@@ -109,8 +138,20 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
             tags += PLACEHOLDERS[kind]
         texts = [document.text for document in turn.documents] + ([turn.content] if turn.content else [])
         messages.append({"role": "user", "content": tags + "\n\n".join(texts)})
-    return ChatRequest.build(messages, system=system or None, tools=tools or None, media=media, user=user, response_format=chosen_format,
-                             continue_final_message=continue_final_message, **generation)
+    return ChatRequest.build(messages, system=system or None, tools=offered_tools(tools, running), media=media, user=user,
+                             response_format=chosen_format, continue_final_message=continue_final_message, **generation)
+
+
+def offered_tools(declared: str | None, running: tuple[Tool, ...]) -> list[dict[str, Any]] | None:
+    """The function schemas the user declared, and those of the tools that run here; a ChatError
+    where a declared one takes the name of one that runs."""
+    schemas = parse_tools(declared) or []
+    names = {tool.name for tool in running}
+    clashing = [schema.get("function", schema)["name"] for schema in schemas if schema.get("function", schema)["name"] in names]
+    if clashing:
+        raise ConfigError(f"The function schemas declare {', '.join(clashing)}, the name of a tool that runs here: rename the schema, "
+                        "or turn the tool off under Tools that run.")
+    return [*schemas, *(tool.schema() for tool in running)] or None
 
 
 def render_turn(turn: Turn) -> list[dict[str, Any]]:
@@ -138,15 +179,15 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
         return [{"role": "assistant", "content": f"*Waiting for the model: {turn.waiting} ahead…*",
                  "metadata": {"title": "⏳ In line", "status": "pending"}}]
     shown = []
-    if turn.reasoning:
-        thinking = turn.writing and not (turn.content or turn.tool_text or turn.tool_calls)
-        shown.append({"role": "assistant", "content": turn.reasoning.strip() or "…",
-                      "metadata": {"title": "Thinking", "status": "pending" if thinking else "done"}})
-    if turn.content.strip():
-        shown.append({"role": "assistant", "content": turn.content.strip()})
-    for call in turn.tool_calls:
-        shown.append({"role": "assistant", "content": _arguments_block(call.arguments),
-                      "metadata": {"title": f"⚙ Tool call: {call.name}", "status": "done"}})
+    for step in turn.steps:
+        shown += _answer(step.reasoning, step.content, thinking=False)
+        shown += [_call_block(call, running=turn.writing) for call in step.tool_calls]
+    shown += _answer(turn.reasoning, turn.content, thinking=turn.writing and not (turn.content or turn.tool_text or turn.tool_calls))
+    shown += [_call_block(call, running=False) for call in turn.tool_calls]
+    if turn.step_limit:
+        shown.append({"role": "assistant", "metadata": {"title": "⏹ Step limit reached"},
+                      "content": f"The model called tools in {answers(turn.step_limit)}, the most this chat allows (Tool steps, under "
+                                 "Tools), so its last calls did not run. Raise the limit and regenerate, or send a message to go on."})
     if turn.tool_text:
         shown.append({"role": "assistant", "content": f"```\n{turn.tool_text.strip()}\n```",
                       "metadata": {"title": "⚙ Tool call", "status": "pending"}})
@@ -159,11 +200,51 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
     return shown
 
 
+def answers(count: int) -> str:
+    return f"{count} answer{'' if count == 1 else 's'}"
+
+
+def _answer(reasoning: str, content: str, thinking: bool) -> list[dict[str, Any]]:
+    """What the model wrote in one answer: its reasoning, collapsed (``thinking``: still being written), and its text."""
+    shown = []
+    if reasoning:
+        shown.append({"role": "assistant", "content": reasoning.strip() or "…",
+                      "metadata": {"title": "Thinking", "status": "pending" if thinking else "done"}})
+    if content.strip():
+        shown.append({"role": "assistant", "content": content.strip()})
+    return shown
+
+
+def _call_block(call: SavedToolCall, running: bool) -> dict[str, Any]:
+    """A tool call as a collapsible block: its arguments, and for a call that ran here its
+    result or error (as text: a tool's output is never taken for the page's HTML) and time.
+    ``running``: the call is of an answer whose calls run now (one that does not run here, the
+    user's to answer, is a call only)."""
+    body = _arguments_block(call.arguments)
+    took = {"duration": call.seconds} if call.seconds is not None else {}
+    if call.error is not None:
+        body += f"\n\n**Error**\n\n{fenced(call.error)}"
+        return {"role": "assistant", "content": body, "metadata": {"title": f"⚠ {call.name} failed", "status": "done", **took}}
+    if call.result is not None:
+        body += f"\n\n**Result**\n\n{fenced(call.result)}"
+        return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ {call.name}", "status": "done", **took}}
+    if running:
+        return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ {call.name}: running…", "status": "pending"}}
+    return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ Tool call: {call.name}", "status": "done"}}
+
+
 def _arguments_block(arguments: str) -> str:
     try:
-        return f"```json\n{json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)}\n```"
+        return fenced(json.dumps(json.loads(arguments), indent=2, ensure_ascii=False), "json")
     except json.JSONDecodeError:
-        return f"```\n{arguments}\n```"
+        return fenced(arguments)
+
+
+def fenced(text: str, language: str = "") -> str:
+    """``text`` as a code block, shown as it is: its fence longer than any run of backticks in it, so that it cannot close early."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text}\n{fence}"
 
 
 def render(turns: list[Turn]) -> list[dict[str, Any]]:

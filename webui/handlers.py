@@ -28,6 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from engines import ChatError, ConfigError, GenerationArgs, ModelSlot
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
+from engines.tools import ToolSettings
 from limits import Limits
 from store import NoSuchMessage, StoreError, store_problem
 
@@ -255,7 +256,9 @@ class ChatHandlers:
         conversation = ""
         if model is not None and any(turn.role == "user" and not turn.error for turn in session.turns):
             try:
-                conversation = model.render_prompt(model_request([*session.turns, Turn(role="user")], **settings))
+                tools, settings = ToolSettings.split(settings)
+                running = tuple(tools.tools().values())
+                conversation = model.render_prompt(model_request([*session.turns, Turn(role="user")], running=running, **settings))
             except ChatError:
                 conversation = ""
         note = tokens_note(model, documents, conversation, self.limits, page_user(page_request))

@@ -69,8 +69,9 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         generation = {**settings.generation, "enable_thinking": chat.enable_thinking}
         handlers = ChatHandlers(slot, tuple(generation), rights, limits)
         chat.wire(handlers, session, generation)
-        sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, generation, replies=chat.replies, changes=chat.changes,
-                     imported=chat.imported)
+        # A chat keeps the tools it runs as it keeps its generation settings.
+        sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, {**generation, **chat.run_tools}, replies=chat.replies,
+                     changes=chat.changes, imported=chat.imported)
         with sidebar.panel:
             presets = ChatPresets()
         presets.wire(sidebar.opened, sidebar.chats, chat.system, generation)

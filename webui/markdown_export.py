@@ -16,7 +16,7 @@ import re
 from engines import ChatError
 from limits import size_text
 
-from .conversation import Turn, media_kind
+from .conversation import SavedToolCall, Turn, answers, fenced, media_kind
 from .conversation_file import BoundedFile, embed
 
 ROLES = {"user": "User", "assistant": "Assistant"}
@@ -43,8 +43,9 @@ def write_markdown(path: str, turns: list[Turn], system_prompt: str, limit: int)
 
 def _write_turn(turn: Turn, out: BoundedFile) -> None:
     out.write(f"\n## {ROLES[turn.role]}\n\n")
-    if turn.reasoning:
-        out.write(f"<details><summary>Thinking</summary>\n\n{turn.reasoning}\n\n</details>\n\n")
+    for step in turn.steps:
+        _write_answer(step.reasoning, step.content, step.tool_calls, out)
+    _write_answer(turn.reasoning, "", [], out)
     for medium in turn.files:
         name = _link_text(os.path.basename(medium))
         if media_kind(medium) == "image":
@@ -57,13 +58,10 @@ def _write_turn(turn: Turn, out: BoundedFile) -> None:
     for name in turn.missing_files:
         out.write(f"📎 {_link_text(name)} (missing on the server)\n\n")
     for document in turn.documents:
-        fence = _fence(document.text)
-        out.write(f"<details><summary>📄 {_link_text(document.name)} ({document.summary})</summary>\n\n{fence}\n{document.text}\n{fence}\n\n</details>\n\n")
-    if turn.content:
-        out.write(f"{turn.content}\n\n")
-    for call in turn.tool_calls:
-        fence = _fence(call.arguments)
-        out.write(f"**Tool call** `{call.name}`:\n\n{fence}json\n{call.arguments}\n{fence}\n\n")
+        out.write(f"<details><summary>📄 {_link_text(document.name)} ({document.summary})</summary>\n\n{fenced(document.text)}\n\n</details>\n\n")
+    _write_answer("", turn.content, turn.tool_calls, out)
+    if turn.step_limit:
+        out.write(f"*⏹ Step limit reached: the model called tools in {answers(turn.step_limit)}; its last calls did not run.*\n\n")
     if turn.error:
         out.write(f"> ⚠ {turn.error}\n\n")
     if turn.stats is not None:
@@ -72,10 +70,19 @@ def _write_turn(turn: Turn, out: BoundedFile) -> None:
         out.write("*■ stopped*\n")
 
 
-def _fence(text: str) -> str:
-    """A code fence longer than any run of backticks in ``text``, so that it cannot close early."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    return "`" * max(3, longest + 1)
+def _write_answer(reasoning: str, content: str, calls: list[SavedToolCall], out: BoundedFile) -> None:
+    """One answer of the model: its reasoning, collapsed, its text, and its tool calls with the
+    result of each that ran."""
+    if reasoning:
+        out.write(f"<details><summary>Thinking</summary>\n\n{reasoning}\n\n</details>\n\n")
+    if content:
+        out.write(f"{content}\n\n")
+    for call in calls:
+        out.write(f"**Tool call** `{call.name}`:\n\n{fenced(call.arguments, 'json')}\n\n")
+        if call.error is not None:
+            out.write(f"**Error** ({call.seconds or 0:.2f} s):\n\n{fenced(call.error)}\n\n")
+        elif call.result is not None:
+            out.write(f"**Result** ({call.seconds or 0:.2f} s):\n\n{fenced(call.result)}\n\n")
 
 
 def _link_text(name: str) -> str:

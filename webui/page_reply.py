@@ -1,5 +1,7 @@
 """One reply written into a tab's conversation: built from the turns, streamed from the model,
 each item added to the reply's turn as it comes, and finished (its stats, or why it failed).
+Where the chat runs tools, the reply is the agent loop's (engines/tools/agent_loop.py): the
+model's answers, the calls that ran between them and their results, all in the one turn.
 
 It is saved as every change of a tab's conversation is (webui/chat_session.py: save): the
 message as the reply starts, the reply every SAVE_INTERVAL seconds while it streams, and once it
@@ -17,10 +19,11 @@ from typing import Any
 import gradio as gr
 
 from engines import ChatError, ModelSlot, QueuePlace, ReplyChunk, Response
+from engines.tools import StepLimitReached, ToolResult, ToolSettings, ToolsRunning, reply_with_tools
 
 from .chat_keeper import SAVE_INTERVAL
 from .chat_session import ChatSession, kept, save
-from .conversation import SavedToolCall, Turn, kept_media, model_request, render, render_turn
+from .conversation import SavedToolCall, ToolStep, Turn, kept_media, model_request, render, render_turn
 from .reply_stats import ReplyClock
 from .streaming import throttled
 
@@ -41,7 +44,7 @@ class PageReply:
         session.turns[:] = [kept_media(turn) for turn in session.turns]
         self.asked = session.turns[-1]
         self.turn = session.turns[-1] if continuing else Turn(role="assistant")
-        self.earlier = Turn(role="assistant", reasoning=self.turn.reasoning, content=self.turn.content, stats=self.turn.stats)
+        self.earlier = self.turn.model_copy(deep=True)
         self.before = render(session.turns[:-1] if continuing else session.turns)
 
     async def written(self, settings: dict[str, Any], user: str | None) -> AsyncIterator[list]:
@@ -49,7 +52,8 @@ class PageReply:
         waiting line); the turn shows its place in line while other requests keep the model busy.
         A request the model cannot take (no model, bad tools JSON, media it cannot read, too many
         waiting) marks the user's turn with the reason (a continued reply: a warning, the reply as
-        it was); the conversation itself stays as it was."""
+        it was); the conversation itself stays as it was. ``settings`` hold the chat's
+        ToolSettings besides what model_request takes."""
         session = self.session
         session.stop_requested = False
         yield render(session.turns)
@@ -58,11 +62,16 @@ class PageReply:
         ended = False
         try:
             model = self.slot.model  # none loaded, or one loading: a ChatError, said on the user's turn
-            request = model_request(session.turns, user=user, continue_final_message=self.continuing, **settings)
+            tools, settings = ToolSettings.split(settings)
+            running = tools.tools()
+            # A continued answer goes on with its text: it is no first answer to force a call in.
+            forced = {"tool_choice": tools.tool_choice} if tools.tool_choice != "auto" and not self.continuing else {}
+            request = model_request(session.turns, user=user, continue_final_message=self.continuing, running=tuple(running.values()),
+                                    **forced, **settings)
             clock = ReplyClock(model)
             if not self.continuing:
                 session.turns.append(self.turn)
-            stream = model.astream_reply(request, queue_places=True)
+            stream = reply_with_tools(model, request, running, tools.tool_steps, queue_places=True)
             async for items in throttled(stream, lambda: session.stop_requested, arrived=clock.note):
                 for item in items:
                     add(self.turn, item)
@@ -80,9 +89,12 @@ class PageReply:
         await kept(session)
 
     def new_text(self) -> str:
-        """What the model wrote into the turn since ``earlier`` (all of it, for a new reply)."""
+        """What the model wrote into the turn since ``earlier`` (all of it, for a new reply): the
+        answer it went on with, and every answer after it (those that called tools are steps now)."""
         turn, earlier = self.turn, self.earlier
-        return turn.reasoning[len(earlier.reasoning):] + turn.content[len(earlier.content):] + turn.tool_text
+        first, *later = [*turn.steps[len(earlier.steps):], turn]
+        return (first.reasoning[len(earlier.reasoning):] + first.content[len(earlier.content):]
+                + "".join(answer.reasoning + answer.content for answer in later) + turn.tool_text)
 
     def finish(self, clock: ReplyClock) -> None:
         """The model has finished, or the user stopped it: the turn gets its stats line."""
@@ -94,7 +106,7 @@ class PageReply:
         wrote, a continued one stays as it was, and a new one that never began is taken out,
         its reason shown on the user's turn."""
         turn, earlier = self.turn, self.earlier
-        if turn.content != earlier.content or turn.reasoning != earlier.reasoning:
+        if turn.content != earlier.content or turn.reasoning != earlier.reasoning or turn.steps != earlier.steps:
             turn.stopped, turn.stats = True, None
             gr.Warning(f"The reply was cut short: {error}")
         elif self.continuing:
@@ -114,9 +126,19 @@ class PageReply:
 
 
 def add(turn: Turn, item: Any) -> None:
-    """One item of ChatModel.astream_reply into the assistant turn being written."""
+    """One item of the reply (reply_with_tools: ChatModel.astream_reply's, and the tools') into
+    the assistant turn being written. Where the answer's calls run, it becomes a step, and the
+    turn goes on with the next answer."""
     if isinstance(item, QueuePlace):
         turn.waiting = item.ahead
+    elif isinstance(item, ToolsRunning):
+        turn.steps.append(ToolStep(reasoning=turn.reasoning, content=turn.content, tool_calls=turn.tool_calls))
+        turn.reasoning, turn.content, turn.tool_calls = "", "", []
+    elif isinstance(item, ToolResult):
+        call = next(call for call in turn.steps[-1].tool_calls if call.id == item.call.id)
+        call.result, call.error, call.seconds = item.content, item.error, item.seconds
+    elif isinstance(item, StepLimitReached):
+        turn.step_limit = item.steps
     elif isinstance(item, Response):  # the finished reply: its tool calls are parsed now
         turn.tool_calls = [SavedToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in item.parts.tool_calls]
         turn.tool_text = ""

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from engines import BACKEND_NAMES, ChatModel, QueuePlace, Response
+from engines.tools import StepLimitReached, ToolResult, ToolsRunning
 
 
 class ReplyStats(BaseModel):
@@ -52,21 +53,36 @@ class ReplyStats(BaseModel):
 
 class ReplyClock:
     """Times one reply of ``model`` as it leaves the model, before the page's throttling holds it
-    back (webui/streaming.py hands it each item as it comes)."""
+    back (webui/streaming.py hands it each item as it comes). A reply that ran tools is timed over
+    all its answers, without the time its tools took."""
 
     def __init__(self, model: ChatModel) -> None:
         self.model = model
         self.started = time.perf_counter()
         self.first: float | None = None
         self.last: float | None = None
+        # The last answer's Response, once it has one; the tokens of the answers before it.
         self.response: Response | None = None
+        self.earlier_tokens = 0
+        self.tools_started: float | None = None
+        self.tools_took = 0.0
 
     def note(self, item: Any) -> None:
-        """One item of the reply, as it leaves the model."""
+        """One item of the reply, as it leaves the model or its tools."""
         if isinstance(item, QueuePlace):  # waiting behind others is not the model's time
-            self.started = time.perf_counter()
+            if self.first is None:
+                self.started = time.perf_counter()
+            return
+        if isinstance(item, ToolsRunning):
+            self.earlier_tokens += self.response.response_length if self.response is not None else 0
+            self.response, self.tools_started = None, time.perf_counter()
+            return
+        if isinstance(item, ToolResult | StepLimitReached):
             return
         self.last = time.perf_counter()
+        if self.tools_started is not None:  # the next answer's first item: the tools are done
+            self.tools_took += self.last - self.tools_started
+            self.tools_started = None
         if self.first is None:
             self.first = self.last
         if isinstance(item, Response):
@@ -75,10 +91,10 @@ class ReplyClock:
     def stats(self, text: str) -> ReplyStats:
         """The finished reply's stats; ``text``, what a stopped reply had written, is counted in tokens."""
         if self.response is not None:
-            tokens, finish_reason = self.response.response_length, self.response.finish_reason
+            tokens, finish_reason = self.earlier_tokens + self.response.response_length, self.response.finish_reason
         else:
             tokens, finish_reason = self.model.count_tokens(text), "stopped"
-        writing = (self.last or 0) - (self.first or 0)
+        writing = (self.last or 0) - (self.first or 0) - self.tools_took
         return ReplyStats(
             tokens=tokens,
             tokens_per_second=(tokens - 1) / writing if tokens > 1 and writing > 0 else None,

@@ -1,0 +1,128 @@
+"""A reply that runs the tools it calls: the model answers, the calls of its answer run (all of one
+answer at once), their results go back to it as tool messages in its own chat template, and it
+answers again, until it answers without a call or reaches the step limit.
+
+Only calls of the tools handed to the loop run; an answer that calls any other (one the user
+declared and answers by hand) ends the loop, as does an answer cut short. A result is fitted to
+the model's context before it is sent: cut, with a note that says how much was left out, where it
+would not fit. Closing the reply (Stop, a client gone) cancels the running tools with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..backends.base import Response
+from ..generation_args import GenerationArgs
+from ..prompt.reply_parser import ToolCall
+from ..request import ChatRequest
+from .toolbox import Tool, ToolResult, run_call
+
+STEP_LIMIT = 10
+# A result is cut to this many characters before its tokens are counted, whatever the context:
+# no token is longer, and a tool that answers with megabytes is not tokenized whole.
+CHARACTERS_PER_TOKEN_AT_MOST = 32
+# Tokens kept for the next answer where the request's max_new_tokens is more than this share of the context.
+REPLY_SHARE = 4
+
+
+class AnsweringModel(Protocol):
+    """What the loop asks of the model (ChatModel, which offers the loop as astream_reply_with_tools)."""
+
+    context_length: int | None
+    generation_defaults: GenerationArgs
+
+    def astream_reply(self, request: ChatRequest, queue_places: bool = False) -> AsyncIterator[Any]: ...
+
+    def render_prompt(self, request: ChatRequest) -> str: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class ToolsRunning:
+    """The calls of one answer, about to run; a ToolResult of each follows as it finishes."""
+
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True)
+class StepLimitReached:
+    """The model answered ``steps`` times and still called tools: these last calls do not run."""
+
+    steps: int
+
+
+async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: Mapping[str, Tool], step_limit: int = STEP_LIMIT,
+                           queue_places: bool = False) -> AsyncIterator[Any]:
+    """The items of each answer as ChatModel.astream_reply gives them (``queue_places`` as
+    there); between two answers, ToolsRunning, then each call's ToolResult, in the order of the
+    calls, as the model reads it; and StepLimitReached where the ``step_limit``-th answer calls
+    tools still."""
+    for step in range(1, step_limit + 1):
+        response = None
+        async with contextlib.aclosing(model.astream_reply(request, queue_places=queue_places)) as items:
+            async for item in items:
+                response = item if isinstance(item, Response) else response
+                yield item
+        calls = response.parts.tool_calls if response is not None and response.finish_reason == "stop" else ()
+        if not calls or any(call.name not in tools for call in calls):
+            return
+        if step == step_limit:
+            yield StepLimitReached(step)
+            return
+        yield ToolsRunning(calls)
+        # All of them at once; closing the reply (a cancelled await here) cancels those still running.
+        results = await asyncio.gather(*(run_call(tools[call.name], call) for call in calls))
+        asked = _answered(request, response)
+        results = await asyncio.to_thread(fit_results, model, asked, results)
+        for result in results:
+            yield result
+        request = dataclasses.replace(asked, messages=[*asked.messages, *(result.for_template() for result in results)])
+
+
+def _answered(request: ChatRequest, response: Response) -> ChatRequest:
+    """``request`` followed by the model's answer and its calls. A forced call (tool_choice) is
+    forced in the first answer only: forced again, the loop would never end."""
+    answer = {"role": "assistant", "content": response.parts.content or "", "tool_calls": [call.for_template() for call in response.parts.tool_calls]}
+    reply_format = None if request.reply_format is not None and request.reply_format.name == "tool_call" else request.reply_format
+    return dataclasses.replace(request, messages=[*request.messages, answer], reply_format=reply_format)
+
+
+def fit_results(model: AnsweringModel, asked: ChatRequest, results: list[ToolResult]) -> list[ToolResult]:
+    """``results`` as the model can read them after ``asked``: each within an equal share of
+    the context left once the prompt so far and the next answer's tokens are counted, cut where
+    it is longer, with a note of how much was left out."""
+    context = model.context_length
+    if context is None:
+        return results
+    empty = dataclasses.replace(asked, messages=[*asked.messages, *(dataclasses.replace(r, content="").for_template() for r in results)])
+    prompt = model.count_tokens(model.render_prompt(empty))
+    reply = min(asked.generation.get("max_new_tokens", model.generation_defaults.max_new_tokens), context // REPLY_SHARE)
+    share = max(0, (context - prompt - reply) // len(results))
+    return [_cut(model, result, share) for result in results]
+
+
+def _cut(model: AnsweringModel, result: ToolResult, tokens: int) -> ToolResult:
+    text = result.content
+    kept = text[:tokens * CHARACTERS_PER_TOKEN_AT_MOST]
+    # Shortened by the share of tokens over, until it fits with its note (a few rounds at most).
+    while kept:
+        note = _cut_note(len(text) - len(kept), len(text)) if len(kept) < len(text) else ""
+        counted = model.count_tokens(kept + note)
+        if counted <= tokens:
+            break
+        kept = kept[:int(len(kept) * tokens / counted * 0.95)]
+    if len(kept) == len(text):
+        return result
+    return dataclasses.replace(result, content=kept + _cut_note(len(text) - len(kept), len(text)))
+
+
+def _cut_note(left_out: int, whole: int) -> str:
+    return (f"\n[… cut here: {left_out:,} of the result's {whole:,} characters were left out, as the whole would not fit the "
+            "model's context]")

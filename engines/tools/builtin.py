@@ -1,0 +1,46 @@
+"""The tools that come with the app and need no server: a calculator and the current date and time."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from .calculator import LONGEST_EXPRESSION, calculate
+from .toolbox import Tool
+
+
+async def _calculator(arguments: dict[str, Any]) -> str:
+    return calculate(arguments["expression"])
+
+
+async def _current_time(arguments: dict[str, Any]) -> str:
+    zone_name = arguments.get("timezone") or ""
+    try:
+        # A zone's file is read from disk the first time it is named.
+        zone = await asyncio.to_thread(ZoneInfo, zone_name) if zone_name else None
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{zone_name!r} is not a time zone this server knows: name one as the IANA database does, "
+                         "like Europe/Paris or America/New_York, or leave it out for the server's own") from None
+    now = datetime.datetime.now(zone) if zone else datetime.datetime.now().astimezone()
+    return f"{now:%A %d %B %Y, %H:%M:%S} ({now.tzname()}, UTC{now:%z}); ISO 8601: {now.isoformat(timespec='seconds')}"
+
+
+CALCULATOR = Tool(
+    name="calculator",
+    description="Evaluate an arithmetic expression exactly: numbers, + - * / // % **, parentheses, pi and e, and functions such "
+                "as sqrt, log, sin, round, min and max. Use it for any arithmetic rather than working it out.",
+    parameters={"type": "object", "properties": {"expression": {"type": "string", "minLength": 1, "maxLength": LONGEST_EXPRESSION,
+                                                                "description": "the expression, like (3 + 4.5) * sqrt(2)"}},
+                "required": ["expression"], "additionalProperties": False},
+    run=_calculator,
+)
+CURRENT_TIME = Tool(
+    name="current_time",
+    description="The current date, weekday and time, in the server's time zone or the one named.",
+    parameters={"type": "object", "properties": {"timezone": {"type": "string", "description": "an IANA time zone, like Europe/Paris"}},
+                "additionalProperties": False},
+    run=_current_time,
+)
+BUILTIN_TOOLS = {tool.name: tool for tool in (CALCULATOR, CURRENT_TIME)}
