@@ -143,7 +143,7 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
 
 
 def offered_tools(declared: str | None, running: tuple[Tool, ...]) -> list[dict[str, Any]] | None:
-    """The function schemas the user declared, and those of the tools that run here; a ChatError
+    """The function schemas the user declared, and those of the tools that run here; a ConfigError
     where a declared one takes the name of one that runs."""
     schemas = parse_tools(declared) or []
     names = {tool.name for tool in running}
