@@ -12,6 +12,8 @@ import httpx
 
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 8, "repetition_penalty": 1.0, "seed": None,
           "skip_special_tokens": True, "enable_thinking": True}
+# The chat's ToolSettings controls as the page sends them, after its function schemas: none runs.
+NO_TOOLS = {"run_tools": [], "tool_choice": "auto", "tool_steps": 10}
 
 
 def file_data(path: str) -> dict[str, Any]:
@@ -49,7 +51,7 @@ class PageClient:
 
     def chat(self, text: str, files: list[dict] = (), system: Any = "") -> dict[str, Any]:
         """Send a message, as Enter in the page does (greedy, a few tokens)."""
-        return self.call("chat", [None, {"text": text, "files": list(files)}, system, "", "text", "", *GREEDY.values()])
+        return self.call("chat", [None, {"text": text, "files": list(files)}, system, "", "text", "", *NO_TOOLS.values(), *GREEDY.values()])
 
     def upload(self, name: str, data: bytes) -> str:
         """Put a file on the page, as its upload button does; its path on the server."""
