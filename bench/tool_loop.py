@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engines import ChatModel, ChatRequest, ReplyChunk, Response  # noqa: E402
-from engines.tools import Tool, ToolResult, ToolsRunning  # noqa: E402
+from engines.tools import Tool, ToolResult  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
 
 PARAMETERS = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999},
