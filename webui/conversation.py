@@ -189,7 +189,7 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
                       "content": f"The model called tools in {answers(turn.step_limit)}, the most this chat allows (Tool steps, under "
                                  "Tools), so its last calls did not run. Raise the limit and regenerate, or send a message to go on."})
     if turn.tool_text:
-        shown.append({"role": "assistant", "content": f"```\n{turn.tool_text.strip()}\n```",
+        shown.append({"role": "assistant", "content": fenced(turn.tool_text.strip()),
                       "metadata": {"title": "⚙ Tool call", "status": "pending"}})
     if turn.writing:  # a continued reply's earlier stats cover less than it will hold
         return shown
