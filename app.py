@@ -27,7 +27,7 @@ from engines import ChatError, GenerationArgs, ModelArgs  # noqa: E402
 from engines.backends.base import REQUEST_LOG  # noqa: E402
 from engines.model_files.model_args import MediaSettings  # noqa: E402
 from engines.settings import choices, field_range, value_type  # noqa: E402
-from engines.tools import ToolSettings  # noqa: E402
+from engines.tools import TOOL_CATALOG, McpServers, ToolSettings  # noqa: E402
 from limits import Limits, in_bytes, parse_size, size_text  # noqa: E402
 from store.database import StoreSettings  # noqa: E402
 
@@ -152,6 +152,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
               left_out="default: chats.db, an SQLite file in the data folder: ANYCHAT_DATA_DIR, else ~/.local/share/anychat")
     chat = parser.add_argument_group("chat")
     chat.add_argument("--system", default=None, help="system prompt for the terminal chat")
+    chat.add_argument("--mcp-config", default=None, metavar="FILE",
+                      help='MCP servers whose tools the model may call, in the JSON shape other MCP clients read: {"mcpServers": '
+                           '{"name": {"command": ..., "args": [...]} or {"url": ..., "headers": {...}}}}. The page lists them and '
+                           "their tools; --run-tools names a tool as name__tool")
     add_flags(chat, ToolSettings)
     args = parser.parse_args(argv)
     args.secret_flags = [flag for flag, value in (("--auth", args.auth), ("--api-key", args.api_key)) if value is not None]
@@ -186,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.log_requests:
         log_requests()
     try:
+        if args.mcp_config:
+            connect_mcp_servers(args.mcp_config, wait=args.command == "chat")
         if args.command == "chat":
             from terminal_chat import run_terminal_chat
 
@@ -197,6 +203,23 @@ def main(argv: list[str] | None = None) -> None:
             serve(settings, args)
     except ChatError as error:
         sys.exit(f"error: {error}")
+    finally:
+        TOOL_CATALOG.close()
+
+
+def connect_mcp_servers(config: str, wait: bool) -> None:
+    """Start connecting the servers of the MCP ``config`` file, their tools offered as each is
+    ready; ``wait``: until each is ready or has failed (the terminal chat names its tools at once)."""
+    try:
+        servers = McpServers.from_file(config)
+    except ValueError as error:
+        sys.exit(f"error: --mcp-config: {error}")
+    servers.start()
+    TOOL_CATALOG.connect(servers)
+    if wait:
+        servers.wait_started()
+        for status in servers.statuses():
+            print(f"MCP server {status.name}: {status.summary()}", file=sys.stderr)
 
 
 if __name__ == "__main__":

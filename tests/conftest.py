@@ -14,6 +14,7 @@ import pytest
 from engines import ChatModel, ModelSlot
 from engines.model_files.paths import default_gguf
 from harness.browser import CHROMIUM, AppProcess, chromium, open_chat
+from harness.mcp_config import write_config
 from harness.postgres import postgres_bin, postgres_server
 from harness.tiny_models import build_qwen2_vl
 from needs import pytest_collection_modifyitems, pytest_configure  # noqa: F401
@@ -120,9 +121,14 @@ def models_folder(tmp_path_factory, tiny_vision_model):
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory, models_folder):
-    """``python app.py`` on the default model with ``models_folder``, for one module's page tests."""
-    process = AppProcess(tmp_path_factory.mktemp("app"), ("--models-dir", str(models_folder)))
+def app(request, tmp_path_factory, models_folder):
+    """``python app.py`` on the default model with ``models_folder``, for one module's page tests;
+    with the module's ``MCP_SERVERS`` (an mcpServers object) where it has them."""
+    folder = tmp_path_factory.mktemp("app")
+    flags = ("--models-dir", str(models_folder))
+    if servers := getattr(request.module, "MCP_SERVERS", None):
+        flags += ("--mcp-config", str(write_config(folder / "mcp.json", servers)))
+    process = AppProcess(folder, flags)
     yield process
     process.stop()
 

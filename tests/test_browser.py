@@ -18,6 +18,7 @@ from harness.browser import (
     CHROMIUM, ROOT, ask, bot_messages, click_and_wait, is_local, load_model, open_chat, open_tab, replies, send, set_number, shown_messages,
     user_messages, wait_until_answered,
 )
+from harness.mcp_config import demo_entry
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
 
@@ -34,6 +35,8 @@ FILE_INPUT = "#chat-input input[type=file]"
 DOCUMENTS_ONLY = re.compile(r"^(?!.*image)(?!.*audio)(?!.*video).*\.pdf.*\.docx.*\.txt")
 # What auto runs a GGUF file on here.
 GGUF_BACKEND = "llamacpp" if importlib.util.find_spec("llama_cpp") else "huggingface"
+# The app's MCP servers (tests/conftest.py): the demo server, and one whose command is missing.
+MCP_SERVERS = {"demo": demo_entry(), "missing": {"command": "no-such-command-here"}}
 STATS = re.compile(r"^(?:■ stopped after )?(\d+) tokens(?: \(max_new_tokens reached\))? · ([\d.]+) tokens/s · first token [\d.]+ m?s · (\w+)$")
 
 
@@ -216,6 +219,27 @@ def test_a_tool_the_chat_runs_shows_its_call_and_result_as_text(page):
     call.click()  # a collapsed block opens on its title
     expect(chat.get_by_text(re.compile(r"^(Result|Error)$"))).to_be_visible()
     expect(chat.get_by_text("Tool call: calculator")).to_have_count(0), "a call that ran shows as run, not as one for the user"
+
+
+def test_the_mcp_servers_are_listed_and_a_tool_of_theirs_runs(page):
+    open_tab(page, "Settings")
+    set_number(page, "temperature", 0)
+    set_number(page, "max-new-tokens", 40)
+    open_tab(page, "Chat")
+    page.locator("#tools-panel").get_by_text("Tools", exact=True).click()
+    servers = page.locator("#mcp-servers")
+    expect(servers).to_contain_text("demo: ready: demo__add")
+    expect(servers).to_contain_text("missing: failed (its command was not found: no-such-command-here)")
+    page.locator("#run-tools").get_by_label("demo__add").check()
+    page.locator("#tool-choice input[role=combobox]").click()
+    page.get_by_role("option", name="required", exact=True).click()
+    # The small model may call it again after its result: two answers at most.
+    set_number(page, "tool-steps", 2)
+    ask(page, "What is 2 plus 40?")
+    calls = page.locator("#chatbot").get_by_text(re.compile(r"^(⚙ demo__add|⚠ demo__add failed)$"))
+    expect(calls.first).to_be_visible()
+    calls.first.click()
+    expect(page.locator("#chatbot").get_by_text(re.compile(r"^(Result|Error)$")).first).to_be_visible()
 
 
 def choose_backend(page, name):

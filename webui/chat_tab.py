@@ -16,6 +16,7 @@ from . import replying
 from .by_name import by_name
 from .controls import control
 from .handlers import MEDIA_KINDS, ChatHandlers, control_value
+from .tool_panel import offered_tools
 from .user_turns import in_users_turn
 from .versions import PICK_ID
 
@@ -70,6 +71,9 @@ class ChatTab:
                 self.enable_thinking = control(GenerationArgs, "enable_thinking", control_value(GenerationArgs(), "enable_thinking"))
                 with gr.Accordion("Tools", open=False, elem_id="tools-panel"):
                     self.run_tools = {name: control(ToolSettings, name, value) for name, value in ToolSettings()}
+                    with gr.Row():
+                        self.tool_servers = gr.Markdown("", elem_id="mcp-servers", visible=False)
+                        self.refresh_tools = gr.Button("↻", elem_id="refresh-tools", size="sm", scale=0, min_width=40, visible=False)
                     self.tools = gr.Textbox(
                         "", label="Function schemas (JSON list)", elem_id="tools", lines=6,
                         placeholder=TOOLS_EXAMPLE, info="Functions the model may call that you answer yourself",
@@ -84,9 +88,12 @@ class ChatTab:
                     self.export_file = gr.File(label="Exported", elem_id="export-file", visible=False)
                     self.import_btn = gr.UploadButton("Import JSON", elem_id="import-btn", file_types=[".json"], size="sm")
 
-    def wire(self, handlers: ChatHandlers, session: gr.State, generation: dict[str, gr.components.Component]) -> None:
+    def wire(self, demo: gr.Blocks, handlers: ChatHandlers, session: gr.State, generation: dict[str, gr.components.Component]) -> None:
         """The chat's events; each reply is written with the chat's settings and ``generation``,
         the controls of GenerationArgs settings by name."""
+        offer = {"fn": offered_tools, "outputs": [self.run_tools["run_tools"], self.tool_servers, self.refresh_tools], "queue": False, "api_visibility": "private"}
+        demo.load(**offer)
+        self.refresh_tools.click(**offer)
         chat_settings = {"system": self.system, "tools": self.tools, "reply_format": self.reply_format, "reply_schema": self.reply_schema,
                          **self.run_tools, **generation}
         chat = {"chatbot": self.chatbot, "message_box": self.message_box}

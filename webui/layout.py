@@ -68,7 +68,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
             settings = SettingsTab(demo, models_dir, rights)
         generation = {**settings.generation, "enable_thinking": chat.enable_thinking}
         handlers = ChatHandlers(slot, tuple(generation), rights, limits)
-        chat.wire(handlers, session, generation)
+        chat.wire(demo, handlers, session, generation)
         # A chat keeps the tools it runs as it keeps its generation settings.
         sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, {**generation, **chat.run_tools}, replies=chat.replies,
                      changes=chat.changes, imported=chat.imported)

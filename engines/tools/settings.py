@@ -1,5 +1,6 @@
 """Which tools a chat lets the model run, and for how many answers: one declaration, from which
-the page's controls and the terminal chat's flags are built (engines/settings.py)."""
+the page's controls and the terminal chat's flags are built (engines/settings.py). The tools are
+named from the catalog (catalog.py): the built-in ones, and those of the MCP servers connected."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic import Field, field_validator
 from ..settings import Settings, page_control
 from .agent_loop import STEP_LIMIT
 from .builtin import BUILTIN_TOOLS
+from .catalog import TOOL_CATALOG
 from .toolbox import Tool
 
 
@@ -17,7 +19,8 @@ class ToolSettings(Settings):
     kind = "tool"
 
     run_tools: list[str] = Field(
-        [], description=f"the tools the model may call that run on the server and answer it ({', '.join(BUILTIN_TOOLS)})",
+        [], description=f"the tools the model may call that run on the server and answer it ({', '.join(BUILTIN_TOOLS)}, "
+                   "and an MCP server's as server__tool)",
         json_schema_extra=page_control("Tools that run", choices=list(BUILTIN_TOOLS),
                                        info="The model may call these; they run and it goes on with their results"),
     )
@@ -34,10 +37,9 @@ class ToolSettings(Settings):
     @field_validator("run_tools")
     @classmethod
     def _known(cls, names: list[str]) -> list[str]:
-        unknown = [name for name in names if name not in BUILTIN_TOOLS]
-        if unknown:
-            raise ValueError(f"names no tool here: {', '.join(unknown)} (the tools: {', '.join(BUILTIN_TOOLS)})")
-        return list(dict.fromkeys(names))
+        names = list(dict.fromkeys(names))
+        TOOL_CATALOG.choose(names)
+        return names
 
     @classmethod
     def split(cls, settings: dict[str, Any]) -> tuple[ToolSettings, dict[str, Any]]:
@@ -46,5 +48,5 @@ class ToolSettings(Settings):
         return cls.build(**ours), {name: value for name, value in settings.items() if name not in cls.model_fields}
 
     def tools(self) -> dict[str, Tool]:
-        """The tools chosen, by name."""
-        return {name: BUILTIN_TOOLS[name] for name in self.run_tools}
+        """The tools chosen, by name (a ValueError where one no longer runs: its server went away)."""
+        return TOOL_CATALOG.choose(self.run_tools)

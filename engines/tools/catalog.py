@@ -1,0 +1,42 @@
+"""Every tool that may run here, by name: the built-in ones, and those of the MCP servers the
+operator connected (app.py, ``--mcp-config``), which come and go as the servers do. A chat's
+ToolSettings names its tools from here, and the page offers what is here when it loads."""
+
+from __future__ import annotations
+
+from .builtin import BUILTIN_TOOLS
+from .mcp_servers import McpServers, ServerStatus
+from .toolbox import Tool
+
+
+class ToolCatalog:
+    def __init__(self) -> None:
+        self.servers: McpServers | None = None
+
+    def tools(self) -> dict[str, Tool]:
+        return {**BUILTIN_TOOLS, **(self.servers.tools() if self.servers else {})}
+
+    def server_statuses(self) -> list[ServerStatus]:
+        return self.servers.statuses() if self.servers else []
+
+    def choose(self, names: list[str]) -> dict[str, Tool]:
+        """The tools ``names`` names; a ValueError that says why for a name that runs no tool now."""
+        tools = self.tools()
+        missing = [name for name in names if name not in tools]
+        if missing:
+            why = [f"{name} ({self.servers.why_missing(name)})" if self.servers and self.servers.why_missing(name) else name for name in missing]
+            raise ValueError(f"names no tool here: {', '.join(why)} (the tools: {', '.join(tools)})")
+        return {name: tools[name] for name in names}
+
+    def connect(self, servers: McpServers) -> None:
+        """Offer ``servers``' tools from now on (one config at a time)."""
+        self.servers = servers
+
+    def close(self) -> None:
+        """Close the servers' sessions and end the processes they started."""
+        servers, self.servers = self.servers, None
+        if servers is not None:
+            servers.close()
+
+
+TOOL_CATALOG = ToolCatalog()

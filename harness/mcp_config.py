@@ -1,0 +1,21 @@
+"""MCP configs for the tests and benchmarks: the demo server (harness/mcp_demo_server.py) as an
+``mcpServers`` entry, and a config file of such entries."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DEMO_SERVER = Path(__file__).with_name("mcp_demo_server.py")
+
+
+def demo_entry(**more: Any) -> dict[str, Any]:
+    """The demo server, run over stdio by this Python, with ``more`` keys of the entry."""
+    return {"command": sys.executable, "args": [str(DEMO_SERVER)], **more}
+
+
+def write_config(path: Path, servers: dict[str, dict[str, Any]]) -> Path:
+    path.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
+    return path

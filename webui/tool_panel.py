@@ -1,0 +1,20 @@
+"""What the Tools panel offers as the page opens (and on Refresh): the tools that run here now,
+built-in and those of the MCP servers, and each server's state, why where it is not ready. The
+servers connect in the background, and their tools change while the app runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from engines.tools import TOOL_CATALOG
+
+
+def offered_tools() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The run_tools checkboxes' choices, the servers' list, and its Refresh button (those two
+    hidden without servers)."""
+    statuses = TOOL_CATALOG.server_statuses()
+    lines = [f"- **{status.name}**: {status.summary().replace('*', '∗')}" for status in statuses]
+    servers = "MCP servers (their tools are named server\\_\\_tool):\n" + "\n".join(lines)
+    return gr.update(choices=list(TOOL_CATALOG.tools())), gr.update(value=servers, visible=bool(statuses)), gr.update(visible=bool(statuses))
