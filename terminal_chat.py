@@ -1,5 +1,7 @@
 """The terminal chat: streams replies, keeps the history, `clear` and `exit` commands. The tools
-chosen with --run-tools run when a reply calls them, and the model goes on with their results.
+chosen with --run-tools run when a reply calls them, and the model goes on with their results; a
+call of a tool that may change something (any, with --ask-every-call) asks first: y (once), a
+(always in this chat), n (the model is told it was denied).
 
 Ctrl-C while a reply is being written stops it and returns to the prompt; Ctrl-C at the prompt quits.
 """
@@ -8,10 +10,11 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engines import ChatError, ChatModel, ChatRequest, ReplyChunk, Response
-from engines.tools import StepLimitReached, ToolResult, ToolSettings, ToolsRunning
+from engines import ChatError, ChatModel, ChatRequest, ReplyChunk, Response, ToolCall
+from engines.tools import ApprovalAsked, StepLimitReached, Tool, ToolResult, ToolSettings, ToolsRunning
 
 HELP = "Type a message. Commands: clear (forget the conversation), exit (quit). Ctrl-C stops a reply; at the prompt it quits."
 
@@ -30,16 +33,17 @@ def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin
         why = f" ({model.backend_reason})" if model.backend_reason else ""
         say(f"Ready: {model.display_name} on {model.backend}{why}. {HELP}")
         history: list[dict[str, Any]] = []
+        approval = TerminalApproval(tools.ask_every_call, stdin, say)
         try:
             while (query := _ask(stdin, say)) is not None:
                 if query == "clear":
-                    history = []
+                    history, approval.always = [], set()
                     say("History cleared.")
                     continue
                 history.append({"role": "user", "content": query})
                 say("Assistant: ", end="")
                 try:
-                    history += _write_reply(model, history, system, tools, say)
+                    history += _write_reply(model, history, system, tools, approval, say)
                 except ChatError as error:
                     history.pop()
                     say(f"\nerror: {error}")
@@ -59,7 +63,33 @@ def _ask(stdin, say) -> str | None:
             return query
 
 
-def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | None, tools: ToolSettings, say) -> list[dict[str, Any]]:
+class TerminalApproval:
+    """The agent loop's Approval at the terminal. The question is asked as the reply's
+    ApprovalAsked arrives, on the main thread (where Ctrl-C stops the reply), and ``decide``, which
+    the loop calls next, hands on what was answered."""
+
+    def __init__(self, every_call: bool, stdin, say) -> None:
+        self.every_call = every_call
+        self.stdin, self.say = stdin, say
+        self.always: set[str] = set()
+        self.choice = "n"
+
+    def asks(self, tool: Tool) -> bool:
+        return (self.every_call or not tool.read_only) and tool.name not in self.always
+
+    def ask(self, calls: Sequence[ToolCall]) -> None:
+        names = ", ".join(dict.fromkeys(call.name for call in calls))
+        self.say(f"\n[asks] run {names}? y: once, a: always in this chat, n: no > ", end="")
+        self.choice = (self.stdin.readline().strip().lower() or "n")[0]
+
+    async def decide(self, calls: Sequence[ToolCall]) -> Mapping[str, bool]:
+        if self.choice == "a":
+            self.always.update(call.name for call in calls)
+        return {call.id: self.choice in ("y", "a") for call in calls}
+
+
+def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | None, tools: ToolSettings, approval: TerminalApproval,
+                 say) -> list[dict[str, Any]]:
     """Stream one reply (reasoning after "[thinking]", tool calls, and the results of those that
     ran, on their own lines) and return the messages to keep: each answer with its calls, the
     results, and the last answer; Ctrl-C keeps what was written so far."""
@@ -70,7 +100,7 @@ def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | 
     kept: list[dict[str, Any]] = []
     message: dict[str, Any] = {"role": "assistant"}
     try:
-        for item in model.stream_reply_with_tools(request, running, tools.tool_steps):
+        for item in model.stream_reply_with_tools(request, running, tools.tool_steps, approval=approval):
             if isinstance(item, Response):
                 for call in item.parts.tool_calls:
                     message.setdefault("tool_calls", []).append(call.for_template())
@@ -78,6 +108,8 @@ def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | 
             elif isinstance(item, ToolsRunning):  # this answer's calls run: the next answer starts after their results
                 kept.append({**message, "content": content})
                 content, message = "", {"role": "assistant"}
+            elif isinstance(item, ApprovalAsked):
+                approval.ask(item.calls)
             elif isinstance(item, ToolResult):
                 kept.append(item.for_template())
                 say(f"\n[{item.call.name} failed] {item.error}" if item.error is not None else f"\n[{item.call.name}] {item.content}", end="")

@@ -27,7 +27,7 @@ from .model_files import Progress
 from .model_files.model_args import LoadSettings, ModelArgs
 from .prompt.reply_parser import ReplyChunk
 from .request import ChatRequest, MediaKind
-from .tools import STEP_LIMIT, Tool, reply_with_tools
+from .tools import STEP_LIMIT, Approval, Tool, reply_with_tools
 from .waiting_line import QueuePlace, WaitingLine
 
 T = TypeVar("T")
@@ -176,12 +176,13 @@ class ChatModel:
                 yield item
 
     def astream_reply_with_tools(self, request: ChatRequest | Messages, tools: Mapping[str, Tool], step_limit: int = STEP_LIMIT,
-                                 queue_places: bool = False, **options: Any) -> AsyncIterator[Any]:
+                                 queue_places: bool = False, approval: Approval | None = None, **options: Any) -> AsyncIterator[Any]:
         """astream_reply, where the calls the reply makes of ``tools`` (by name) run and the model
         goes on with their results, for at most ``step_limit`` answers: between two answers, the
-        calls (ToolsRunning) and each one's ToolResult; StepLimitReached where the last still
+        calls (ToolsRunning), ApprovalAsked where ``approval`` asks the user about some (without
+        one, every call runs), and each one's ToolResult; StepLimitReached where the last still
         calls tools (engines/tools/agent_loop.py)."""
-        return reply_with_tools(self, as_request(request, options), tools, step_limit, queue_places)
+        return reply_with_tools(self, as_request(request, options), tools, step_limit, queue_places, approval)
 
     async def astream_chat(self, request: ChatRequest | Messages, on_finish: Callable[[Response], None] | None = None,
                            **options: Any) -> AsyncIterator[str]:

@@ -13,7 +13,7 @@ import httpx
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 8, "repetition_penalty": 1.0, "seed": None,
           "skip_special_tokens": True, "enable_thinking": True}
 # The chat's ToolSettings controls as the page sends them, after its function schemas: none runs.
-NO_TOOLS = {"run_tools": [], "tool_choice": "auto", "tool_steps": 10}
+NO_TOOLS = {"run_tools": [], "tool_choice": "auto", "ask_every_call": False, "tool_steps": 10}
 
 
 def file_data(path: str) -> dict[str, Any]:

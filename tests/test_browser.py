@@ -221,7 +221,7 @@ def test_a_tool_the_chat_runs_shows_its_call_and_result_as_text(page):
     expect(chat.get_by_text("Tool call: calculator")).to_have_count(0), "a call that ran shows as run, not as one for the user"
 
 
-def test_the_mcp_servers_are_listed_and_a_tool_of_theirs_runs(page):
+def test_the_mcp_servers_are_listed_and_their_tools_run_asking_first_where_they_may_change_something(page):
     open_tab(page, "Settings")
     set_number(page, "temperature", 0)
     set_number(page, "max-new-tokens", 40)
@@ -240,6 +240,20 @@ def test_the_mcp_servers_are_listed_and_a_tool_of_theirs_runs(page):
     expect(calls.first).to_be_visible()
     calls.first.click()
     expect(page.locator("#chatbot").get_by_text(re.compile(r"^(Result|Error)$")).first).to_be_visible()
+    expect(page.locator("#chatbot .tool-approval")).to_have_count(0), "a read-only tool runs without asking"
+    # A tool that may change something asks first; denied, it does not run, and the model is told.
+    page.locator("#run-tools").get_by_label("demo__add").uncheck()
+    page.locator("#run-tools").get_by_label("demo__write_note").check()
+    before = send(page, "Note that the sky is blue.")
+    question = page.locator("#chatbot .tool-approval")
+    expect(question).to_contain_text("✋ Run demo__write_note? Allow once · Always in this chat · Deny")
+    expect(page.locator("#chatbot").get_by_text("✋ demo__write_note: waiting for your say")).to_be_visible()
+    question.get_by_text("Deny").click()
+    wait_until_answered(page, before)
+    denied = page.locator("#chatbot").get_by_text("⚠ demo__write_note failed")
+    expect(denied.first).to_be_visible()
+    denied.first.click()
+    expect(page.locator("#chatbot").get_by_text("denied by the user").first).to_be_visible()
 
 
 def choose_backend(page, name):

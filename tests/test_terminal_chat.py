@@ -1,6 +1,7 @@
 """`python app.py chat`, driven through its stdin as a person would type."""
 
 import asyncio
+import io
 import os
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 
 from engines import ChatModel
 from engines.prompt.reply_parser import ToolCall
-from engines.tools import BUILTIN_TOOLS, run_call
+from engines.tools import BUILTIN_TOOLS, ToolSettings, run_call
 from harness.mcp_config import demo_entry, write_config
 
 pytestmark = pytest.mark.server  # `python app.py chat`, a process of its own
@@ -114,6 +115,18 @@ def test_the_tools_chosen_run_when_a_reply_calls_them_and_the_model_goes_on():
     # The model wrote a second answer after the result (or called again, at its step limit).
     after = out.split(shown, 1)[1].split("\nUser: ", 1)[0]
     assert after.strip(), out[-2000:]
+
+
+def test_a_call_that_asks_first_runs_only_as_the_user_answers():
+    from terminal_chat import run_terminal_chat
+
+    typed = io.StringIO("What is 17 times 23?\nn\nexit\n")
+    out = io.StringIO()
+    asking = ToolSettings(run_tools=["calculator"], tool_choice="required", tool_steps=2, ask_every_call=True)
+    run_terminal_chat({"temperature": 0, "max_new_tokens": 40}, stdin=typed, stdout=out, tools=asking)
+    said = out.getvalue()
+    assert "[asks] run calculator? y: once, a: always in this chat, n: no > " in said, said[-2000:]
+    assert "[calculator failed] denied by the user" in said and "[calculator] " not in said, said[-2000:]
 
 
 def test_a_tool_that_is_not_there_is_refused_at_the_start():

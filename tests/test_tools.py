@@ -6,23 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 
 import pytest
 
 from engines import ChatModel, ChatRequest, ConfigError, ModelSlot, Response
 from engines.prompt.reply_parser import ToolCall
-from engines.tools import BUILTIN_TOOLS, StepLimitReached, Tool, ToolResult, ToolSettings, ToolsRunning, run_call
+from engines.tools import BUILTIN_TOOLS, DENIED, StepLimitReached, Tool, ToolResult, ToolSettings, ToolsRunning, run_call
 from engines.tools.agent_loop import fit_results
 from engines.tools.calculator import MOST_DIGITS, CalculatorError, calculate
 from store import open_store
 from tests.page_input import CONTROLS, message, run, settings
 from webui.conversation import SavedToolCall, ToolStep, Turn, model_request, render
 from webui.conversation_file import read_conversation, write_conversation
+from webui import tool_approval
 from webui.chat_session import ChatSession
 from webui.handlers import ChatHandlers
 from webui.markdown_export import write_markdown
 from webui.saved_chats import SavedChats
+from webui.tool_approval import question_key
 from limits import Limits
 
 QUESTION = [{"role": "user", "content": "What is 17 times 23? Use the calculator."}]
@@ -231,6 +234,62 @@ async def test_the_page_runs_the_chats_tools_and_shows_each_call_with_its_result
     assert roles[:3] == ["user", "assistant", "tool"] and roles[-1] == "user"
     assert request.messages[2] == {"role": "tool", "tool_call_id": call.id, "name": "calculator", "content": call.result}
     store.close()
+
+
+async def answered(replying, session: ChatSession, choice: str) -> list[list[dict]]:
+    """The Chatbot as each question of the reply showed it, each answered with ``choice`` as its link does."""
+    asked = []
+    async for update in replying:
+        turn = session.turns[-1]
+        if turn.asking and session.question is not None and not session.question.answer.done():
+            asked.append(update["chatbot"])
+            tool_approval.answer(session, f"{choice} {question_key(turn.asking)} 1700000000000")
+    return asked
+
+
+async def test_a_tool_that_may_change_something_asks_first_and_runs_only_as_allowed(handlers, monkeypatch):
+    notes = []
+
+    async def keep_note(arguments):
+        notes.append(arguments["text"])
+        return f"noted ({len(notes)})"
+
+    monkeypatch.setitem(BUILTIN_TOOLS, "note", Tool("note", "Keep a note for the user.", {"type": "object", "properties": {"text": {"type": "string"}},
+                                                                                          "required": ["text"]}, keep_note, read_only=False))
+    session = ChatSession(chat_id="chat-1")
+    noting = with_tools(run_tools=["note"], tool_steps=2)
+    # Denied: it does not run, and the model reads that it was denied.
+    [shown] = await answered(handlers.send(session, message("Note that the sky is blue."), **noting), session, "deny")
+    assert any(m.get("metadata", {}).get("title") == "✋ note: waiting for your say" for m in shown)
+    [question] = [m["content"] for m in shown if "tool-approval" in str(m["content"])]
+    assert "✋ Run note?" in question and all(label in question for label in ("Allow once", "Always in this chat", "Deny"))
+    denied = session.turns[1].steps[0].tool_calls[0]
+    assert (denied.result, denied.error, notes) == (DENIED, "denied by the user", [])
+    # Allowed once: it runs, and the next call asks again.
+    asked = await answered(handlers.regenerate(session, **noting), session, "once")
+    assert len(asked) >= 1 and len(notes) == len(asked)
+    # Always in this chat: asked once, then never again in this chat.
+    await answered(handlers.regenerate(session, **noting), session, "always")
+    assert session.always_allowed == {"chat-1": {"note"}}
+    before = len(notes)
+    assert await answered(handlers.regenerate(session, **noting), session, "deny") == [] and len(notes) > before
+    # A read-only tool runs without asking, unless the chat asks before every call.
+    assert await answered(handlers.send(session, message("What is 17 times 23?"), **with_tools()), session, "deny") == []
+    assert session.turns[-1].steps[0].tool_calls[0].error != "denied by the user"
+    asked = await answered(handlers.send(session, message("What is 17 times 23?"), **with_tools(ask_every_call=True)), session, "deny")
+    assert asked and session.turns[-1].steps[0].tool_calls[0].error == "denied by the user"
+
+
+async def test_stop_while_a_question_waits_ends_the_reply(handlers, monkeypatch):
+    monkeypatch.setitem(BUILTIN_TOOLS, "calculator", dataclasses.replace(BUILTIN_TOOLS["calculator"], read_only=False))
+    session = ChatSession()
+    stopped = None
+    async for _ in handlers.send(session, message("What is 17 times 23?"), **with_tools()):
+        if session.question is not None and stopped is None:
+            handlers.stop(session)  # as the page's Stop: the reply sees it and ends
+            stopped = time.monotonic()
+    assert time.monotonic() - stopped < 1
+    assert session.question is None and session.turns[1].steps[0].tool_calls[0].result is None
 
 
 async def test_a_tool_the_page_does_not_have_is_said_on_the_message(handlers):

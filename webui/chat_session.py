@@ -11,6 +11,7 @@ from store import MessageTree
 
 from .chat_keeper import ChatKeeper
 from .conversation import Turn
+from .tool_approval import Question
 
 
 @dataclass
@@ -24,7 +25,8 @@ class ChatSession:
     (webui/conversation_file.py), until the sidebar writes them into a chat of their own.
     ``left``: the tab has switched to another chat (or is switching): nothing of this session is
     shown any more, since a reply's late update or a refresh ending late would paint it over the
-    chat now shown."""
+    chat now shown. ``question``: what the reply waits on the user's say about before tools run,
+    and ``always_allowed`` the tools allowed always, by chat id (webui/tool_approval.py)."""
 
     turns: list[Turn] = field(default_factory=list)
     stop_requested: bool = False
@@ -34,6 +36,8 @@ class ChatSession:
     pdfs_as_images: bool = False
     imported: MessageTree[Turn] | None = None
     left: bool = False
+    question: Question | None = None
+    always_allowed: dict[str, set[str]] = field(default_factory=dict)
 
 
 def save(session: ChatSession, system: str = "", tools: str = "") -> None:

@@ -12,7 +12,7 @@ from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.reply_format import ReplyFormatChoice
 from engines.tools import ToolSettings
 
-from . import replying
+from . import replying, tool_approval
 from .by_name import by_name
 from .controls import control
 from .handlers import MEDIA_KINDS, ChatHandlers, control_value
@@ -54,6 +54,8 @@ class ChatTab:
                 )
                 # Set by the ‹k/n› arrows in the Chatbot (webui/versions.py).
                 self.version_pick = gr.Textbox(elem_id=PICK_ID, visible="hidden")
+                # Set by a reply's Allow once · Always in this chat · Deny (webui/tool_approval.py).
+                self.approval_pick = gr.Textbox(elem_id=tool_approval.PICK_ID, visible="hidden")
                 self.attachments_note = gr.Markdown("", elem_id="attachments-note")
                 self.pdfs_as_images = gr.Checkbox(False, label="Send PDFs as page images (for scans, figures, layout)",
                                                   elem_id="pdfs-as-images", visible=False, container=False)
@@ -129,6 +131,8 @@ class ChatTab:
             # defers only a change that comes later), and on a busy machine the first answered last.
             reply.then(**note)
         self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
+        # Answered at once, beside the reply that waits on it.
+        self.approval_pick.change(tool_approval.answer, [session, self.approval_pick], None, queue=False, api_visibility="private")
         self.pdfs_as_images.change(handlers.pdfs_as_images, [session, self.pdfs_as_images], None, queue=False, api_visibility="private")
         self.pdfs_as_images.change(**note)
         self.message_box.change(**note, trigger_mode="always_last")

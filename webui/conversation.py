@@ -19,6 +19,7 @@ from engines.tools import Tool
 
 from .attachments import AttachedDocument, chip
 from .reply_stats import ReplyStats
+from .tool_approval import question_key, question_line
 from .versions import version_line
 
 
@@ -58,8 +59,9 @@ class Turn(BaseModel):
     results (engines/tools/agent_loop.py); ``step_limit``, where it stopped at its limit of
     answers with calls, that limit. ``stats`` says how a finished reply was written. ``missing_files`` names the files
     that the server no longer has (shown as missing, not sent). ``writing``,
-    ``tool_text`` and ``waiting`` (how many requests must finish before this reply starts) exist
-    only while the reply streams. ``row``: its message's id in the chat store, once written there;
+    ``tool_text``, ``waiting`` (how many requests must finish before this reply starts) and
+    ``asking`` (the calls that wait for the user's say: webui/tool_approval.py) exist only while
+    the reply streams. ``row``: its message's id in the chat store, once written there;
     ``versions``: the ids of its versions there (itself among them), oldest first."""
 
     role: Literal["user", "assistant"]
@@ -77,6 +79,7 @@ class Turn(BaseModel):
     writing: bool = Field(False, exclude=True)
     tool_text: str = Field("", exclude=True)
     waiting: int | None = Field(None, exclude=True)
+    asking: list[str] = Field([], exclude=True)
     row: int | None = Field(None, exclude=True)
     versions: list[int] = Field([], exclude=True)
 
@@ -181,7 +184,9 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
     shown = []
     for step in turn.steps:
         shown += _answer(step.reasoning, step.content, thinking=False)
-        shown += [_call_block(call, running=turn.writing) for call in step.tool_calls]
+        shown += [_call_block(call, running=turn.writing, asking=call.id in turn.asking) for call in step.tool_calls]
+    if turn.asking:
+        shown.append(question_line(question_key(turn.asking), [call.name for call in turn.steps[-1].tool_calls if call.id in turn.asking]))
     shown += _answer(turn.reasoning, turn.content, thinking=turn.writing and not (turn.content or turn.tool_text or turn.tool_calls))
     shown += [_call_block(call, running=False) for call in turn.tool_calls]
     if turn.step_limit:
@@ -215,11 +220,11 @@ def _answer(reasoning: str, content: str, thinking: bool) -> list[dict[str, Any]
     return shown
 
 
-def _call_block(call: SavedToolCall, running: bool) -> dict[str, Any]:
+def _call_block(call: SavedToolCall, running: bool, asking: bool = False) -> dict[str, Any]:
     """A tool call as a collapsible block: its arguments, and for a call that ran here its
     result or error (as text: a tool's output is never taken for the page's HTML) and time.
     ``running``: the call is of an answer whose calls run now (one that does not run here, the
-    user's to answer, is a call only)."""
+    user's to answer, is a call only); ``asking``: it waits for the user's say first."""
     body = _arguments_block(call.arguments)
     took = {"duration": call.seconds} if call.seconds is not None else {}
     if call.error is not None:
@@ -228,6 +233,8 @@ def _call_block(call: SavedToolCall, running: bool) -> dict[str, Any]:
     if call.result is not None:
         body += f"\n\n**Result**\n\n{fenced(call.result)}"
         return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ {call.name}", "status": "done", **took}}
+    if asking:
+        return {"role": "assistant", "content": body, "metadata": {"title": f"✋ {call.name}: waiting for your say", "status": "pending"}}
     if running:
         return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ {call.name}: running…", "status": "pending"}}
     return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ Tool call: {call.name}", "status": "done"}}

@@ -20,6 +20,7 @@ from .model_rights import ModelRights
 from .settings_tab import SettingsTab
 from .long_paste import LONG_PASTE_ATTACHES
 from .read_aloud import READ_ALOUD
+from .tool_approval import APPROVAL_CHOICES
 from .versions import VERSION_ARROWS
 from .shortcuts import ESCAPE_STOPS
 
@@ -44,6 +45,8 @@ CSS = """
 #chatbot .message:has(.versions) { background: none; border: none; box-shadow: none; padding-top: 0; padding-bottom: 0; }
 .versions { font-size: 0.85em; opacity: 0.75; user-select: none; }
 .version-go { cursor: pointer; padding: 0 0.4em; }
+.tool-approval [class*=approve-] { cursor: pointer; text-decoration: underline; padding: 0 0.3em; }
+.tool-approval .approve-deny { color: var(--error-text-color, #b91c1c); }
 .version-end { opacity: 0.3; padding: 0 0.4em; }
 .read-aloud { font-size: 0.78em; opacity: 0.75; margin-left: 0.8em; background: none; border: none; cursor: pointer; padding: 0; }
 .document-chip summary { cursor: pointer; }
@@ -75,7 +78,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         with sidebar.panel:
             presets = ChatPresets()
         presets.wire(sidebar.opened, sidebar.chats, chat.system, generation)
-        for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS):
+        for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS, APPROVAL_CHOICES):
             demo.load(None, js=script)
         settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, generation)
     return demo

@@ -19,13 +19,14 @@ from typing import Any
 import gradio as gr
 
 from engines import ChatError, ModelSlot, QueuePlace, ReplyChunk, Response
-from engines.tools import StepLimitReached, ToolResult, ToolSettings, ToolsRunning, reply_with_tools
+from engines.tools import ApprovalAsked, StepLimitReached, ToolResult, ToolSettings, ToolsRunning, reply_with_tools
 
 from .chat_keeper import SAVE_INTERVAL
 from .chat_session import ChatSession, kept, save
 from .conversation import SavedToolCall, ToolStep, Turn, kept_media, model_request, render, render_turn
 from .reply_stats import ReplyClock
 from .streaming import throttled
+from .tool_approval import PageApproval
 
 
 class PageReply:
@@ -71,7 +72,8 @@ class PageReply:
             clock = ReplyClock(model)
             if not self.continuing:
                 session.turns.append(self.turn)
-            stream = reply_with_tools(model, request, running, tools.tool_steps, queue_places=True)
+            stream = reply_with_tools(model, request, running, tools.tool_steps, queue_places=True,
+                                      approval=PageApproval(session, tools.ask_every_call))
             async for items in throttled(stream, lambda: session.stop_requested, arrived=clock.note):
                 for item in items:
                     add(self.turn, item)
@@ -83,7 +85,7 @@ class PageReply:
             self.fail(error)
             ended = True
         finally:
-            self.turn.writing, self.turn.tool_text, self.turn.waiting = False, "", None
+            self.turn.writing, self.turn.tool_text, self.turn.waiting, self.turn.asking = False, "", None, []
             if not ended:
                 self.close()
         await kept(session)
@@ -134,7 +136,10 @@ def add(turn: Turn, item: Any) -> None:
     elif isinstance(item, ToolsRunning):
         turn.steps.append(ToolStep(reasoning=turn.reasoning, content=turn.content, tool_calls=turn.tool_calls))
         turn.reasoning, turn.content, turn.tool_calls = "", "", []
+    elif isinstance(item, ApprovalAsked):
+        turn.asking = [call.id for call in item.calls]
     elif isinstance(item, ToolResult):
+        turn.asking = []
         call = next(call for call in turn.steps[-1].tool_calls if call.id == item.call.id)
         call.result, call.error, call.seconds = item.content, item.error, item.seconds
     elif isinstance(item, StepLimitReached):

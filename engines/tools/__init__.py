@@ -3,12 +3,12 @@ how one call runs (toolbox.py), the loop that runs a reply's calls and has the m
 their results (agent_loop.py), the MCP servers' (mcp_servers.py), every tool that may run
 (catalog.py), and which of them a chat runs (settings.py)."""
 
-from .agent_loop import STEP_LIMIT, StepLimitReached, ToolsRunning, reply_with_tools
+from .agent_loop import DENIED, STEP_LIMIT, Approval, ApprovalAsked, StepLimitReached, ToolsRunning, reply_with_tools
 from .builtin import BUILTIN_TOOLS
 from .catalog import TOOL_CATALOG
 from .mcp_servers import McpServers
 from .settings import ToolSettings
 from .toolbox import Tool, ToolResult, run_call
 
-__all__ = ["BUILTIN_TOOLS", "STEP_LIMIT", "TOOL_CATALOG", "McpServers", "StepLimitReached", "Tool", "ToolResult", "ToolSettings", "ToolsRunning", "reply_with_tools",
+__all__ = ["BUILTIN_TOOLS", "DENIED", "STEP_LIMIT", "Approval", "ApprovalAsked", "TOOL_CATALOG", "McpServers", "StepLimitReached", "Tool", "ToolResult", "ToolSettings", "ToolsRunning", "reply_with_tools",
            "run_call"]

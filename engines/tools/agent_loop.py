@@ -3,9 +3,11 @@ answer at once), their results go back to it as tool messages in its own chat te
 answers again, until it answers without a call or reaches the step limit.
 
 Only calls of the tools handed to the loop run; an answer that calls any other (one the user
-declared and answers by hand) ends the loop, as does an answer cut short. A result is fitted to
-the model's context before it is sent: cut, with a note that says how much was left out, where it
-would not fit. Closing the reply (Stop, a client gone) cancels the running tools with it.
+declared and answers by hand) ends the loop, as does an answer cut short. A call the approval
+asks about waits for the user's say, and a call denied does not run: the model is told so. A
+result is fitted to the model's context before it is sent: cut, with a note that says how much
+was left out, where it would not fit. Closing the reply (Stop, a client gone) cancels the running
+tools with it, and a question still waiting for its answer.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,6 +53,26 @@ class ToolsRunning:
     calls: tuple[ToolCall, ...]
 
 
+class Approval(Protocol):
+    """Whom the loop asks before a call runs: the page's user (webui/tool_approval.py), the terminal's."""
+
+    def asks(self, tool: Tool) -> bool:
+        """Whether a call of ``tool`` waits for the user's say."""
+
+    async def decide(self, calls: Sequence[ToolCall]) -> Mapping[str, bool]:
+        """Whether each of ``calls`` may run, by call id, once the user has said."""
+
+
+@dataclass(frozen=True)
+class ApprovalAsked:
+    """These calls of the answer wait for the user's say (an Approval's decide) before they run."""
+
+    calls: tuple[ToolCall, ...]
+
+
+DENIED = "The user did not allow this call, so it did not run."
+
+
 @dataclass(frozen=True)
 class StepLimitReached:
     """The model answered ``steps`` times and still called tools: these last calls do not run."""
@@ -59,9 +81,10 @@ class StepLimitReached:
 
 
 async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: Mapping[str, Tool], step_limit: int = STEP_LIMIT,
-                           queue_places: bool = False) -> AsyncIterator[Any]:
+                           queue_places: bool = False, approval: Approval | None = None) -> AsyncIterator[Any]:
     """The items of each answer as ChatModel.astream_reply gives them (``queue_places`` as
-    there); between two answers, ToolsRunning, then each call's ToolResult, in the order of the
+    there); between two answers, ToolsRunning, ApprovalAsked where ``approval`` asks about some
+    of the calls (without one, every call runs), then each call's ToolResult, in the order of the
     calls, as the model reads it; and StepLimitReached where the ``step_limit``-th answer calls
     tools still."""
     for step in range(1, step_limit + 1):
@@ -77,13 +100,22 @@ async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: M
             yield StepLimitReached(step)
             return
         yield ToolsRunning(calls)
+        allowed = {call.id: True for call in calls}
+        waiting = tuple(call for call in calls if approval is not None and approval.asks(tools[call.name]))
+        if waiting:
+            yield ApprovalAsked(waiting)
+            allowed.update(await approval.decide(waiting))
         # All of them at once; closing the reply (a cancelled await here) cancels those still running.
-        results = await asyncio.gather(*(run_call(tools[call.name], call) for call in calls))
+        results = await asyncio.gather(*(run_call(tools[call.name], call) if allowed[call.id] else _denied(call) for call in calls))
         asked = _answered(request, response)
         results = await asyncio.to_thread(fit_results, model, asked, results)
         for result in results:
             yield result
         request = dataclasses.replace(asked, messages=[*asked.messages, *(result.for_template() for result in results)])
+
+
+async def _denied(call: ToolCall) -> ToolResult:
+    return ToolResult(call, DENIED, "denied by the user")
 
 
 def _answered(request: ChatRequest, response: Response) -> ChatRequest:

@@ -29,6 +29,10 @@ class ToolSettings(Settings):
                             "that do not call tools on their own)",
         json_schema_extra=page_control("Tool call", info="required: the first answer must call a tool"),
     )
+    ask_every_call: bool = Field(
+        False, description="ask before every call runs, read-only tools' too (a tool that may change something always asks)",
+        json_schema_extra=page_control("Ask before every call", info="Tools that may change something always ask first"),
+    )
     tool_steps: int = Field(
         STEP_LIMIT, ge=1, le=50, description="how many times a reply may call tools before it must stop",
         json_schema_extra=page_control("Tool steps", step=1),

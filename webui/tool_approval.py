@@ -1,0 +1,91 @@
+"""Asking the page's user before a tool call runs (the agent loop's Approval): a call of a tool
+that may change something (not marked read-only), or of any tool where the chat asks before
+every call, waits under a line that asks: Allow once, Always in this chat, Deny.
+
+The line is HTML in the Chatbot, as the ‹k/n› arrows are (webui/versions.py): each choice is a
+span with a class, and a script the page runs once puts the choice and the question's key into a
+hidden field, whose change event answers the question the reply waits on."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engines.prompt.reply_parser import ToolCall
+from engines.tools import Tool
+
+PICK_ID = "approval-pick"
+CHOICES = {"once": "Allow once", "always": "Always in this chat", "deny": "Deny"}
+
+
+@dataclass
+class Question:
+    """The calls a reply waits on the user's say about, and where the answer goes."""
+
+    key: str
+    answer: asyncio.Future
+
+
+class PageApproval:
+    """The Approval of one reply in ``session`` (a ChatSession): ``every_call`` asks about
+    read-only tools too; a tool allowed always in the session's chat is not asked about again."""
+
+    def __init__(self, session: Any, every_call: bool) -> None:
+        self.session = session
+        self.every_call = every_call
+
+    def asks(self, tool: Tool) -> bool:
+        return (self.every_call or not tool.read_only) and tool.name not in self.session.always_allowed.get(self.session.chat_id, ())
+
+    async def decide(self, calls: Sequence[ToolCall]) -> Mapping[str, bool]:
+        question = Question(question_key([call.id for call in calls]), asyncio.get_running_loop().create_future())
+        self.session.question = question
+        try:
+            choice = await question.answer
+        finally:
+            self.session.question = None
+        if choice == "always":
+            self.session.always_allowed.setdefault(self.session.chat_id, set()).update(call.name for call in calls)
+        return {call.id: choice != "deny" for call in calls}
+
+
+def answer(session: Any, picked: str) -> None:
+    """The hidden field's change: the choice, for the question it names if the reply still waits on it."""
+    choice, key, *_ = (str(picked or "").split() or [""]) + ["", ""]
+    question = session.question
+    if choice in CHOICES and question is not None and question.key == key:
+        question.answer.get_loop().call_soon_threadsafe(_settle, question.answer, choice)
+
+
+def _settle(answer: asyncio.Future, choice: str) -> None:
+    if not answer.done():
+        answer.set_result(choice)
+
+
+def question_key(call_ids: Sequence[str]) -> str:
+    """A key for the question about these calls that fits a class name (call ids are the model's)."""
+    return hashlib.sha256("\n".join(call_ids).encode()).hexdigest()[:16]
+
+
+def question_line(key: str, names: Sequence[str]) -> dict[str, Any]:
+    """The Chatbot message that asks about the calls of ``names``, its choices under it."""
+    choices = " · ".join(f'<span class="approve-{choice} q-{key}">{label}</span>' for choice, label in CHOICES.items())
+    return {"role": "assistant", "content": f'<span class="tool-approval">✋ Run {", ".join(dict.fromkeys(names))}? {choices}</span>'}
+
+
+# Runs once as the page loads (demo.load's js).
+APPROVAL_CHOICES = """() => {
+    document.addEventListener("click", (event) => {
+        const choice = event.target instanceof Element ? event.target.closest("#chatbot .tool-approval [class*=approve-]") : null;
+        const field = document.querySelector("#%s textarea, #%s input");
+        if (!choice || !field) return;
+        const names = [...choice.classList];
+        const picked = names.find((name) => name.startsWith("approve-")).slice(8);
+        const key = names.find((name) => name.startsWith("q-")).slice(2);
+        field.value = `${picked} ${key} ${Date.now()}`;
+        field.dispatchEvent(new Event("input", {bubbles: true}));
+    });
+}""" % (PICK_ID, PICK_ID)
