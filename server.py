@@ -55,6 +55,7 @@ def web_app(slot, args: argparse.Namespace):
     """The page at / and the API at /v1 over ``slot``, as a FastAPI app not yet served."""
     import gradio as gr
     from gradio.route_utils import API_PREFIX as PAGE_PREFIX
+    from gradio.routes import App
     from gradio.utils import get_upload_folder
 
     from starlette.routing import Mount
@@ -72,6 +73,7 @@ def web_app(slot, args: argparse.Namespace):
     limits = limits_of(args)
     logins = server_logins(users, args)
     app = api_app(slot, args, logins)  # /v1 first: the page mounted at / takes every path added after it
+    serve_pyodide(app)
     uploads = f"{PAGE_PREFIX}/upload"  # each file bounded by --max-upload-size instead
     app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
                        flag="--max-page-request-size", advice="Send a shorter message, or ask the server's operator to raise the limit.")
@@ -88,7 +90,7 @@ def web_app(slot, args: argparse.Namespace):
     # Gradio checks that a file a request names is one its users uploaded only once launch() has
     # run; a mounted page never runs it, and would copy any file on the server that it is sent.
     demo.has_launched = True
-    gradio_app = next(route.app for route in page.routes if isinstance(route, Mount))
+    gradio_app = next(route.app for route in page.routes if isinstance(route, Mount) and isinstance(route.app, App))
     # Gradio's heartbeat streams (one per open page) end only when its app is told the server stops.
     page.state.page_streams_stop = gradio_app.stop_event
     page.add_middleware(StatusTimerAtItsResolution)
@@ -97,6 +99,22 @@ def web_app(slot, args: argparse.Namespace):
         keep_sessions_to_their_logins(demo, owners)
         page.add_middleware(SessionOwnerCheck, owners=owners, login_of=lambda request: gradio_login(gradio_app, request))
     return page
+
+
+def serve_pyodide(app) -> None:
+    """Pyodide's files (setup.sh fetches them), from which the page runs Python in the browser:
+    served here, so that it works offline. Without them, the page's Run button says so."""
+    import mimetypes
+
+    from starlette.staticfiles import StaticFiles
+
+    from webui.python_in_browser import PYODIDE_DIR, PYODIDE_PATH
+
+    if PYODIDE_DIR.is_dir():
+        # A module worker is refused a script of another type; Python 3.11 knows neither by name.
+        mimetypes.add_type("text/javascript", ".mjs")
+        mimetypes.add_type("application/wasm", ".wasm")
+        app.mount(PYODIDE_PATH.rstrip("/"), StaticFiles(directory=PYODIDE_DIR))
 
 
 def gradio_login(gradio_app, request) -> str | None:

@@ -118,6 +118,19 @@ if [ "$want_vllm" = 1 ] && ! has_module vllm; then
   .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 fi
 
+# Python run in the page's own browser (Pyodide): its interpreter, from its npm package, served by the
+# app itself so that it works offline (webui/python_in_browser.py).
+if [ ! -f .cache/pyodide/pyodide.mjs ]; then
+  if command -v npm >/dev/null; then
+    rm -rf .cache/pyodide .cache/pyodide-*.tgz && mkdir -p .cache/pyodide
+    (cd .cache && npm pack --silent pyodide@314.0.7 >/dev/null)
+    tar -xzf .cache/pyodide-314.0.7.tgz -C .cache/pyodide --strip-components=1 && rm .cache/pyodide-314.0.7.tgz
+  else
+    echo "No npm here, so the page's Run button for Python cannot run it (Debian/Ubuntu: apt-get install npm, then run this script again)." >&2
+    if [ "$want_tests" = 1 ]; then exit 1; fi
+  fi
+fi
+
 bash scripts/compile_venv.sh .venv > .cache/setup-compile.log 2>&1 &
 background+=("$!:.cache/setup-compile.log")
 

@@ -19,6 +19,8 @@ from harness.browser import (
     user_messages, wait_until_answered,
 )
 from harness.mcp_config import demo_entry
+from webui.conversation import Turn
+from webui.conversation_file import write_conversation
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
 
@@ -203,15 +205,20 @@ def test_two_tabs_chatting_at_once_stay_separate(open_page):
         assert theirs not in user_messages(page).first.inner_text()
 
 
-def test_a_tool_the_chat_runs_shows_its_call_and_result_as_text(page):
+def open_tools(page):
+    """Greedy, short replies, and the Tools panel open with the first answer made a call."""
     open_tab(page, "Settings")
     set_number(page, "temperature", 0)
     set_number(page, "max-new-tokens", 40)
     open_tab(page, "Chat")
     page.locator("#tools-panel").get_by_text("Tools", exact=True).click()
-    page.locator("#run-tools").get_by_label("calculator").check()
     page.locator("#tool-choice input[role=combobox]").click()
     page.get_by_role("option", name="required", exact=True).click()
+
+
+def test_a_tool_the_chat_runs_shows_its_call_and_result_as_text(page):
+    open_tools(page)
+    page.locator("#run-tools").get_by_label("calculator").check()
     ask(page, "What is 17 times 23?")
     chat = page.locator("#chatbot")
     call = chat.get_by_text(re.compile(r"^(⚙ calculator|⚠ calculator failed)$"))
@@ -222,17 +229,11 @@ def test_a_tool_the_chat_runs_shows_its_call_and_result_as_text(page):
 
 
 def test_the_mcp_servers_are_listed_and_their_tools_run_asking_first_where_they_may_change_something(page):
-    open_tab(page, "Settings")
-    set_number(page, "temperature", 0)
-    set_number(page, "max-new-tokens", 40)
-    open_tab(page, "Chat")
-    page.locator("#tools-panel").get_by_text("Tools", exact=True).click()
+    open_tools(page)
     servers = page.locator("#mcp-servers")
     expect(servers).to_contain_text("demo: ready: demo__add")
     expect(servers).to_contain_text("missing: failed (its command was not found: no-such-command-here)")
     page.locator("#run-tools").get_by_label("demo__add").check()
-    page.locator("#tool-choice input[role=combobox]").click()
-    page.get_by_role("option", name="required", exact=True).click()
     # The small model may call it again after its result: two answers at most.
     set_number(page, "tool-steps", 2)
     ask(page, "What is 2 plus 40?")
@@ -254,6 +255,26 @@ def test_the_mcp_servers_are_listed_and_their_tools_run_asking_first_where_they_
     expect(denied.first).to_be_visible()
     denied.first.click()
     expect(page.locator("#chatbot").get_by_text("denied by the user").first).to_be_visible()
+
+
+def test_a_python_block_of_a_reply_runs_in_the_browser_and_shows_what_it_printed(page, tmp_path):
+    code = "import sys\nprint(sum(range(10)), sys.platform)\n"
+    conversation = tmp_path / "python.json"
+    write_conversation(str(conversation), [Turn(role="user", content="Sum 0 to 9 in Python."),
+                                           Turn(role="assistant", content=f"Here:\n\n```python\n{code}```\n\nand an error:\n\n```python\n1/0\n```")],
+                       "", 10**6)
+    page.get_by_text("Conversation file", exact=True).click()
+    with page.expect_file_chooser() as chooser:
+        page.locator("#import-btn").click()
+    chooser.value.set_files(str(conversation))
+    runs = page.locator("#chatbot .python-run button")
+    expect(runs).to_have_count(2)
+    runs.first.click()
+    # It ran here, in the browser's WebAssembly Python (Pyodide): not on the server, whose platform is linux.
+    expect(page.locator("#chatbot .python-output").first).to_have_text("45 emscripten\n", timeout=LONG)
+    runs.last.click()
+    failed = page.locator("#chatbot .python-output.failed")
+    expect(failed).to_contain_text("ZeroDivisionError: division by zero", timeout=LONG)
 
 
 def choose_backend(page, name):

@@ -20,6 +20,7 @@ from .model_rights import ModelRights
 from .settings_tab import SettingsTab
 from .long_paste import LONG_PASTE_ATTACHES
 from .read_aloud import READ_ALOUD
+from .python_in_browser import RUN_BUTTONS
 from .tool_approval import APPROVAL_CHOICES
 from .versions import VERSION_ARROWS
 from .shortcuts import ESCAPE_STOPS
@@ -46,6 +47,9 @@ CSS = """
 .versions { font-size: 0.85em; opacity: 0.75; user-select: none; }
 .version-go { cursor: pointer; padding: 0 0.4em; }
 .tool-approval [class*=approve-] { cursor: pointer; text-decoration: underline; padding: 0 0.3em; }
+.python-run button { font-size: 0.8em; padding: 0.1em 0.6em; margin: 0.2em 0; border-radius: 4px; cursor: pointer; }
+.python-output { font-size: 0.85em; max-height: 20em; overflow: auto; white-space: pre-wrap; }
+.python-output.failed { color: var(--error-text-color, #b91c1c); }
 .tool-approval .approve-deny { color: var(--error-text-color, #b91c1c); }
 .version-end { opacity: 0.3; padding: 0 0.4em; }
 .read-aloud { font-size: 0.78em; opacity: 0.75; margin-left: 0.8em; background: none; border: none; cursor: pointer; padding: 0; }
@@ -78,7 +82,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         with sidebar.panel:
             presets = ChatPresets()
         presets.wire(sidebar.opened, sidebar.chats, chat.system, generation)
-        for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS, APPROVAL_CHOICES):
+        for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS, APPROVAL_CHOICES, RUN_BUTTONS):
             demo.load(None, js=script)
         settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, generation)
     return demo
