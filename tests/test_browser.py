@@ -277,6 +277,23 @@ def test_a_python_block_of_a_reply_runs_in_the_browser_and_shows_what_it_printed
     expect(failed).to_contain_text("ZeroDivisionError: division by zero", timeout=LONG)
 
 
+def test_the_models_python_call_runs_in_the_browser(page):
+    open_tools(page)
+    page.locator("#run-tools").get_by_label("python", exact=True).check()
+    set_number(page, "tool-steps", 2)
+    # Greedy, the small model calls it with {"code": "42"} (an expression: its value is the output).
+    ask(page, "Call python with the code print(42).")
+    chat = page.locator("#chatbot")
+    call = chat.get_by_text(re.compile(r"^(⚙ python|⚠ python failed)$")).first
+    expect(call).to_be_visible()
+    call.click()
+    shown = chat.inner_text()
+    # What the browser's Python gave, not that no browser ran it.
+    assert "did not run it" not in shown and "has none" not in shown, shown
+    expect(chat.get_by_text("Result", exact=True).first).to_be_visible()
+    expect(chat.locator("code").filter(has_text=re.compile(r"^42\s*$")).first).to_be_visible()
+
+
 def choose_backend(page, name):
     page.locator("#backend input[role=combobox]").click()
     page.get_by_role("option", name=name, exact=True).click()

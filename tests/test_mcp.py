@@ -74,13 +74,13 @@ def test_a_tool_runs_with_the_arguments_its_schema_takes(servers):
     assert wrong.error and "demo__add's parameters: a: 'two' is not of type 'integer'" in wrong.error, "checked before it reaches the server"
 
 
-def test_the_servers_hints_say_which_tools_only_read_and_the_operator_may_add_some():
-    servers = started(McpServers(configs(demo=demo_entry(readOnly=["wait"]))))
+def test_the_servers_hints_say_which_tools_only_read_and_the_operator_may_say_otherwise():
+    servers = started(McpServers(configs(demo=demo_entry(readOnly=["wait"], askFirst=["header"]))))
     try:
         read_only = {name: tool.read_only for name, tool in servers.tools().items()}
     finally:
         servers.close()
-    assert read_only == {"demo__add": True, "demo__write_note": False, "demo__wait": True, "demo__crash": False, "demo__header": True,
+    assert read_only == {"demo__add": True, "demo__write_note": False, "demo__wait": True, "demo__crash": False, "demo__header": False,
                          "demo__grow": False}
 
 
@@ -193,4 +193,4 @@ def test_a_chat_names_the_servers_tools_and_a_tool_gone_says_why():
             ToolSettings.build(run_tools=["missing__x"])
     finally:
         TOOL_CATALOG.close()
-    assert list(TOOL_CATALOG.tools()) == ["calculator", "current_time"]
+    assert list(TOOL_CATALOG.tools()) == ["calculator", "current_time", "python"]

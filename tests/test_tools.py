@@ -30,6 +30,8 @@ from limits import Limits
 
 QUESTION = [{"role": "user", "content": "What is 17 times 23? Use the calculator."}]
 FORCED = {"tool_choice": {"type": "function", "function": {"name": "calculator"}}}
+# The tools that run on the server (python runs in a page's browser: tests/test_browser.py).
+SERVER_TOOLS = {name: BUILTIN_TOOLS[name] for name in ("calculator", "current_time")}
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +97,7 @@ async def test_the_time_is_given_in_the_zone_named_and_an_unknown_zone_is_said()
 
 def test_tool_settings_name_only_tools_that_exist():
     assert ToolSettings.split({"run_tools": ["calculator"], "temperature": 0.5}) == (ToolSettings(run_tools=["calculator"]), {"temperature": 0.5})
-    with pytest.raises(ConfigError, match=r"run_tools names no tool here: rm \(the tools: calculator, current_time\)"):
+    with pytest.raises(ConfigError, match=r"run_tools names no tool here: rm \(the tools: calculator, current_time, python\)"):
         ToolSettings.build(run_tools=["rm"])
 
 
@@ -107,8 +109,8 @@ async def replies(model, request, tools, **options):
 
 
 async def test_a_called_tool_runs_and_the_model_answers_with_its_result(model):
-    request = ChatRequest.build(QUESTION, tools=[tool.schema() for tool in BUILTIN_TOOLS.values()], **FORCED)
-    items = await replies(model, request, BUILTIN_TOOLS, step_limit=2)
+    request = ChatRequest.build(QUESTION, tools=[tool.schema() for tool in SERVER_TOOLS.values()], **FORCED)
+    items = await replies(model, request, SERVER_TOOLS, step_limit=2)
     answers = [item for item in items if isinstance(item, Response)]
     [running] = [item for item in items if isinstance(item, ToolsRunning)]
     [result] = [item for item in items if isinstance(item, ToolResult)]
@@ -126,7 +128,7 @@ async def test_a_call_of_a_tool_that_does_not_run_here_ends_the_loop(model):
     declared = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
     request = ChatRequest.build(QUESTION, tools=[declared, BUILTIN_TOOLS["calculator"].schema()],
                                 tool_choice={"type": "function", "function": {"name": "get_weather"}})
-    items = await replies(model, request, BUILTIN_TOOLS)
+    items = await replies(model, request, SERVER_TOOLS)
     assert isinstance(items[-1], Response) and items[-1].parts.tool_calls[0].name == "get_weather"
     assert not [item for item in items if isinstance(item, ToolsRunning | ToolResult)], "the user answers it, not the loop"
 

@@ -26,7 +26,9 @@ class ChatSession:
     ``left``: the tab has switched to another chat (or is switching): nothing of this session is
     shown any more, since a reply's late update or a refresh ending late would paint it over the
     chat now shown. ``question``: what the reply waits on the user's say about before tools run,
-    and ``always_allowed`` the tools allowed always, by chat id (webui/tool_approval.py)."""
+    and ``always_allowed`` the tools allowed always, by chat id (webui/tool_approval.py);
+    ``browser_runs``: the python calls that wait for the page's browser to run their code, by the
+    code's key (webui/python_in_browser.py)."""
 
     turns: list[Turn] = field(default_factory=list)
     stop_requested: bool = False
@@ -37,6 +39,7 @@ class ChatSession:
     imported: MessageTree[Turn] | None = None
     left: bool = False
     question: Question | None = None
+    browser_runs: dict[str, asyncio.Future] = field(default_factory=dict)
     always_allowed: dict[str, set[str]] = field(default_factory=dict)
 
 

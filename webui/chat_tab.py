@@ -12,7 +12,7 @@ from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.reply_format import ReplyFormatChoice
 from engines.tools import ToolSettings
 
-from . import replying, tool_approval
+from . import python_in_browser, replying, tool_approval
 from .by_name import by_name
 from .controls import control
 from .handlers import MEDIA_KINDS, ChatHandlers, control_value
@@ -56,6 +56,8 @@ class ChatTab:
                 self.version_pick = gr.Textbox(elem_id=PICK_ID, visible="hidden")
                 # Set by a reply's Allow once · Always in this chat · Deny (webui/tool_approval.py).
                 self.approval_pick = gr.Textbox(elem_id=tool_approval.PICK_ID, visible="hidden")
+                # Set by the page's script once it has run a python call's code (webui/python_in_browser.py).
+                self.browser_result = gr.Textbox(elem_id=python_in_browser.RESULT_ID, visible="hidden")
                 self.attachments_note = gr.Markdown("", elem_id="attachments-note")
                 self.pdfs_as_images = gr.Checkbox(False, label="Send PDFs as page images (for scans, figures, layout)",
                                                   elem_id="pdfs-as-images", visible=False, container=False)
@@ -133,6 +135,7 @@ class ChatTab:
         self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
         # Answered at once, beside the reply that waits on it.
         self.approval_pick.change(tool_approval.answer, [session, self.approval_pick], None, queue=False, api_visibility="private")
+        self.browser_result.change(python_in_browser.finished, [session, self.browser_result], None, queue=False, api_visibility="private")
         self.pdfs_as_images.change(handlers.pdfs_as_images, [session, self.pdfs_as_images], None, queue=False, api_visibility="private")
         self.pdfs_as_images.change(**note)
         self.message_box.change(**note, trigger_mode="always_last")

@@ -18,6 +18,7 @@ from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest, parse_tools
 from engines.tools import Tool
 
 from .attachments import AttachedDocument, chip
+from .python_in_browser import code_key
 from .reply_stats import ReplyStats
 from .tool_approval import question_key, question_line
 from .versions import version_line
@@ -185,6 +186,8 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
     for step in turn.steps:
         shown += _answer(step.reasoning, step.content, thinking=False)
         shown += [_call_block(call, running=turn.writing, asking=call.id in turn.asking) for call in step.tool_calls]
+        if turn.writing and not turn.asking:
+            shown += [_browser_run(call) for call in step.tool_calls if call.name == "python" and call.result is None]
     if turn.asking:
         shown.append(question_line(question_key(turn.asking), [call.name for call in turn.steps[-1].tool_calls if call.id in turn.asking]))
     shown += _answer(turn.reasoning, turn.content, thinking=turn.writing and not (turn.content or turn.tool_text or turn.tool_calls))
@@ -238,6 +241,17 @@ def _call_block(call: SavedToolCall, running: bool, asking: bool = False) -> dic
     if running:
         return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ {call.name}: running…", "status": "pending"}}
     return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ Tool call: {call.name}", "status": "done"}}
+
+
+def _browser_run(call: SavedToolCall) -> dict[str, Any]:
+    """The code of a ``python`` call the page's browser runs now, marked for the page's script
+    to run it (webui/python_in_browser.py)."""
+    try:
+        code = str(json.loads(call.arguments).get("code", ""))
+    except (json.JSONDecodeError, AttributeError):
+        code = ""
+    return {"role": "assistant", "content": f'<span class="browser-run k-{code_key(code)}">▶ Running in your browser:</span>\n\n'
+                                            f"{fenced(code, 'python')}"}
 
 
 def _arguments_block(arguments: str) -> str:

@@ -25,6 +25,7 @@ from .chat_keeper import SAVE_INTERVAL
 from .chat_session import ChatSession, kept, save
 from .conversation import SavedToolCall, ToolStep, Turn, kept_media, model_request, render, render_turn
 from .reply_stats import ReplyClock
+from .python_in_browser import browser_python
 from .streaming import throttled
 from .tool_approval import PageApproval
 
@@ -65,6 +66,8 @@ class PageReply:
             model = self.slot.model  # none loaded, or one loading: a ChatError, said on the user's turn
             tools, settings = ToolSettings.split(settings)
             running = tools.tools()
+            if "python" in running:  # run by this tab's browser
+                running["python"] = browser_python(session)
             # A continued answer goes on with its text: it is no first answer to force a call in.
             forced = {"tool_choice": tools.tool_choice} if tools.tool_choice != "auto" and not self.continuing else {}
             request = model_request(session.turns, user=user, continue_final_message=self.continuing, running=tuple(running.values()),

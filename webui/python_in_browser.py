@@ -1,16 +1,68 @@
 """Python run in the user's own browser (Pyodide, served by the app from its npm package, which
 setup.sh fetches into .cache/pyodide): a ▶ Run button under each Python code block of a reply
 runs the block in a Web Worker and shows what it printed, as text, under the block. Nothing runs
-on the server; a run that takes longer than RUN_SECONDS is ended with its worker."""
+on the server; a run that takes longer than RUN_SECONDS is ended with its worker.
+
+The model's ``python`` tool runs the same way (``browser_python``): while the call runs, the
+reply shows its code in a message marked with the code's key, the page's script runs it, and puts
+what it printed into a hidden field, whose change event hands it to the call that waits."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import hashlib
 import json
 from pathlib import Path
+from typing import Any
+
+from engines.tools import BUILTIN_TOOLS, Tool
+
+from .tool_approval import settle
 
 PYODIDE_DIR = Path(__file__).resolve().parent.parent / ".cache" / "pyodide"
 PYODIDE_PATH = "/pyodide/"
 RUN_SECONDS = 30
+# Loading the interpreter the first time, besides the run itself.
+LOAD_SECONDS = 60
+RESULT_ID = "browser-result"
+
+
+def code_key(code: str) -> str:
+    """The key of a run of ``code``, which fits a class name (one run serves calls of the same code)."""
+    return hashlib.sha256(code.encode()).hexdigest()[:16]
+
+
+def browser_python(session: Any) -> Tool:
+    """The ``python`` tool of one tab (a ChatSession): each call waits for the tab's browser to run its code."""
+
+    async def run(arguments: dict[str, Any]) -> str:
+        key = code_key(arguments["code"])
+        ran = session.browser_runs.setdefault(key, asyncio.get_running_loop().create_future())
+        try:
+            output, failed = await asyncio.wait_for(asyncio.shield(ran), RUN_SECONDS + LOAD_SECONDS)
+        except TimeoutError:
+            raise RuntimeError(f"the browser did not run it within {RUN_SECONDS + LOAD_SECONDS} s") from None
+        finally:
+            session.browser_runs.pop(key, None)
+        if failed:
+            raise RuntimeError(output)
+        return output
+
+    return dataclasses.replace(BUILTIN_TOOLS["python"], run=run)
+
+
+def finished(session: Any, value: str) -> None:
+    """The hidden field's change: what a run printed, for the call that waits on it."""
+    try:
+        ran = json.loads(value or "{}")
+        key, output, failed = str(ran["key"]), str(ran["output"]), bool(ran.get("failed"))
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return
+    waiting = session.browser_runs.get(key)
+    if waiting is not None:
+        settle(waiting, (output, failed))
+
 
 # The worker: loads the interpreter once, then runs each block it is sent, its prints gathered.
 # PYODIDE_URL is put in as the page's own address (a worker made from a Blob has no base to take a path from).
@@ -51,10 +103,26 @@ RUN_BUTTONS = """() => {
         };
         worker.postMessage(code);
     });
+    const ran = new Set();
+    const runCalls = () => {
+        for (const marker of document.querySelectorAll("#chatbot .browser-run")) {
+            const key = [...marker.classList].find((name) => name.startsWith("k-")).slice(2);
+            const code = marker.closest("[data-testid=bot]")?.querySelector("code.language-python");
+            const field = document.querySelector("#%(result)s textarea, #%(result)s input");
+            if (ran.has(key) || !code || !field) continue;
+            ran.add(key);
+            run(code.textContent).then(({ output, failed }) => {
+                field.value = JSON.stringify({ key, output, failed: Boolean(failed), at: Date.now() });
+                field.dispatchEvent(new Event("input", { bubbles: true }));
+            });
+        }
+    };
     const addButtons = () => {
-        for (const code of document.querySelectorAll("#chatbot .bot code.language-python, #chatbot .bot code.language-py")) {
+        runCalls();
+        for (const code of document.querySelectorAll("#chatbot [data-testid=bot] code.language-python, #chatbot [data-testid=bot] code.language-py")) {
             const block = code.closest("pre");
             if (!block || block.nextElementSibling?.classList.contains("python-run")) continue;
+            if (code.closest("[data-testid=bot]").querySelector(".browser-run")) continue;
             const bar = document.createElement("div");
             bar.className = "python-run";
             const button = document.createElement("button");
@@ -76,4 +144,4 @@ RUN_BUTTONS = """() => {
         }
     };
     new MutationObserver(addButtons).observe(document.body, { subtree: true, childList: true });
-}""" % {"worker": json.dumps(WORKER), "path": PYODIDE_PATH, "seconds": RUN_SECONDS}
+}""" % {"worker": json.dumps(WORKER), "path": PYODIDE_PATH, "seconds": RUN_SECONDS, "result": RESULT_ID}

@@ -57,12 +57,12 @@ def answer(session: Any, picked: str) -> None:
     choice, key, *_ = (str(picked or "").split() or [""]) + ["", ""]
     question = session.question
     if choice in CHOICES and question is not None and question.key == key:
-        question.answer.get_loop().call_soon_threadsafe(_settle, question.answer, choice)
+        settle(question.answer, choice)
 
 
-def _settle(answer: asyncio.Future, choice: str) -> None:
-    if not answer.done():
-        answer.set_result(choice)
+def settle(waiting: asyncio.Future, value: Any) -> None:
+    """Give what a reply waits on its ``value`` from the thread of any page event (once: a second answer is let be)."""
+    waiting.get_loop().call_soon_threadsafe(lambda: waiting.done() or waiting.set_result(value))
 
 
 def question_key(call_ids: Sequence[str]) -> str:

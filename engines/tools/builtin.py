@@ -1,4 +1,5 @@
-"""The tools that come with the app and need no server: a calculator and the current date and time."""
+"""The tools that come with the app and need no server: a calculator, the current date and time,
+and Python, which runs in the page's browser (the page gives each reply its own: webui/python_in_browser.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ async def _current_time(arguments: dict[str, Any]) -> str:
     return f"{now:%A %d %B %Y, %H:%M:%S} ({now.tzname()}, UTC{now:%z}); ISO 8601: {now.isoformat(timespec='seconds')}"
 
 
+async def _python_elsewhere(arguments: dict[str, Any]) -> str:
+    raise RuntimeError("Python runs in the page's browser, and this chat has none (the terminal chat cannot run it)")
+
+
 CALCULATOR = Tool(
     name="calculator",
     description="Evaluate an arithmetic expression exactly: numbers, + - * / // % **, parentheses, pi and e, and functions such "
@@ -43,4 +48,12 @@ CURRENT_TIME = Tool(
                 "additionalProperties": False},
     run=_current_time,
 )
-BUILTIN_TOOLS = {tool.name: tool for tool in (CALCULATOR, CURRENT_TIME)}
+PYTHON = Tool(
+    name="python",
+    description="Run Python code (the standard library only) in the user's browser, and get what it printed. Print what you "
+                "want to read.",
+    parameters={"type": "object", "properties": {"code": {"type": "string", "minLength": 1, "description": "the program, like print(2**10)"}},
+                "required": ["code"], "additionalProperties": False},
+    run=_python_elsewhere,
+)
+BUILTIN_TOOLS = {tool.name: tool for tool in (CALCULATOR, CURRENT_TIME, PYTHON)}

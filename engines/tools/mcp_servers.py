@@ -50,6 +50,7 @@ class ServerConfig(BaseModel):
     headers: dict[str, str] = Field({}, description="sent with each request to a url, like an Authorization header")
     disabled: bool = False
     read_only: list[str] = Field([], alias="readOnly", description="tools the operator names as changing nothing")
+    ask_first: list[str] = Field([], alias="askFirst", description="tools that ask before each call, whatever the server says of them")
     startup_seconds: float = Field(30, gt=0, alias="startupTimeout", description="how long the server may take to connect")
     call_seconds: float = Field(120, gt=0, alias="timeout", description="how long one call may take")
 
@@ -230,8 +231,8 @@ class _Server:
     def _tool(self, described: Any) -> Tool:
         name = NAME_OUTSIDE.sub("_", f"{self.name}{SEPARATOR}{described.name}")[:LONGEST_NAME]
         hints = described.annotations
-        read_only = described.name in self.config.read_only or (
-            hints is not None and hints.read_only_hint is True and hints.destructive_hint is not True)
+        read_only = described.name not in self.config.ask_first and (described.name in self.config.read_only or (
+            hints is not None and hints.read_only_hint is True and hints.destructive_hint is not True))
 
         async def run(arguments: dict[str, Any]) -> str:
             return await self._call_on_loop(self._call_tool(described.name, arguments))
