@@ -139,6 +139,23 @@ def test_closing_ends_every_server_process_it_started():
     assert own_processes() - before == set(), [psutil.Process(pid).cmdline() for pid in own_processes() - before]
 
 
+def test_closing_while_a_server_connects_cuts_it_off():
+    before = own_processes()
+    servers = McpServers(configs(slow={**NEVER_ANSWERS, "startupTimeout": 120}))
+    servers.start()
+    deadline = time.monotonic() + 30
+    while not own_processes() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    closing = time.monotonic()
+    servers.close()
+    assert time.monotonic() - closing < 10
+    assert servers.statuses()[0].state == "closed"
+    deadline = time.monotonic() + 10
+    while own_processes() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert own_processes() - before == set()
+
+
 def test_a_streamable_http_server_is_reached_at_its_url_with_its_headers():
     port = free_port()
     server = subprocess.Popen([sys.executable, str(DEMO_SERVER), "--http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

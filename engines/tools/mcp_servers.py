@@ -35,6 +35,8 @@ SEPARATOR = "__"
 # OpenAI's function names (and so the chat templates'): letters, digits, _ and -, 64 at most.
 NAME_OUTSIDE = re.compile(r"[^A-Za-z0-9_-]")
 LONGEST_NAME = 64
+# How long closing waits for a server's session to end before it cuts it off.
+CLOSE_SECONDS = 5
 
 
 class ServerConfig(BaseModel):
@@ -106,10 +108,10 @@ class McpServers:
     ``tools()`` are theirs at the moment: those of a server not ready are not among them."""
 
     def __init__(self, configs: dict[str, ServerConfig]) -> None:
-        self._servers = {name: _Server(name, config) for name, config in configs.items()}
+        self._servers = {name: _Server(name, config, self._call) for name, config in configs.items()}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-servers", daemon=True)
-        self._keeping: list[Any] = []
+        self._keeping: list[asyncio.Task] = []
 
     @classmethod
     def from_file(cls, path: str | Path) -> McpServers:
@@ -117,7 +119,10 @@ class McpServers:
 
     def start(self) -> None:
         self._thread.start()
-        self._keeping = [asyncio.run_coroutine_threadsafe(server.keep(self._call), self._loop) for server in self._servers.values()]
+        asyncio.run_coroutine_threadsafe(self._keep_all(), self._loop).result()
+
+    async def _keep_all(self) -> None:
+        self._keeping = [asyncio.create_task(server.keep()) for server in self._servers.values()]
 
     def wait_started(self, timeout: float | None = None) -> None:
         """Until each server is ready or has failed (``timeout``: the most to wait, in seconds)."""
@@ -147,22 +152,30 @@ class McpServers:
         """Close every session and end every server process this started, then the loop."""
         if not self._thread.is_alive():
             return
-        for server in self._servers.values():
-            self._loop.call_soon_threadsafe(server.closing.set)
-        for keeping in self._keeping:
-            with contextlib.suppress(Exception):
-                keeping.result()
+        asyncio.run_coroutine_threadsafe(self._close_all(), self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
+
+    async def _close_all(self) -> None:
+        """Each session is closed in its turn; one still connecting, or slow to close, is cut off
+        (its process ended all the same, as the SDK unwinds)."""
+        for server in self._servers.values():
+            server.closing.set()
+        _, slow = await asyncio.wait(self._keeping, timeout=CLOSE_SECONDS)
+        for keeping in slow:
+            keeping.cancel()
+        await asyncio.gather(*slow, return_exceptions=True)
 
 
 class _Server:
     """One server's session, kept by ``keep`` on the servers' loop."""
 
-    def __init__(self, name: str, config: ServerConfig) -> None:
+    def __init__(self, name: str, config: ServerConfig,
+                 run_on_loop: Callable[[Coroutine[Any, Any, str]], Coroutine[Any, Any, str]]) -> None:
         self.name = name
         self.config = config
+        self._run_on_loop = run_on_loop
         self.tools: dict[str, Tool] = {}
         self.state: Literal["starting", "ready", "failed", "closed"] = "starting"
         self.detail = ""
@@ -174,10 +187,9 @@ class _Server:
     def status(self) -> ServerStatus:
         return ServerStatus(self.name, self.state, self.detail, tuple(self.tools))
 
-    async def keep(self, call_on_loop: Callable[[Coroutine[Any, Any, str]], Coroutine[Any, Any, str]]) -> None:
+    async def keep(self) -> None:
         from mcp import Client
 
-        self._call_on_loop = call_on_loop
         try:
             async with contextlib.AsyncExitStack() as stack:
                 try:
@@ -198,6 +210,8 @@ class _Server:
             self._ended("failed", _why(errors))
         finally:
             self.client = None
+            if self.state == "starting":  # cut off as the servers closed
+                self._ended("closed", "")
             self.started.set()
 
     def _ended(self, state: Literal["failed", "closed"], detail: str) -> None:
@@ -235,7 +249,7 @@ class _Server:
             hints is not None and hints.read_only_hint is True and hints.destructive_hint is not True))
 
         async def run(arguments: dict[str, Any]) -> str:
-            return await self._call_on_loop(self._call_tool(described.name, arguments))
+            return await self._run_on_loop(self._call_tool(described.name, arguments))
 
         return Tool(name=name, description=described.description or described.title or described.name,
                     parameters=described.input_schema or {"type": "object"}, run=run, read_only=read_only)
