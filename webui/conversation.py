@@ -244,14 +244,14 @@ def _call_block(call: SavedToolCall, running: bool, asking: bool = False) -> dic
 
 
 def _browser_run(call: SavedToolCall) -> dict[str, Any]:
-    """The code of a ``python`` call the page's browser runs now, marked for the page's script
-    to run it (webui/python_in_browser.py)."""
+    """The code of a ``python`` call that waits for the user to run it in the page's browser,
+    marked with its key (webui/python_in_browser.py)."""
     try:
         code = str(json.loads(call.arguments).get("code", ""))
     except (json.JSONDecodeError, AttributeError):
         code = ""
-    return {"role": "assistant", "content": f'<span class="browser-run k-{code_key(code)}">▶ Running in your browser:</span>\n\n'
-                                            f"{fenced(code, 'python')}"}
+    return {"role": "assistant", "content": f'<span class="browser-run k-{code_key(code)}">The model asks to run this in your browser: '
+                                            f"press ▶ Run under it.</span>\n\n{fenced(code, 'python')}"}
 
 
 def _arguments_block(arguments: str) -> str:

@@ -3,9 +3,12 @@ setup.sh fetches into .cache/pyodide): a ▶ Run button under each Python code b
 runs the block in a Web Worker and shows what it printed, as text, under the block. Nothing runs
 on the server; a run that takes longer than RUN_SECONDS is ended with its worker.
 
-The model's ``python`` tool runs the same way (``browser_python``): while the call runs, the
-reply shows its code in a message marked with the code's key, the page's script runs it, and puts
-what it printed into a hidden field, whose change event hands it to the call that waits."""
+The model's ``python`` tool runs the same way (``browser_python``): while the call waits, the
+reply shows its code in a message marked with the code's key, and when the user presses ▶ Run
+under it, the page's script puts what it printed, with the key, into a hidden field, whose change
+event hands it to the call. The user's press is what runs it, never the marker alone: a reply can
+write such a marker into its own text, and code it wrote would otherwise run in the user's
+browser, beside the page and its login, without the user's say."""
 
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ from .tool_approval import settle
 PYODIDE_DIR = Path(__file__).resolve().parent.parent / ".cache" / "pyodide"
 PYODIDE_PATH = "/pyodide/"
 RUN_SECONDS = 30
-# Loading the interpreter the first time, besides the run itself.
-LOAD_SECONDS = 60
+# How long a call waits for the user to press Run (and the run to end).
+WAIT_SECONDS = 600
 RESULT_ID = "browser-result"
 
 
@@ -40,9 +43,9 @@ def browser_python(session: Any) -> Tool:
         key = code_key(arguments["code"])
         ran = session.browser_runs.setdefault(key, asyncio.get_running_loop().create_future())
         try:
-            output, failed = await asyncio.wait_for(asyncio.shield(ran), RUN_SECONDS + LOAD_SECONDS)
+            output, failed = await asyncio.wait_for(asyncio.shield(ran), WAIT_SECONDS)
         except TimeoutError:
-            raise RuntimeError(f"the browser did not run it within {RUN_SECONDS + LOAD_SECONDS} s") from None
+            raise RuntimeError(f"nobody ran it in the browser within {WAIT_SECONDS // 60} minutes") from None
         finally:
             session.browser_runs.pop(key, None)
         if failed:
@@ -103,26 +106,19 @@ RUN_BUTTONS = """() => {
         };
         worker.postMessage(code);
     });
-    const ran = new Set();
-    const runCalls = () => {
-        for (const marker of document.querySelectorAll("#chatbot .browser-run")) {
-            const key = [...marker.classList].find((name) => name.startsWith("k-")).slice(2);
-            const code = marker.closest("[data-testid=bot]")?.querySelector("code.language-python");
-            const field = document.querySelector("#%(result)s textarea, #%(result)s input");
-            if (ran.has(key) || !code || !field) continue;
-            ran.add(key);
-            run(code.textContent).then(({ output, failed }) => {
-                field.value = JSON.stringify({ key, output, failed: Boolean(failed), at: Date.now() });
-                field.dispatchEvent(new Event("input", { bubbles: true }));
-            });
-        }
+    // What a run printed, for the model's call whose code it was (a message marked browser-run).
+    const answerCall = (code, ran) => {
+        const marker = code.closest("[data-testid=bot]").querySelector(".browser-run");
+        const field = document.querySelector("#%(result)s textarea, #%(result)s input");
+        if (!marker || !field) return;
+        const key = [...marker.classList].find((name) => name.startsWith("k-")).slice(2);
+        field.value = JSON.stringify({ key, output: ran.output, failed: Boolean(ran.failed), at: Date.now() });
+        field.dispatchEvent(new Event("input", { bubbles: true }));
     };
     const addButtons = () => {
-        runCalls();
         for (const code of document.querySelectorAll("#chatbot [data-testid=bot] code.language-python, #chatbot [data-testid=bot] code.language-py")) {
             const block = code.closest("pre");
             if (!block || block.nextElementSibling?.classList.contains("python-run")) continue;
-            if (code.closest("[data-testid=bot]").querySelector(".browser-run")) continue;
             const bar = document.createElement("div");
             bar.className = "python-run";
             const button = document.createElement("button");
@@ -134,10 +130,11 @@ RUN_BUTTONS = """() => {
                 button.disabled = true;
                 output.hidden = false;
                 output.textContent = "Running…";
-                const { output: printed, failed } = await run(code.textContent);
-                output.textContent = printed || "(it printed nothing)";
-                output.classList.toggle("failed", Boolean(failed));
+                const ran = await run(code.textContent);
+                output.textContent = ran.output || "(it printed nothing)";
+                output.classList.toggle("failed", Boolean(ran.failed));
                 button.disabled = false;
+                answerCall(code, ran);
             });
             bar.append(button, output);
             block.after(bar);
