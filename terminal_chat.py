@@ -75,7 +75,7 @@ class TerminalApproval:
         self.choice = "n"
 
     def asks(self, tool: Tool) -> bool:
-        return (self.every_call or not tool.read_only) and tool.name not in self.always
+        return tool.asks_first(self.every_call) and tool.name not in self.always
 
     def ask(self, calls: Sequence[ToolCall]) -> None:
         names = ", ".join(dict.fromkeys(call.name for call in calls))

@@ -38,7 +38,7 @@ class PageApproval:
         self.every_call = every_call
 
     def asks(self, tool: Tool) -> bool:
-        return (self.every_call or not tool.read_only) and tool.name not in self.session.always_allowed.get(self.session.chat_id, ())
+        return tool.asks_first(self.every_call) and tool.name not in self.session.always_allowed.get(self.session.chat_id, ())
 
     async def decide(self, calls: Sequence[ToolCall]) -> Mapping[str, bool]:
         question = Question(question_key([call.id for call in calls]), asyncio.get_running_loop().create_future())

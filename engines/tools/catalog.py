@@ -22,11 +22,15 @@ class ToolCatalog:
     def choose(self, names: list[str]) -> dict[str, Tool]:
         """The tools ``names`` names; a ValueError that says why for a name that runs no tool now."""
         tools = self.tools()
-        missing = [name for name in names if name not in tools]
+        missing = [self._missing(name) for name in names if name not in tools]
         if missing:
-            why = [f"{name} ({self.servers.why_missing(name)})" if self.servers and self.servers.why_missing(name) else name for name in missing]
-            raise ValueError(f"names no tool here: {', '.join(why)} (the tools: {', '.join(tools)})")
+            raise ValueError(f"names no tool here: {', '.join(missing)} (the tools: {', '.join(tools)})")
         return {name: tools[name] for name in names}
+
+    def _missing(self, name: str) -> str:
+        """``name``, and why it runs no tool where it is of a server's."""
+        why = self.servers.why_missing(name) if self.servers else None
+        return f"{name} ({why})" if why else name
 
     def connect(self, servers: McpServers) -> None:
         """Offer ``servers``' tools from now on (one config at a time)."""

@@ -27,6 +27,11 @@ class Tool:
     run: Callable[[dict[str, Any]], Awaitable[str]]
     read_only: bool = True
 
+    def asks_first(self, every_call: bool) -> bool:
+        """Whether a call of it waits for the user's say: one that may change something always
+        does, a read-only one where the user asks before ``every_call``."""
+        return every_call or not self.read_only
+
     def schema(self) -> dict[str, Any]:
         """The tool as a chat template and OpenAI's ``tools`` list name it."""
         return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
