@@ -50,6 +50,38 @@ if [ "$want_tests" = 1 ]; then
   # Video processors need torchvision, which has no build beside .venv's CPU torch: a second venv.
   bash scripts/setup_video_env.sh > .cache/setup-video.log 2>&1 &
   background+=("$!:.cache/setup-video.log")
+  # What only the tests read, downloaded and not installed: mostly waiting on the network.
+  (
+    # SGLang and KTransformers need a GPU; their pinned wheels are only read by the interface tests.
+    .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps -d .cache/runtime-wheels \
+      sglang==0.5.23 sglang-kt==0.7.2 ktransformers==0.7.2 kt-kernel==0.7.2
+    # The tiny multimodal GGUF fixtures (harness/tiny_gguf.py) are written by llama.cpp's own converter,
+    # at the version of the installed llama-cpp-python: its sdist holds it, with its gguf-py.
+    if [ ! -f .cache/llama-cpp-src/convert_hf_to_gguf.py ]; then
+      sdist_dir=$(mktemp -d)
+      .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-binary :all: --no-deps \
+        -d "$sdist_dir" llama-cpp-python==0.3.36
+      .venv/bin/python - "$sdist_dir"/llama_cpp_python-0.3.36.tar.gz .cache/llama-cpp-src <<'PY'
+import pathlib, shutil, sys, tarfile
+sdist, dest = sys.argv[1], pathlib.Path(sys.argv[2])
+prefix = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
+wanted = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "models/templates/")
+staging = dest.with_name(dest.name + ".partial")
+shutil.rmtree(staging, ignore_errors=True)
+with tarfile.open(sdist) as tar:
+    for member in tar.getmembers():
+        name = member.name[len(prefix):] if member.name.startswith(prefix) else ""
+        if member.isfile() and name.startswith(wanted) and ".." not in name.split("/"):
+            target = staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(tar.extractfile(member).read())
+shutil.rmtree(dest, ignore_errors=True)
+staging.rename(dest)
+PY
+      rm -rf "$sdist_dir"
+    fi
+  ) > .cache/setup-downloads.log 2>&1 &
+  background+=("$!:.cache/setup-downloads.log")
 fi
 # Bytecode is compiled on every core by compile_venv.sh rather than by pip on one core as it
 # installs (a third of this setup's time): first beside llama.cpp's build and the last installs,
@@ -76,12 +108,12 @@ llamacpp_job=""
 if [ "$want_llamacpp" = 1 ] && { [ "$build" = none ] || [ "$build" = text ] || { [ "$want_cuda" = 1 ] && [ "$build" != cuda ]; }; }; then
   # ggml's own thread pool rather than OpenMP: with OMP_WAIT_POLICY=PASSIVE, which torch needs on a
   # few cores, OpenMP's llama.cpp decodes three times slower. On the CPU, a unity build
-  # (llamacpp_unity.cmake); a CUDA build as llama.cpp's own, the way it is tested upstream.
+  # (llamacpp_build.cmake); a CUDA build as llama.cpp's own, the way it is tested upstream.
   cmake_args="-DGGML_OPENMP=OFF"
   if [ "$want_cuda" = 1 ]; then
     cmake_args="$cmake_args -DGGML_CUDA=on"
   else
-    cmake_args="$cmake_args -DCMAKE_PROJECT_INCLUDE=$PWD/scripts/llamacpp_unity.cmake"
+    cmake_args="$cmake_args -DCMAKE_PROJECT_INCLUDE=$PWD/scripts/llamacpp_build.cmake"
   fi
   if ! command -v c++ >/dev/null && ! command -v g++ >/dev/null; then
     echo "No C++ compiler here, so llama.cpp is left out and the app runs on transformers (about 5 times slower on CPU)." >&2
@@ -136,34 +168,6 @@ background+=("$!:.cache/setup-compile.log")
 
 if [ "$want_tests" = 1 ]; then
   "${pip[@]}" -r requirements-test.txt
-  # SGLang and KTransformers need a GPU; their pinned wheels are only read by the interface tests.
-  .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps -d .cache/runtime-wheels \
-    sglang==0.5.23 sglang-kt==0.7.2 ktransformers==0.7.2 kt-kernel==0.7.2
-  # The tiny multimodal GGUF fixtures (harness/tiny_gguf.py) are written by llama.cpp's own converter,
-  # at the version of the installed llama-cpp-python: its sdist holds it, with its gguf-py.
-  if [ ! -f .cache/llama-cpp-src/convert_hf_to_gguf.py ]; then
-    sdist_dir=$(mktemp -d)
-    .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-binary :all: --no-deps \
-      -d "$sdist_dir" llama-cpp-python==0.3.36
-    .venv/bin/python - "$sdist_dir"/llama_cpp_python-0.3.36.tar.gz .cache/llama-cpp-src <<'PY'
-import pathlib, shutil, sys, tarfile
-sdist, dest = sys.argv[1], pathlib.Path(sys.argv[2])
-prefix = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
-wanted = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "models/templates/")
-staging = dest.with_name(dest.name + ".partial")
-shutil.rmtree(staging, ignore_errors=True)
-with tarfile.open(sdist) as tar:
-    for member in tar.getmembers():
-        name = member.name[len(prefix):] if member.name.startswith(prefix) else ""
-        if member.isfile() and name.startswith(wanted) and ".." not in name.split("/"):
-            target = staging / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(tar.extractfile(member).read())
-shutil.rmtree(dest, ignore_errors=True)
-staging.rename(dest)
-PY
-    rm -rf "$sdist_dir"
-  fi
 fi
 if [ -n "$llamacpp_job" ]; then
   if wait "$llamacpp_job"; then
