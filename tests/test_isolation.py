@@ -44,7 +44,8 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
 
 BROWSER_WAIT_MS = 180_000  # on a busy 2-core machine one request can wait behind seven others
-MAX_NEW_TOKENS = 32
+# Long enough that each session's reply is its own from its first words (asserted below).
+MAX_NEW_TOKENS = 16
 # Logprobs (nats) this close are a tie that another kernel's rounding can tip.
 NEAR_TIE = 0.05
 # Per page after the first, how far ahead of now send_to_all sets the moment its pages send together:
