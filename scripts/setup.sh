@@ -107,8 +107,8 @@ llamacpp_wheels=.cache/llama-cpp-wheel
 llamacpp_job=""
 if [ "$want_llamacpp" = 1 ] && { [ "$build" = none ] || [ "$build" = text ] || { [ "$want_cuda" = 1 ] && [ "$build" != cuda ]; }; }; then
   # ggml's own thread pool rather than OpenMP: with OMP_WAIT_POLICY=PASSIVE, which torch needs on a
-  # few cores, OpenMP's llama.cpp decodes three times slower. On the CPU, a unity build
-  # (llamacpp_build.cmake); a CUDA build as llama.cpp's own, the way it is tested upstream.
+  # few cores, OpenMP's llama.cpp decodes three times slower. On the CPU, a unity build of only what
+  # the wheel ships (llamacpp_build.cmake); a CUDA build as llama.cpp's own, the way it is tested upstream.
   cmake_args="-DGGML_OPENMP=OFF"
   if [ "$want_cuda" = 1 ]; then
     cmake_args="$cmake_args -DGGML_CUDA=on"
