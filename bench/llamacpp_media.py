@@ -74,7 +74,7 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace, folder: Path) -> None:
-    pair = build_gguf("qwen2_vl", folder / "qwen2_vl")
+    pair = build_gguf("qwen2_vl", folder)
     with ChatModel({"model_name_or_path": str(pair.model)}) as model:
         marker = model.engine._media.marker
         prompt = model.render_prompt([{"role": "user", "content": f"<image>{QUESTION}"}], images=[str(image_file(folder, 0, args.size))])

@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +90,6 @@ class GgufPair:
     model: Path
     mmproj: Path
     hf_dir: Path
-    seconds: float  # time to build the HF directory and convert it twice
 
 
 def llama_cpp_src(root: Path | None = None) -> Path:
@@ -241,39 +239,46 @@ def build_qwen2_audio_hf(out: Path) -> Path:
 HF_BUILDERS = {"qwen2_vl": build_qwen2_vl_hf, "smolvlm": build_smolvlm_hf, "qwen2_audio": build_qwen2_audio_hf}
 
 
-def convert(hf_dir: Path, out_dir: Path, name: str, outtype: str = "f32", src: Path | None = None) -> tuple[Path, Path]:
-    """``convert_hf_to_gguf.py`` twice, in a subprocess with the vendored gguf-py: the text model
-    (``{name}.gguf``) and the projector (``mmproj-{name}.gguf``)."""
+# llama.cpp's converter run for each argv in turn in one interpreter: importing it (torch,
+# transformers, its model classes) is most of a run. main() exits with a status where it fails.
+CONVERT_EACH = (
+    "import json, runpy, sys\n"
+    "for argv in json.loads(sys.argv[1]):\n"
+    "    sys.argv = argv\n"
+    "    print('converting:', *argv[1:], file=sys.stderr, flush=True)\n"
+    "    runpy.run_path(argv[0], run_name='__main__')\n"
+)
+
+
+def convert(hf_dirs: dict[str, Path], out_dir: Path, outtype: str = "f32", src: Path | None = None) -> dict[str, tuple[Path, Path]]:
+    """``convert_hf_to_gguf.py`` twice for each named HF directory, in one subprocess with the
+    vendored gguf-py: the text model (``out_dir/{name}/{name}.gguf``) and the projector
+    (``mmproj-{name}.gguf`` beside it)."""
     src = llama_cpp_src(src)
-    out_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(src / "gguf-py"), "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-    model, mmproj = out_dir / f"{name}.gguf", out_dir / f"mmproj-{name}.gguf"
-    for outfile, extra in ((model, []), (mmproj, ["--mmproj"])):
-        command = [sys.executable, str(src / "convert_hf_to_gguf.py"), str(hf_dir), "--outfile", str(outfile), "--outtype", outtype, *extra]
-        done = subprocess.run(command, env=env, cwd=src, capture_output=True, text=True)
-        if done.returncode != 0 or not outfile.is_file():
-            raise RuntimeError(f"convert_hf_to_gguf.py failed for {hf_dir} ({' '.join(extra) or 'text model'}):\n{done.stderr[-4000:]}")
-    return model, mmproj
+    outputs, runs = {}, []
+    for name, hf_dir in hf_dirs.items():
+        (out_dir / name).mkdir(parents=True, exist_ok=True)
+        outputs[name] = out_dir / name / f"{name}.gguf", out_dir / name / f"mmproj-{name}.gguf"
+        for outfile, extra in zip(outputs[name], ([], ["--mmproj"])):
+            runs.append([str(src / "convert_hf_to_gguf.py"), str(hf_dir), "--outfile", str(outfile), "--outtype", outtype, *extra])
+    done = subprocess.run([sys.executable, "-c", CONVERT_EACH, json.dumps(runs)], env=env, cwd=src, capture_output=True, text=True)
+    missing = [str(path) for pair in outputs.values() for path in pair if not path.is_file()]
+    if done.returncode != 0 or missing:
+        raise RuntimeError(f"convert_hf_to_gguf.py failed (not written: {', '.join(missing)}):\n{done.stderr[-4000:]}")
+    return outputs
+
+
+def build_ggufs(archs: list[str], out: Path, outtype: str = "f32") -> dict[str, GgufPair]:
+    """HF_BUILDERS' ``archs`` as GGUF pairs, each in ``out/{arch}`` (``out/{arch}/hf`` keeps its HF directory)."""
+    hf_dirs = {arch: HF_BUILDERS[arch](Path(out) / arch / "hf") for arch in archs}
+    converted = convert(hf_dirs, Path(out), outtype)
+    return {arch: GgufPair(*converted[arch], hf_dirs[arch]) for arch in archs}
 
 
 def build_gguf(arch: str, out: Path, outtype: str = "f32") -> GgufPair:
-    """One of HF_BUILDERS' architectures as a GGUF pair under ``out`` (``out/hf`` keeps the HF directory)."""
-    started = time.monotonic()
-    hf_dir = HF_BUILDERS[arch](Path(out) / "hf")
-    model, mmproj = convert(hf_dir, Path(out), arch, outtype)
-    return GgufPair(model, mmproj, hf_dir, time.monotonic() - started)
-
-
-def build_qwen2_vl_gguf(out: Path) -> GgufPair:
-    return build_gguf("qwen2_vl", out)
-
-
-def build_smolvlm_gguf(out: Path) -> GgufPair:
-    return build_gguf("smolvlm", out)
-
-
-def build_qwen2_audio_gguf(out: Path) -> GgufPair:
-    return build_gguf("qwen2_audio", out)
+    """One of HF_BUILDERS' architectures as a GGUF pair under ``out/{arch}``."""
+    return build_ggufs([arch], out, outtype)[arch]
 
 
 def mmproj_info(path: Path, src: Path | None = None) -> dict:

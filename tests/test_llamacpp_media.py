@@ -20,7 +20,7 @@ from PIL import Image  # noqa: E402
 from engines import ChatModel, MediaError, ModelLoadError  # noqa: E402
 from engines.model_files.catalog import find_models  # noqa: E402
 from harness.bare_mtmd import BareMtmd  # noqa: E402
-from harness.tiny_gguf import build_gguf  # noqa: E402
+from harness.tiny_gguf import build_ggufs  # noqa: E402
 
 # Its fixtures convert tiny multimodal models to GGUF with llama.cpp's converter: minutes in all.
 pytestmark = pytest.mark.slow
@@ -32,7 +32,7 @@ MARKER = "<__media__>"
 def pairs(tmp_path_factory):
     """The three tiny GGUF pairs, each in a folder of its own with its projector beside it."""
     root = tmp_path_factory.mktemp("gguf")
-    return {arch: build_gguf(arch, root / arch) for arch in ("qwen2_vl", "smolvlm", "qwen2_audio")}
+    return build_ggufs(["qwen2_vl", "smolvlm", "qwen2_audio"], root)
 
 
 def picture(color, size=(112, 84)) -> Image.Image:
