@@ -1,11 +1,15 @@
 """Several users at once: aggregate tokens/s and time to first token for 1, 4 and 8 concurrent
-chats through ChatModel on the HF engine and on the vLLM engine, with vLLM's bare AsyncLLM
-(same engine settings, same token prompts) as the reference, all in one run.
+chats through ChatModel on the HF engine and on the vLLM engine, with vLLM's bare AsyncLLM as the
+reference, all in one run. The bare way calls the very AsyncLLM our engine opened, on the loop it
+runs on, with the same token prompts (as bench/llamacpp_batch.py does with llama.cpp's context): the
+same engine process and settings on both sides, so the ratio is our layer alone, and one vLLM start
+serves both.
 
     OMP_WAIT_POLICY=PASSIVE python bench/concurrency.py [--tokens 64] [--rounds 2] [--concurrency 1 4 8]
 
 Every chat is greedy, each user with a different prompt. Rounds are interleaved (each round runs
-every way at every concurrency) so machine noise hits all ways alike; figures are medians.
+every way at every concurrency) so machine noise hits all ways alike; figures are medians. The
+warm-up sends every user's prompt each way, so that vLLM's prefix cache holds them all for both.
 Prints the vLLM engine's ratio to bare vLLM (target 0.95 or more) and vLLM over HF.
 """
 
@@ -13,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import os
 import statistics
 import sys
@@ -33,8 +36,7 @@ from harness.vllm_settings import VLLM  # noqa: E402
 
 TOPICS = ["a lighthouse keeper", "a lost robot", "a dragon who cannot fly", "a city under the sea",
           "a baker's apprentice", "a comet", "a haunted library", "two rival chess players"]
-# The same settings for our vLLM engine and the bare one: the tests' (harness/vllm_settings.py),
-# in bf16 named for both; max_concurrent becomes the most users a round runs.
+# The tests' settings (harness/vllm_settings.py), in bf16; max_concurrent becomes the most users a round runs.
 VLLM_SETTINGS = {**VLLM, "infer_dtype": "bfloat16"}
 
 
@@ -75,29 +77,6 @@ async def bare(engine, prompts: list[list[int]], users: int, tokens: int) -> tup
     return time.perf_counter() - started, statistics.mean(t for t, _ in results), sum(n for _, n in results)
 
 
-async def start_bare(model_path: str, max_seqs: int):
-    from vllm import AsyncEngineArgs
-    from vllm.v1.engine.async_llm import AsyncLLM
-
-    return AsyncLLM.from_engine_args(AsyncEngineArgs(
-        model=model_path, dtype=VLLM_SETTINGS["infer_dtype"], max_model_len=VLLM_SETTINGS["max_model_len"],
-        kv_cache_memory_bytes=VLLM_SETTINGS["kv_cache_space_gb"] << 30, enforce_eager=True,
-        max_num_seqs=max_seqs, disable_log_stats=True,
-    ))
-
-
-async def stop_bare(engine) -> None:
-    """Shut the bare engine down in its own loop, and end its tasks there as asyncio.run ends a
-    loop's: called from outside the loop, vLLM only schedules the closing of its sockets on it,
-    which this script never runs again, and a ZeroMQ context left with open sockets hangs the
-    process that collects it."""
-    engine.shutdown()
-    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=64)
@@ -109,22 +88,25 @@ def main() -> None:
     loop = asyncio.new_event_loop()
     hf = ChatModel({"infer_backend": "huggingface", "max_concurrent": most})
     ours_vllm = ChatModel({**VLLM_SETTINGS, "max_concurrent": most})
-    engine = loop.run_until_complete(start_bare(ours_vllm.engine.model_path, most))
     tokenizer = ours_vllm.engine.tokenizer
     prompts = [tokenizer(ours_vllm.render_prompt(messages(u)), add_special_tokens=False).input_ids
                for u in range(most)]
     ways = {
         "HF ChatModel": lambda users: ours(hf, users, args.tokens),
         "vLLM ChatModel": lambda users: ours(ours_vllm, users, args.tokens),
-        "bare AsyncLLM": lambda users, engine=engine: bare(engine, prompts, users, args.tokens),
+        # Held by name only while it runs: ours_vllm.close() then frees the engine while vLLM's modules are alive.
+        "bare AsyncLLM": lambda users: bare(ours_vllm.engine.model, prompts, users, args.tokens),
     }
-    for run in ways.values():  # warm-up
-        loop.run_until_complete(run(1))
+    # The bare way on the loop our engine runs on, where its AsyncLLM must be called (its output
+    # handler lives there); ours from this loop, as a caller of ChatModel runs.
+    runs_on = {name: ours_vllm._loop.call if name == "bare AsyncLLM" else loop.run_until_complete for name in ways}
+    for name, run in ways.items():  # warm-up
+        runs_on[name](run(most))
     results = {(name, users): [] for name in ways for users in args.concurrency}
     for round_number in range(args.rounds):
         for users in args.concurrency:
             for name, run in ways.items():
-                results[name, users].append(loop.run_until_complete(run(users)))
+                results[name, users].append(runs_on[name](run(users)))
         print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
 
     print(f"greedy, {args.tokens} new tokens per chat, median of {args.rounds} interleaved rounds")
@@ -141,11 +123,6 @@ def main() -> None:
     print(markdown_table(["users", "way", "tok/s", "TTFT ms", "tokens"], rows))
     print("\n".join(summary))
 
-    loop.run_until_complete(stop_bare(engine))
-    # Collected now, while vLLM's modules are alive: its __del__ fails at interpreter exit.
-    ways.clear()
-    del engine
-    gc.collect()
     ours_vllm.close()
     hf.close()
     loop.close()
