@@ -22,7 +22,7 @@ from engines.model_files.catalog import find_models  # noqa: E402
 from harness.bare_mtmd import BareMtmd  # noqa: E402
 from harness.tiny_gguf import build_ggufs  # noqa: E402
 
-# Its fixtures convert tiny multimodal models to GGUF with llama.cpp's converter: minutes in all.
+# Its fixtures convert tiny multimodal models to GGUF with llama.cpp's converter: 20-40 s in all.
 pytestmark = pytest.mark.slow
 
 MARKER = "<__media__>"
