@@ -279,25 +279,3 @@ def build_ggufs(archs: list[str], out: Path, outtype: str = "f32") -> dict[str, 
 def build_gguf(arch: str, out: Path, outtype: str = "f32") -> GgufPair:
     """One of HF_BUILDERS' architectures as a GGUF pair under ``out/{arch}``."""
     return build_ggufs([arch], out, outtype)[arch]
-
-
-def mmproj_info(path: Path, src: Path | None = None) -> dict:
-    """A GGUF's general.architecture / general.type and every clip.* key, read with the vendored
-    gguf-py (in a subprocess, so the venv's gguf package is left alone): what an app needs to
-    check a model/projector pairing itself (clip.vision.projection_dim or clip.audio.projection_dim
-    against the text model's {arch}.embedding_length)."""
-    src = llama_cpp_src(src)
-    script = (
-        "import json, sys\n"
-        "from gguf import GGUFReader\n"
-        "reader = GGUFReader(sys.argv[1])\n"
-        "out = {}\n"
-        "for name, field in reader.fields.items():\n"
-        "    if name.startswith(('general.architecture', 'general.type', 'clip.')) or name.endswith(('.embedding_length', '.context_length')):\n"
-        "        value = field.contents()\n"
-        "        out[name] = value if not isinstance(value, list) or len(value) < 16 else f'[{len(value)} values]'\n"
-        "print(json.dumps(out))\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(src / "gguf-py")}
-    done = subprocess.run([sys.executable, "-c", script, str(path)], env=env, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)
