@@ -288,13 +288,14 @@ def server_error_in(response) -> str | None:
 
 POSITIVE, NEGATIVE = schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE
 # (path, method, valid or invalid requests, how many); GET /v1/models has no input to make invalid.
+# 1,105 in all, over the 1,000 that issue 12 asks for, shared as the endpoints' schemas are large.
 FUZZ_PLAN = [
-    ("/v1/chat/completions", "POST", POSITIVE, 500),
-    ("/v1/chat/completions", "POST", NEGATIVE, 500),
-    ("/v1/completions", "POST", POSITIVE, 200),
-    ("/v1/completions", "POST", NEGATIVE, 200),
-    ("/v1/score", "POST", POSITIVE, 150),
-    ("/v1/score", "POST", NEGATIVE, 150),
+    ("/v1/chat/completions", "POST", POSITIVE, 320),
+    ("/v1/chat/completions", "POST", NEGATIVE, 320),
+    ("/v1/completions", "POST", POSITIVE, 140),
+    ("/v1/completions", "POST", NEGATIVE, 140),
+    ("/v1/score", "POST", POSITIVE, 90),
+    ("/v1/score", "POST", NEGATIVE, 90),
     ("/v1/models", "GET", POSITIVE, 5),
 ]
 
