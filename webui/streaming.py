@@ -7,9 +7,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
-# One browser update per ~40 ms: Gradio re-processes the whole Chatbot and the browser
-# re-renders the message on every update, so per-token updates fall seconds behind.
-UPDATE_INTERVAL = 0.04
+# One browser update per ~100 ms: Gradio re-processes the whole Chatbot and the browser
+# re-renders the message on every update, so per-token updates fall seconds behind. The browser
+# shares the machine with the model: at 40 ms Chromium took 4.5-5.7 s of CPU to show a 300-token
+# reply, at 100 ms 2.7-3.1 s, and the reply was done 6 % sooner (llama.cpp, 2 cores).
+UPDATE_INTERVAL = 0.1
 # The share of the time the page's own work on updates may take. That work grows with the
 # conversation (Gradio re-processes every message on each update), and on a small machine it
 # takes CPU from the model; past this share, updates are spaced further apart instead.
