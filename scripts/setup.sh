@@ -48,7 +48,8 @@ if [ "$want_tests" = 1 ]; then
   ) > .cache/setup-apt.log 2>&1 &
   background+=("$!:.cache/setup-apt.log")
   # Video processors need torchvision, which has no build beside .venv's CPU torch: a second venv.
-  bash scripts/setup_video_env.sh > .cache/setup-video.log 2>&1 &
+  # At a lower priority, as the bytecode below: llama.cpp's compile is what a first setup waits for.
+  nice -n 10 bash scripts/setup_video_env.sh > .cache/setup-video.log 2>&1 &
   background+=("$!:.cache/setup-video.log")
   # What only the tests read, downloaded and not installed: mostly waiting on the network.
   (
@@ -164,7 +165,7 @@ if [ ! -f .cache/pyodide/pyodide.mjs ]; then
   fi
 fi
 
-bash scripts/compile_venv.sh .venv > .cache/setup-compile.log 2>&1 &
+nice -n 10 bash scripts/compile_venv.sh .venv > .cache/setup-compile.log 2>&1 &
 background+=("$!:.cache/setup-compile.log")
 
 if [ "$want_tests" = 1 ]; then
