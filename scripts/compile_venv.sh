@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Compiles a venv's Python files to bytecode on every core, for packages installed without it
 # (scripts/uv_pip.sh: uv writes none, where pip compiles on one core as it installs); run again
-# after more installs, it compiles only what is new. Without the bytecode, every process compiles what it
-# imports each time it starts where PYTHONDONTWRITEBYTECODE is set.
+# after more installs, it compiles only what is new. Without the bytecode, every process compiles
+# what it imports each time it starts where PYTHONDONTWRITEBYTECODE is set.
 #   bash scripts/compile_venv.sh .venv
 set -euo pipefail
 venv=$1

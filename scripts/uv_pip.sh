@@ -16,7 +16,8 @@ import os, shlex, subprocess, sys
 
 listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True).stdout
 pip = {}
-for line in listed.splitlines():
+# Files first, then PIP_* (listed as ":env:"), which pip lets override them.
+for line in sorted(listed.splitlines(), key=lambda line: line.startswith(":env:")):
     name, _, value = line.partition("=")
     pip[name.split(".", 1)[-1]] = value.strip().strip("'\"")
 # pip's option, uv's variable, and how uv separates several values.
