@@ -105,9 +105,10 @@ async def test_a_full_disk_is_said_the_conversation_goes_on_and_the_store_catche
         room_again = full_at(store.engine, pages)
 
         # Longer than an SQLite page (4 KiB), so that saving it needs a page the full disk cannot
-        # give; no longer than that, as the model reads all of it.
+        # give, and few tokens, as the model reads all of it: a run of "=" is ~1 token per 64 bytes
+        # (6,000 bytes of words were 1,800 tokens, half a minute of the HF model's prompt evaluation).
         with pytest.warns(UserWarning, match=r"⚠ This chat could not be saved \(database or disk is full\)"):
-            await run(handlers.send(session, message("Say banana. " + "And more. " * 600), **settings(4)))
+            await run(handlers.send(session, message("Say banana. " + "=" * 6000), **settings(4)))
         assert session.turns[-1].role == "assistant" and session.turns[-1].stats is not None, "the model answered all the same"
         assert "not saved now" in chat_sidebar.keep_chat(chats, session, session.chat_id, "", "")["note"]
         assert len(store.tree("browser:b1", session.chat_id).messages) == 2, "what was saved before is still there"
