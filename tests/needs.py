@@ -4,7 +4,8 @@
   build beside the CPU torch of .venv, so where it is missing these tests are left out of the run
   (not skipped), and ``scripts/test.sh`` runs them in .venv-video.
 - ``browser``: Chromium. ``vllm``: a vLLM engine. ``server``: the app served, as ``python app.py``
-  or in this process. ``slow``: over 15 s on its own. ``scripts/test.sh --quick`` leaves these four out.
+  or in this process. ``slow``: about 5 s or more on its own, most of it the model's work.
+  ``scripts/test.sh --quick`` leaves these four out.
 
 A test gets ``browser`` or ``server`` from the fixtures it uses; a module or test that starts one
 itself says so with ``pytestmark`` or the marker.
@@ -23,7 +24,7 @@ MARKERS = {
     "browser": "drives Chromium (left out by scripts/test.sh --quick)",
     "vllm": "starts a vLLM engine (left out by scripts/test.sh --quick)",
     "server": "serves the app, as a process or in this one (left out by scripts/test.sh --quick)",
-    "slow": "takes over 15 s on its own (left out by scripts/test.sh --quick)",
+    "slow": "takes about 5 s or more on its own (left out by scripts/test.sh --quick)",
 }
 FIXTURE_NEEDS = {"browser": "browser", "app": "server"}
 HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None

@@ -148,6 +148,7 @@ def test_stop_string_ends_the_reply_before_it(client, model_id):
     assert text == {0: expected} and finish == {0: "stop"}
 
 
+@pytest.mark.slow
 def test_n_2_gives_two_sampled_replies(client, model_id):
     story = [{"role": "user", "content": "Tell me a long story about a dragon."}]
     sampled = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 12, "seed": 7}
@@ -170,6 +171,7 @@ def test_n_2_gives_two_sampled_replies(client, model_id):
 # ---- tools
 
 
+@pytest.mark.slow
 def test_tool_call_round_trip(client, model_id, slot):
     """Earlier turns in which the assistant called the tool make this small model call it again
     (greedy), so the reply is a tool call we know; then its result goes back to the model."""

@@ -233,6 +233,7 @@ def test_close_frees_memory(default_model_dir):
         model.chat(QUESTION)
 
 
+@pytest.mark.slow
 def test_model_slot_switch_keeps_old_model_on_failure_and_frees_it_on_success(default_model_dir):
     from engines import ModelSlot
 

@@ -63,6 +63,7 @@ def test_the_prompt_is_token_for_token_the_hf_engines(llama_model, chat_model, m
     assert reply.prompt_length == len(ours)
 
 
+@pytest.mark.slow
 def test_greedy_replies_agree_with_the_hf_engine_on_the_same_gguf(llama_model, chat_model):
     """llama.cpp runs the Q4_1 weights, the HF engine their bf16 dequantization: the kernels
     differ, so replies may part at near-ties. They must agree on the start of most replies."""
@@ -79,6 +80,7 @@ def test_greedy_replies_agree_with_the_hf_engine_on_the_same_gguf(llama_model, c
     assert first_token >= 8 and whole >= 3
 
 
+@pytest.mark.slow
 def test_sampling_settings_reach_llamacpp(llama_model):
     greedy = {"temperature": 0, "max_new_tokens": 48}
     [plain] = llama_model.chat(LONG_REQUEST, **greedy)
@@ -110,6 +112,7 @@ async def test_stop_during_a_long_prompt_returns_within_a_batch(llama_model):
     assert reply.response_length == 4
 
 
+@pytest.mark.slow
 async def test_requests_beyond_max_concurrent_wait_and_stay_separate(llama_model):
     """With one sequence (the default), requests take turns and each gets its own reply. Seeded
     sampling is reproducible whatever ran before, so each reply must equal its prompt's alone."""
@@ -163,6 +166,7 @@ async def streamed_ids(model: ChatModel, messages, **settings) -> list[int]:
     return model.engine.tokenizer(text, add_special_tokens=False).input_ids
 
 
+@pytest.mark.slow
 async def test_eight_greedy_chats_at_once_give_each_the_reply_it_gets_alone(batched_model):
     """Each sequence has a KV cache of its own, so decoding beside seven others sums its attention
     in the same order as alone: the replies are the same token for token."""
@@ -175,6 +179,7 @@ async def test_eight_greedy_chats_at_once_give_each_the_reply_it_gets_alone(batc
         assert batched == one, f"chat {index} differs when decoded beside seven others"
 
 
+@pytest.mark.slow
 async def test_logprobs_in_a_batch_are_each_requests_own(batched_model):
     """Each sequence's logprobs are read from its own row of the batch's logits."""
     settings = {**GREEDY, "logprobs": 3}
@@ -185,6 +190,7 @@ async def test_logprobs_in_a_batch_are_each_requests_own(batched_model):
         assert [token.chosen.logprob for token in batched.logprobs] == pytest.approx([token.chosen.logprob for token in one], abs=1e-3)
 
 
+@pytest.mark.slow
 async def test_seeded_sampling_in_a_batch_is_each_requests_own(batched_model):
     """Each request samples with its own sampler and seed, so a seeded reply is the same beside
     six others as alone (a shared random stream, or a seed not applied, would change them). The
@@ -231,6 +237,7 @@ async def test_a_request_joins_the_running_batch_and_stop_frees_only_its_own(bat
     assert first_pieces[0] < joined_at < stopped_at < first_pieces[-1]
 
 
+@pytest.mark.slow
 async def test_a_hundred_streams_closed_mid_reply_leave_memory_flat(batched_model):
     closed = 0
 
@@ -351,6 +358,7 @@ async def test_a_compile_holds_no_slot_of_the_model(monkeypatch):
         await structured
 
 
+@pytest.mark.slow
 def test_each_step_runs_on_the_cores_other_processes_leave_free():
     """ggml's threads spin at each barrier, so a thread that shares its core with a busy process
     stalls the whole step: with every core kept busy by other processes, steps of one token and of
@@ -370,6 +378,7 @@ def test_each_step_runs_on_the_cores_other_processes_leave_free():
             hog.wait()
 
 
+@pytest.mark.slow
 def test_the_app_on_a_gguf_imports_no_torch():
     """llama.cpp runs a GGUF itself, and its tokenizer is read without transformers' model code, so
     the app on the embedded model, to a reply with logprobs, never imports torch (which took seconds

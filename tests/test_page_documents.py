@@ -46,6 +46,7 @@ def notes(tmp_path):
     return str(path)
 
 
+@pytest.mark.slow
 async def test_documents_reach_the_model_named_by_file_and_page_and_show_as_chips(handlers, slot, report, notes):
     session = ChatSession()
     await run(handlers.send(session, message("What is the launch code?", [report, notes]), **settings(12)))

@@ -108,6 +108,7 @@ async def replies(model, request, tools, **options):
     return [item async for item in model.astream_reply_with_tools(request, tools, **options)]
 
 
+@pytest.mark.slow
 async def test_a_called_tool_runs_and_the_model_answers_with_its_result(model):
     request = ChatRequest.build(QUESTION, tools=[tool.schema() for tool in SERVER_TOOLS.values()], **FORCED)
     items = await replies(model, request, SERVER_TOOLS, step_limit=2)
@@ -249,6 +250,7 @@ async def answered(replying, session: ChatSession, choice: str) -> list[list[dic
     return asked
 
 
+@pytest.mark.slow
 async def test_a_tool_that_may_change_something_asks_first_and_runs_only_as_allowed(handlers, monkeypatch):
     notes = []
 

@@ -113,6 +113,7 @@ async def test_the_page_says_when_too_many_wait(slot):
     assert "The model is busy" in asked.error and f"max_waiting={MAX_WAITING}" in asked.error
 
 
+@pytest.mark.slow
 def test_the_api_refuses_beyond_the_bound_with_retry_after_then_answers(slot):
     model = slot.model
     with running_server(add_api(FastAPI(), slot)) as url:
