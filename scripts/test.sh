@@ -34,13 +34,14 @@ trap 'rm -f "$video_log"; kill $(jobs -p) 2>/dev/null || true' EXIT
 # .venv-video has no bytecode until a module is imported (scripts/setup_video_env.sh): it is written
 # then, where PYTHONDONTWRITEBYTECODE would have every process compile what it imports again.
 (
-  env -u PYTHONDONTWRITEBYTECODE .venv-video/bin/python -m pytest -m video "${video_modules[@]}"
+  env -u PYTHONDONTWRITEBYTECODE .venv-video/bin/python -m pytest -m video --cpu-report 10 "${video_modules[@]}"
   echo "test.sh: the video tests took $((SECONDS - started)) s"
 ) > "$video_log" 2>&1 &
 video=$!
 # Two workers (tests/workers.py shares the modules between them): most tests wait on a model,
-# a server or a browser part of the time.
-.venv/bin/python -m pytest -n 2 || status=$?
+# a server or a browser part of the time. The CPU report says where the suite's time goes on a
+# machine it keeps busy (tests/cpu_report.py), which --durations cannot.
+.venv/bin/python -m pytest -n 2 --cpu-report 25 || status=$?
 echo "test.sh: the rest took $((SECONDS - started)) s"
 wait "$video" || status=$?
 echo "test.sh: the video tests, in .venv-video:"
