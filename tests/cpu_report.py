@@ -4,11 +4,12 @@ Wall-clock durations (``--durations``) mislead where the suite keeps the machine
 beside a heavy one takes longer without costing more. CPU seconds add up to the suite's time on a
 busy machine, so they say where to cut. A module's CPU is counted over the process tree of the
 pytest process that ran it: the model in that process, the apps, Chromium, vLLM's engine processes
-and the benchmark runs it started. Samples are taken as each test starts, so a module's count holds
-the CPU of everything its tests and fixtures did (a session fixture's start in the first module
-that uses it) until the next module's first test began. With xdist, the workers count; the
+and the benchmark runs it started. The tree is read as each module's first test starts, so a
+module's count holds the CPU of everything its tests and fixtures did (a session fixture's start
+in the first module that uses it) until the next module's first test began. With xdist, the workers count; the
 controller's own start (its imports) is left out. A process whose parent exits before it does is
-counted only up to the last sample before that.
+counted only up to the last reading before that (a process reaped by a parent in the tree is
+counted whole, in its parent's count).
 """
 
 from __future__ import annotations
