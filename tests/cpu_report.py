@@ -38,7 +38,7 @@ class ProcessTreeClock:
 
     def __init__(self) -> None:
         self.root = psutil.Process()
-        self.seen: dict[int, tuple[psutil.Process, float, int]] = {}  # pid: process, last count, parent pid
+        self.seen: dict[int, tuple[float, int]] = {}  # pid: its last count, its parent's pid
         self.kept = 0.0
 
     def read(self) -> float:
@@ -47,14 +47,14 @@ class ProcessTreeClock:
             try:
                 with process.oneshot():
                     times = process.cpu_times()
-                    live[process.pid] = (process, times.user + times.system + times.children_user + times.children_system, process.ppid())
+                    live[process.pid] = (times.user + times.system + times.children_user + times.children_system, process.ppid())
             except psutil.Error:
                 continue
-        for pid, (_, count, parent) in self.seen.items():
+        for pid, (count, parent) in self.seen.items():
             if pid not in live and parent not in live:
                 self.kept += count
         self.seen = live
-        return self.kept + sum(count for _, count, _ in live.values())
+        return self.kept + sum(count for count, _ in live.values())
 
 
 class CpuByModule:
