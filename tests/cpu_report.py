@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 
 import psutil
 import pytest
@@ -61,14 +62,14 @@ class CpuByModule:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.clock = ProcessTreeClock()
-        self.seconds: dict[str, float] = {}
+        self.seconds: Counter[str] = Counter()
         self.module: str | None = "(before the first test: imports and collection)"
         self.since = 0.0
 
     def switch_to(self, module: str | None) -> None:
         now = self.clock.read()
         if self.module is not None:
-            self.seconds[self.module] = self.seconds.get(self.module, 0.0) + now - self.since
+            self.seconds[self.module] += now - self.since
         self.module, self.since = module, now
 
     def runs_tests(self) -> bool:
@@ -90,17 +91,16 @@ class CpuByModule:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
-        for module, seconds in json.loads(getattr(node, "workeroutput", {}).get(OUTPUT_KEY, "{}")).items():
-            self.seconds[module] = self.seconds.get(module, 0.0) + seconds
+        self.seconds.update(json.loads(getattr(node, "workeroutput", {}).get(OUTPUT_KEY, "{}")))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if hasattr(self.config, "workeroutput"):
             return
         shown = self.config.getoption("cpu_report")
-        ranked = sorted(self.seconds.items(), key=lambda item: item[1], reverse=True)
-        terminalreporter.write_sep("=", f"CPU seconds by module, the {min(shown, len(ranked))} highest "
-                                        f"(all: {sum(self.seconds.values()):.0f} s on {os.cpu_count()} cores)")
-        for module, seconds in ranked[:shown]:
+        ranked = self.seconds.most_common(shown)
+        terminalreporter.write_sep("=", f"CPU seconds by module, the {len(ranked)} highest "
+                                        f"(all: {self.seconds.total():.0f} s on {os.cpu_count()} cores)")
+        for module, seconds in ranked:
             terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
 
 
