@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import uvicorn
 
     from access import Logins
-    from webui import ModelRights
+    from webui.model_rights import ModelRights
 
 # Model settings from the command line that belong to the server, not to the model it starts
 # with, so that models loaded from the page get them too: how many requests run and wait, and
@@ -53,6 +53,8 @@ def loaded_app(slot, settings: dict[str, Any], args: argparse.Namespace) -> Iter
 
 def web_app(slot, args: argparse.Namespace):
     """The page at / and the API at /v1 over ``slot``, as a FastAPI app not yet served."""
+    import webui  # noqa: F401 (first: gradio is then imported without its stub writer, webui/gradio_stubs.py)
+
     import gradio as gr
     from gradio.route_utils import API_PREFIX as PAGE_PREFIX
     from gradio.routes import App
@@ -63,7 +65,8 @@ def web_app(slot, args: argparse.Namespace):
     from access.session_owners import SessionOwnerCheck, SessionOwners, keep_sessions_to_their_logins
     from api.body_limit import BodyLimit, is_api_path
     from store import Quota, StoreError, open_store, shown_url
-    from webui import PAGE_KWARGS, FileCache, build_demo
+    from webui.file_cache import FileCache
+    from webui.layout import PAGE_KWARGS, build_demo
     from webui.event_inputs import refuse_events_short_of_inputs
     from webui.idle_frames import StatusTimerAtItsResolution
 
@@ -203,7 +206,7 @@ def page_users(args: argparse.Namespace) -> list[tuple[str, str]] | None:
 def page_rights(args: argparse.Namespace, users: list[tuple[str, str]] | None) -> ModelRights:
     """Who may manage models from the page, and what the command line gives every load from it."""
     from access import beyond_loopback
-    from webui import ModelRights
+    from webui.model_rights import ModelRights
 
     # Without logins, the one person at the page is the admin, as long as only this machine reaches it; else nobody is.
     without_logins = users is None and beyond_loopback(args.host)

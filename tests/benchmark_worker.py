@@ -135,6 +135,9 @@ def serve() -> None:
     nothing = os.open(os.devnull, os.O_RDWR)
     os.dup2(nothing, 0)
     os.dup2(2, 1)
+    sys.path.insert(0, str(ROOT))  # as every script of bench/ puts it
+    import webui  # noqa: F401 (first: gradio is then imported without its stub writer)
+
     import gradio  # noqa: F401
     import torch  # noqa: F401
     import transformers  # noqa: F401

@@ -6,7 +6,7 @@ import pytest
 from app import model_settings, parse_args
 from limits import parse_size, size_text
 from server import check_admins, limits_of, models_dir, page_rights, page_users
-from webui import ModelRights
+from webui.model_rights import ModelRights
 
 
 def refusal(capsys, argv):

@@ -21,7 +21,7 @@ from harness.app_in_process import AppInProcess
 from harness.browser import CHROMIUM, free_port
 from harness.soak_cycles import load_request
 from tests.held_load import load_held
-from webui import build_demo
+from webui.layout import build_demo
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
 

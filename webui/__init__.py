@@ -1,7 +1,8 @@
-"""The web page: Gradio Blocks over the app's shared ModelSlot."""
+"""The web page: Gradio Blocks over the app's shared ModelSlot.
 
-from .file_cache import FileCache
-from .layout import PAGE_KWARGS, build_demo
-from .model_rights import ModelRights
+Importing any of its modules first turns off gradio's stub writer (webui/gradio_stubs.py), so that
+gradio, which they import, loads seconds faster."""
 
-__all__ = ["PAGE_KWARGS", "FileCache", "ModelRights", "build_demo"]
+from .gradio_stubs import turn_off_stub_writer
+
+turn_off_stub_writer()
