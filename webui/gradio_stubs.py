@@ -6,7 +6,8 @@ compares it with the ``.pyi`` stub beside it, writing the stub where it differs.
 for editors working on gradio itself; a running app never reads them, and this took 3-4 s of every
 start of the app (and of every process of the tests) on a 2-core machine, more than the model's
 load. The hook below replaces that one function with a no-op as the module is first executed. Were
-gradio to rename it, the hook would set an unused name and gradio would run as it does without it.
+gradio to rename it, the hook would set an unused name and gradio would run as it does without it
+(tests/test_gradio_stubs.py then fails, to say so).
 """
 
 from __future__ import annotations
