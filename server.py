@@ -53,7 +53,7 @@ def loaded_app(slot, settings: dict[str, Any], args: argparse.Namespace) -> Iter
 
 def web_app(slot, args: argparse.Namespace):
     """The page at / and the API at /v1 over ``slot``, as a FastAPI app not yet served."""
-    import webui  # noqa: F401 (first: gradio is then imported without its stub writer, webui/gradio_stubs.py)
+    import webui  # noqa: F401 (first: gradio is then imported without what a page never uses, webui/gradio_import.py)
 
     import gradio as gr
     from gradio.route_utils import API_PREFIX as PAGE_PREFIX

@@ -1,8 +1,8 @@
 """The web page: Gradio Blocks over the app's shared ModelSlot.
 
-Importing any of its modules first turns off gradio's stub writer (webui/gradio_stubs.py), so that
-gradio, which they import, loads seconds faster."""
+Importing any of its modules first has gradio imported without what a running page never uses
+(webui/gradio_import.py), so that gradio, which they import, loads seconds faster."""
 
-from .gradio_stubs import turn_off_stub_writer
+from .gradio_import import lean_gradio
 
-turn_off_stub_writer()
+lean_gradio()
