@@ -13,7 +13,7 @@ session's reply is in flight (its Stop button shown) before any of them has fini
   over the one shared model, and the waiting line (engines/waiting_line.py) holds the other six,
   whose pages say "Waiting for the model: N ahead", N from 1 to 6.
 - vllm, with --max-concurrent 8: all 8 are admitted at once and batched by vLLM, so no page
-  waits and the 8 together take less time than they took one by one. vLLM runs in float32 here:
+  waits and each reply shows its first words before any of them ends. vLLM runs in float32 here:
   in bf16 a batch can round differently from a lone request, and greedy decoding then picks the
   other token at a near-tie (see test_bf16_greedy_parity_differs_only_at_near_ties in
   tests/test_vllm_engine.py). In bf16, 4 of these 8 questions got another reply at once than
@@ -74,17 +74,28 @@ USERS = [
     ]
 ]
 
-# Per page: the span of each reply (Stop shown until hidden, in ms of the shared clock), and the
-# most requests the page was told were ahead of it in the waiting line.
+# Per page: the span of each reply (Stop shown until hidden, in ms of the shared clock) with the
+# moment its first words were shown, and the most requests the page was told were ahead of it in
+# the waiting line.
 WATCH_REPLIES = """() => {
     window.spans = [];
     window.mostAhead = 0;
-    let shown = false;
+    let shown = false, repliesBefore = 0;
+    const replies = () => [...document.querySelectorAll("#chatbot [data-testid=bot]")].filter(m => !m.querySelector(".reply-stats, .versions"));
     new MutationObserver(() => {
         const stop = document.querySelector("#stop-btn");
         const now = stop !== null && stop.offsetParent !== null;
-        if (now && !shown) window.spans.push([Date.now(), null]);
-        if (!now && shown) window.spans[window.spans.length - 1][1] = Date.now();
+        if (now && !shown) {
+            window.spans.push([Date.now(), null, null]);
+            repliesBefore = replies().length;
+        }
+        const span = window.spans[window.spans.length - 1];
+        if (now && span[2] === null) {
+            const written = replies();
+            const text = written.length > repliesBefore ? written[written.length - 1].innerText.trim() : "";
+            if (text && !/Waiting for the model/.test(text)) span[2] = Date.now();
+        }
+        if (!now && shown) span[1] = Date.now();
         shown = now;
         const waiting = /Waiting for the model: (\\d+) ahead/.exec(document.querySelector("#chatbot").textContent);
         if (waiting) window.mostAhead = Math.max(window.mostAhead, Number(waiting[1]));
@@ -219,7 +230,7 @@ def test_eight_sessions_at_once_get_the_replies_they_get_alone(app, pages):
         send_to_all([page], [user.question])
         wait_for_replies(page, 2)
         alone.append(last_reply(page))
-        start, end = spans(page)[1]
+        start, end, _ = spans(page)[1]
         alone_ms += end - start
     assert len({text for text, _ in alone}) == len(USERS), f"some sessions got the same reply, so a swap would not show: {alone}"
 
@@ -234,7 +245,7 @@ def test_eight_sessions_at_once_get_the_replies_they_get_alone(app, pages):
         wait_for_replies(page, 3)
     together = [last_reply(page) for page in pages]
     at_once = [spans(page)[2] for page in pages]
-    wall_ms = max(end for _, end in at_once) - min(start for start, _ in at_once)
+    wall_ms = max(end for _, end, _ in at_once) - min(start for start, _, _ in at_once)
     most_ahead = [page.evaluate("window.mostAhead") for page in pages]
 
     same = sum(a == t for a, t in zip(alone, together))
@@ -275,9 +286,13 @@ def test_eight_sessions_at_once_get_the_replies_they_get_alone(app, pages):
         assert not leaked, f"{backend}: {user.name}'s conversation shows another session's words: {leaked}"
 
     # They really were in flight together: every reply started before any of them ended.
-    assert max(start for start, _ in at_once) < min(end for _, end in at_once), f"the 8 replies did not overlap: {at_once}"
+    assert max(start for start, _, _ in at_once) < min(end for _, end, _ in at_once), f"the 8 replies did not overlap: {at_once}"
     # ``slots`` generate at once; the others waited in line, the last one sent behind all the rest.
     assert sorted(most_ahead) == [0] * slots + list(range(1, len(USERS) - slots + 1)), f"not the waiting line expected: {most_ahead}"
     if backend == "vllm":
-        assert wall_ms < alone_ms, f"8 at once took {wall_ms} ms, no less than one by one ({alone_ms} ms): not batched"
+        # Batched, every reply is written step by step beside the others: each shows its first words
+        # before any of them ends. (Not timed against the replies alone: beside the rest of the suite
+        # 8 at once once took 36 s against 15.5 s alone, all 8 batched.)
+        first_words = [first for _, _, first in at_once]
+        assert None not in first_words and max(first_words) < min(end for _, end, _ in at_once), f"not batched: one reply ended before another began: {at_once}"
     assert "Traceback" not in process.log(), process.log()[-3000:]
