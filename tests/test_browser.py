@@ -460,7 +460,7 @@ def test_gradio_client_streams_the_chat_endpoint(app):
     # Streamed: a part of the reply came before the whole. (How many parts depends on the machine:
     # the page's updates are spaced further apart while each takes the server longer, and beside a
     # busy process a 24-token reply came as its first word, then whole.)
-    assert len(set(replies)) >= 2 and len(replies[0]) < len(replies[-1]), f"the endpoint did not stream: {replies}"
+    assert len(replies[0]) < len(replies[-1]), f"the endpoint did not stream: {replies}"
     assert all(replies[-1].startswith(reply.rstrip()) for reply in replies)
     assert [role for role, _ in messages(final)] == ["user", "assistant"]
     assert "tokens/s" in final[-1]["content"][0]["text"], "the finished reply has no stats line"
