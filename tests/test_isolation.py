@@ -290,9 +290,13 @@ def test_eight_sessions_at_once_get_the_replies_they_get_alone(app, pages):
     # ``slots`` generate at once; the others waited in line, the last one sent behind all the rest.
     assert sorted(most_ahead) == [0] * slots + list(range(1, len(USERS) - slots + 1)), f"not the waiting line expected: {most_ahead}"
     if backend == "vllm":
-        # Batched, every reply is written step by step beside the others: each shows its first words
-        # before any of them ends. (Not timed against the replies alone: beside the rest of the suite
-        # 8 at once once took 36 s against 15.5 s alone, all 8 batched.)
-        first_words = [first for _, _, first in at_once]
-        assert None not in first_words and max(first_words) < min(end for _, end, _ in at_once), f"not batched: one reply ended before another began: {at_once}"
+        # Batched, the replies are written step by step beside each other: most show their first
+        # words before the quickest of them ends, where an engine writing one at a time would have
+        # begun that one only. Not all: a page shows words later than the engine writes them (on a
+        # busy machine its updates are spaced further apart, webui/streaming.py), and under a CPU hog
+        # one reply's first words once showed 0.5 s after another had ended. Nor timed against the
+        # replies alone: beside the rest of the suite 8 at once once took 36 s against 15.5 s alone.
+        quickest_end = min(end for _, end, _ in at_once)
+        begun = sum(first is not None and first < quickest_end for _, _, first in at_once)
+        assert begun >= len(at_once) // 2, f"not batched: {begun} of {len(at_once)} replies began before the quickest ended: {at_once}"
     assert "Traceback" not in process.log(), process.log()[-3000:]
