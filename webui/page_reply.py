@@ -39,19 +39,15 @@ class PageReply:
         self.slot = slot
         self.session = session
         self.continuing = continuing
-        self.tree = tree = session.tree
         # The page's files are deleted after a while: a file that is gone is shown so, not sent
         # (unless the chat store keeps it: then the page gets a copy again).
         if session.keeper is not None:
             session.keeper.restore_media(session.turns)
-        shown = tree.branch()
-        for place in shown:
-            tree.messages[place] = kept_media(tree.messages[place])
-        self.asked = tree.messages[shown[-1]]
-        self.place = shown[-1] if continuing else None
-        self.turn = self.asked if continuing else Turn(role="assistant")
+        session.turns[:] = [kept_media(turn) for turn in session.turns]
+        self.asked = session.turns[-1]
+        self.turn = session.turns[-1] if continuing else Turn(role="assistant")
         self.earlier = self.turn.model_copy(deep=True)
-        self.before = render(tree, shown[:-1] if continuing else shown)
+        self.before = render(session.turns[:-1] if continuing else session.turns)
 
     async def written(self, settings: dict[str, Any], user: str | None) -> AsyncIterator[list]:
         """The Chatbot's messages as the reply is written (``user``: whom it counts for in the
@@ -62,7 +58,7 @@ class PageReply:
         ToolSettings besides what model_request takes."""
         session = self.session
         session.stop_requested = False
-        yield render(session.tree)
+        yield render(session.turns)
         await kept(session, system=settings.get("system") or "", tools=settings.get("tools") or "")
         self.turn.writing = True
         ended = False
@@ -78,13 +74,13 @@ class PageReply:
                                     **forced, **settings)
             clock = ReplyClock(model)
             if not self.continuing:
-                self.place = session.add(self.turn)
+                session.turns.append(self.turn)
             stream = reply_with_tools(model, request, running, tools.tool_steps, queue_places=True,
                                       approval=PageApproval(session, tools.ask_every_call))
             async for items in throttled(stream, lambda: session.stop_requested, arrived=clock.note):
                 for item in items:
                     add(self.turn, item)
-                yield self.before + render_turn(self.tree, self.place)
+                yield self.before + render_turn(self.turn)
                 await kept(session, every=SAVE_INTERVAL)
             self.finish(clock)
             ended = True
@@ -121,8 +117,8 @@ class PageReply:
         elif self.continuing:
             gr.Warning(f"Could not continue the reply: {error}")
         else:
-            if self.place is not None:
-                self.session.remove([self.place])
+            if turn in self.session.turns:
+                self.session.turns.remove(turn)
             self.asked.error = str(error)
 
     def close(self) -> None:
