@@ -38,7 +38,7 @@ from sqlalchemy import text  # noqa: E402
 from engines import ModelSlot  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
 from harness.postgres import fresh_database, postgres_bin, postgres_server  # noqa: E402
-from store import open_store  # noqa: E402
+from store import MessageTree, open_store  # noqa: E402
 from webui.chat_session import ChatSession  # noqa: E402
 from webui.conversation import Turn, render  # noqa: E402
 from webui.handlers import ChatHandlers  # noqa: E402
@@ -75,10 +75,10 @@ async def streamed(handlers: ChatHandlers, session: ChatSession, tokens: int) ->
     return count / elapsed, cpu * 1000 / count, len(saves), sum(saves) * 1000
 
 
-def chat_of(length: int) -> list[Turn]:
+def chat_of(length: int) -> MessageTree[Turn]:
     """A conversation of ``length`` messages of a few sentences each."""
     sentence = "The keeper climbed the stairs and lit the lamp before the storm came in from the sea. "
-    return [Turn(role=("user", "assistant")[i % 2], content=f"{i}: " + sentence * (1 + i % 4)) for i in range(length)]
+    return MessageTree.line([Turn(role=("user", "assistant")[i % 2], content=f"{i}: " + sentence * (1 + i % 4)) for i in range(length)])
 
 
 def database_bytes(store) -> int:
@@ -104,7 +104,7 @@ def opening(store, messages: int, rounds: int, upload_folder: str) -> tuple[floa
     for _ in range(rounds):
         started = time.perf_counter()
         session = chats.open(chat.chat_id, upload_folder)
-        render(session.turns)
+        render(session.tree)
         opens.append(time.perf_counter() - started)
         assert len(session.turns) == messages
     return statistics.median(writes) * 1000, statistics.median(opens) * 1000, int(grown * 1000 / messages)

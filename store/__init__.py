@@ -5,11 +5,11 @@ an SQLite file in the app's data folder by default or in PostgreSQL (``--databas
 migrations, in ``migrations/``, run at every start), ``chats.py`` what the page asks of it.
 """
 
-from .chats import ChatInfo, ChatStore, ListedChat, MessageChanges, PresetInfo, StoredMessage
+from .chats import Added, ChatInfo, ChatStore, ListedChat, MessageChanges, MessageRef, PresetInfo, StoredMessage
 from .database import StoreSettings, data_dir, database_url, open_store, shown_url
-from .errors import NoSuchMessage, NotYours, OverQuota, StoreError, store_problem
+from .errors import NotYours, OverQuota, StoreError, store_problem
 from .message_tree import MessageTree
 from .quota import Quota
 
-__all__ = ["ChatInfo", "ChatStore", "ListedChat", "MessageChanges", "MessageTree", "NoSuchMessage", "NotYours", "OverQuota", "PresetInfo", "Quota", "StoreError",
+__all__ = ["Added", "ChatInfo", "ChatStore", "ListedChat", "MessageChanges", "MessageRef", "MessageTree", "NotYours", "OverQuota", "PresetInfo", "Quota", "StoreError",
            "StoreSettings", "StoredMessage", "data_dir", "database_url", "open_store", "shown_url", "store_problem"]

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, Select, delete, exists, false, func, select, true
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from .errors import NoSuchMessage, NotYours, StoreError
+from .errors import NotYours, StoreError
 from .media import MediaFiles
 from .message_tree import MessageTree
 from .quota import CHAT_FIELDS_SIZE, MESSAGE_SIZE, PRESET_SIZE, Quota
@@ -50,29 +50,44 @@ class PresetInfo:
 
 @dataclass(frozen=True)
 class StoredMessage:
-    """``data``: the message as the page keeps it, ``role`` and ``content`` included;
-    ``versions``: the ids of its versions (itself among them), oldest first. Where it stands
-    among the chat's messages is its place in a MessageTree."""
+    """``data``: the message as the page keeps it, ``role`` and ``content`` included. Where it
+    stands among the chat's messages (what it follows, its versions) is its place in a MessageTree."""
 
     id: int
     data: dict[str, Any]
     state: str
-    versions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Added:
+    """The ``index``-th message a write adds, where the same write names it (as yet it has no id)."""
+
+    index: int
+
+
+# A message in a write: its id, a message the write adds, or (None) none.
+MessageRef = int | Added | None
 
 
 @dataclass
 class MessageChanges:
-    """What one save writes into a chat: messages ``added`` (in order, one branch: the first
-    after message ``after``, None for a first message), ``changed`` by id, and the ids of those
-    ``removed`` (each with the messages after it, in every branch). A message is a dict with its
-    ``role`` and ``content``, and its ``state`` (see tables.Message). ``shown``: the last
-    message of the branch the page shows, where nothing is added (else the last added)."""
+    """What one save writes into a chat: messages ``added``, each following the message its
+    ``follows`` names (an Added one: an earlier one of ``added``; None: a first message),
+    ``changed`` by id, and the ids of those ``removed`` (each with the messages after it, in
+    every branch). A message is a dict with its ``role`` and ``content``, and its ``state`` (see
+    tables.Message). ``shown``: the last message of the branch the page shows."""
 
     added: list[dict[str, Any]]
+    follows: list[MessageRef]
     changed: dict[int, dict[str, Any]]
     removed: list[int]
-    after: int | None = None
-    shown: int | None = None
+    shown: MessageRef = None
+
+    @classmethod
+    def line(cls, added: list[dict[str, Any]], after: int | None = None) -> MessageChanges:
+        """Messages added one after the other, the first after message ``after``, the last shown."""
+        follows: list[MessageRef] = [after, *(Added(index) for index in range(len(added) - 1))]
+        return cls(added, follows[:len(added)], {}, [], Added(len(added) - 1) if added else after)
 
     def __bool__(self) -> bool:
         return bool(self.added or self.changed or self.removed)
@@ -120,36 +135,7 @@ class ChatStore:
         """All the chat's messages, every version, in the order written (none for a chat that is not ``owner``'s)."""
         with Session(self.engine) as session:
             chat = _owned(session, owner, chat_id)
-            return _stored_tree(_rows(session, owner, chat_id), chat.shown if chat else None)
-
-    def branch(self, owner: str, chat_id: str) -> list[StoredMessage]:
-        """The branch the chat shows, first message first, each with its versions (none for a
-        chat that is not ``owner``'s)."""
-        tree = self.tree(owner, chat_id)
-        return [tree.messages[place] for place in tree.branch()]
-
-    def show(self, owner: str, chat_id: str, message_id: int) -> list[StoredMessage]:
-        """Show version ``message_id`` in the chat: the branch through it and on to the latest
-        message written after it, which the chat shows from now on. A chat not ``owner``'s, or a message not the chat's, is refused."""
-        with Session(self.engine) as session, session.begin():
-            chat = _owned(session, owner, chat_id)
-            if chat is None:
-                raise NotYours(f"Chat {chat_id} is not yours.")
-            tree = _stored_tree(_rows(session, owner, chat_id), chat.shown)
-            place = next((place for place, message in enumerate(tree.messages) if message.id == message_id), None)
-            if place is None:
-                raise NoSuchMessage(f"Message {message_id} is not one of this chat's: reload the page to see the chat as it is now.")
-            branch = [tree.messages[place] for place in tree.branch(through=place)]
-            chat.shown = branch[-1].id
-            return branch
-
-    def versions(self, owner: str, chat_id: str) -> dict[int, tuple[int, ...]]:
-        """The versions of each of the chat's messages, by message id."""
-        statement = select(Message.id, Message.parent).join(Chat).where(Chat.owner == owner, Chat.deleted.is_(None),
-                                                                        Message.chat_id == chat_id)
-        with Session(self.engine) as session:
-            tree = _tree(session.execute(statement.order_by(Message.id)))
-            return {row.id: versions for row, versions in zip(tree.messages, _version_ids(tree))}
+            return _tree(_rows(session, owner, chat_id), chat.shown if chat else None).map(_stored)
 
     def write(self, owner: str, chat_id: str, changes: MessageChanges, created: dict[str, str], media: dict[str, int] | None = None) -> list[int]:
         """Write ``changes`` into the chat, made with ``created`` (its title, system and tools) if
@@ -175,9 +161,13 @@ class ChatStore:
             rows = [Message(chat_id=chat_id, **_columns(message, now)) for message in changes.added]
             session.add_all(rows)
             session.flush()
-            for parent, row in zip([changes.after, *(row.id for row in rows)], rows):
-                row.parent = parent
-            chat.shown = rows[-1].id if rows else changes.shown
+
+            def row_id(message: MessageRef) -> int | None:
+                return rows[message.index].id if isinstance(message, Added) else message
+
+            for row, follows in zip(rows, changes.follows, strict=True):
+                row.parent = row_id(follows)
+            chat.shown = row_id(changes.shown)
             session.flush()
             # Rows added get ids above every earlier one (see tables.Message); an IN list of
             # thousands of them would pass SQLite's limit on a statement's parameters.
@@ -352,16 +342,6 @@ def _tree(rows: Any, shown: int | None = None) -> MessageTree[Any]:
     return MessageTree.of_rows(rows, lambda row: row.id, lambda row: row.parent, shown)
 
 
-def _version_ids(tree: MessageTree[Any]) -> list[tuple[int, ...]]:
-    """The ids of each message's versions, place by place."""
-    return [tuple(tree.messages[version].id for version in tree.versions(place)) for place in range(len(tree))]
-
-
-def _stored_tree(rows: list[Message], shown: int | None) -> MessageTree[StoredMessage]:
-    tree = _tree(rows, shown)
-    return MessageTree([_stored(row, versions) for row, versions in zip(rows, _version_ids(tree))], tree.parents, tree.shown)
-
-
 def _below(rows: Any, ids: list[int]) -> list[int]:
     """``ids`` (those among a chat's ``rows``) and the ids of every message after them."""
     tree = _tree(rows)
@@ -375,8 +355,8 @@ def _rows(session: Session, owner: str, chat_id: str) -> list[Message]:
     return list(session.scalars(statement))
 
 
-def _stored(row: Message, versions: tuple[int, ...]) -> StoredMessage:
-    return StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state, versions)
+def _stored(row: Message) -> StoredMessage:
+    return StoredMessage(row.id, {**row.data, "role": row.role, "content": row.content}, row.state)
 
 
 def _media_of(owner: str) -> Select:

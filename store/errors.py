@@ -17,9 +17,5 @@ class NotYours(StoreError):
     """A chat id that belongs to another owner."""
 
 
-class NoSuchMessage(StoreError):
-    """A message id that is not one of the chat's."""
-
-
 class OverQuota(StoreError):
     """A write that would take an owner past their quota (store/quota.py); nothing of it is written."""

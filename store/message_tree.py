@@ -1,6 +1,7 @@
 """A chat's messages as one shape wherever they are held whole: rows in the store, turns on the
 page, entries of a conversation file. Each is a MessageTree of its own kind of message; only the
-store names messages by id (its rows'), and only at its own door.
+store names messages by id (its rows'), and only at its own door (on the page: the keeper that
+writes a tab's tree into the store, webui/chat_keeper.py).
 
 A message's versions (regenerated, edited) are the messages that follow the same one; a branch is
 a path from a first message down, and the chat shows one branch, the one that ends at ``shown``.
@@ -35,6 +36,9 @@ class MessageTree(Generic[Message]):
                 raise ValueError(f"message {place} follows {parent}, which is not an earlier one")
         if self.shown is not None and not 0 <= self.shown < len(self.messages):
             raise ValueError(f"the message shown, {self.shown}, is not in the tree")
+        self._index()
+
+    def _index(self) -> None:
         self._children = {}
         for place, parent in enumerate(self.parents):
             self._children.setdefault(parent, []).append(place)
@@ -77,6 +81,41 @@ class MessageTree(Generic[Message]):
     def versions(self, place: int) -> list[int]:
         """The places of the message's versions (itself among them), oldest first."""
         return self._children[self.parents[place]]
+
+    def shown_messages(self) -> list[Message]:
+        """The messages of the branch shown, first message first."""
+        return [self.messages[place] for place in self.branch()]
+
+    def add(self, message: Message, after: int | None) -> int:
+        """Put ``message`` after message ``after`` (None: as a first message) and show it; its place."""
+        if after is not None and not 0 <= after < len(self.messages):
+            raise ValueError(f"a message cannot follow {after}, which is not in the tree")
+        self.messages.append(message)
+        self.parents.append(after)
+        self.shown = len(self.messages) - 1
+        self._children.setdefault(after, []).append(self.shown)
+        return self.shown
+
+    def show(self, place: int) -> None:
+        """Show the branch through message ``place`` and on to the message written last after it."""
+        self.shown = self.branch(through=place)[-1]
+
+    def remove(self, places: Iterable[int]) -> list[int]:
+        """Take ``places`` and every message after them out of the tree; the places the messages
+        kept had before, in their order (the new places are 0, 1, ...). The branch shown ends
+        at the nearest message before the first one taken out."""
+        gone = set(self.below(places))
+        kept = [place for place in range(len(self.messages)) if place not in gone]
+        new_place = {old: new for new, old in enumerate(kept)}
+        shown = self.shown
+        while shown in gone:
+            shown = self.parents[shown]
+        # A kept message's parent is kept too: whatever follows a message taken out is taken out.
+        self.parents[:] = [None if self.parents[old] is None else new_place[self.parents[old]] for old in kept]
+        self.messages[:] = [self.messages[old] for old in kept]
+        self.shown = None if shown is None else new_place[shown]
+        self._index()
+        return kept
 
     def below(self, places: Iterable[int]) -> list[int]:
         """``places`` and the places of every message after them, in every branch."""

@@ -19,6 +19,7 @@ from harness.browser import (
     user_messages, wait_until_answered,
 )
 from harness.mcp_config import demo_entry
+from store import MessageTree
 from webui.conversation import Turn
 from webui.conversation_file import write_conversation
 
@@ -260,9 +261,9 @@ def test_the_mcp_servers_are_listed_and_their_tools_run_asking_first_where_they_
 def test_a_python_block_of_a_reply_runs_in_the_browser_and_shows_what_it_printed(page, tmp_path):
     code = "import sys\nprint(sum(range(10)), sys.platform)\n"
     conversation = tmp_path / "python.json"
-    write_conversation(str(conversation), [Turn(role="user", content="Sum 0 to 9 in Python."),
-                                           Turn(role="assistant", content=f"Here:\n\n```python\n{code}```\n\nand an error:\n\n```python\n1/0\n```")],
-                       "", 10**6)
+    write_conversation(str(conversation), MessageTree.line([
+        Turn(role="user", content="Sum 0 to 9 in Python."),
+        Turn(role="assistant", content=f"Here:\n\n```python\n{code}```\n\nand an error:\n\n```python\n1/0\n```")]), "", 10**6)
     page.get_by_text("Conversation file", exact=True).click()
     with page.expect_file_chooser() as chooser:
         page.locator("#import-btn").click()

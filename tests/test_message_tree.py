@@ -35,3 +35,19 @@ def test_rows_named_by_id_become_places_and_a_gone_parent_makes_a_first_message(
         "a shown message that is gone: the branch written last"
     assert MessageTree.of_rows([(1, 2), (2, None)], lambda row: row[0], lambda row: row[1]).parents == [None, None], \
         "a parent written after its message is taken as gone"
+
+
+def test_a_page_adds_versions_shows_another_and_takes_messages_out():
+    tree = MessageTree.line(["q", "a1"])
+    assert tree.add("a2", 0) == 2 and tree.branch() == [0, 2] and tree.versions(2) == [1, 2], "added beside a1, and shown"
+    assert tree.add("more", 2) == 3 and tree.branch() == [0, 2, 3]
+    tree.show(1)
+    assert tree.branch() == [0, 1]
+    tree.show(0)
+    assert tree.branch() == [0, 2, 3], "through q and on to the message written last after it"
+    with pytest.raises(ValueError, match="cannot follow 9"):
+        tree.add("x", 9)
+    assert tree.remove([2]) == [0, 1], "a2 and what follows it go; the places kept, as they were"
+    assert tree.messages == ["q", "a1"] and tree.parents == [None, 0] and tree.branch() == [0], "shown: the nearest message before"
+    assert tree.add("a3", 0) == 2 and tree.versions(1) == [1, 2], "the tree's index of versions is rebuilt"
+    assert tree.remove([0]) == [] and tree.shown is None and tree.branch() == []

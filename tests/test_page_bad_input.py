@@ -28,6 +28,7 @@ from limits import Limits
 from tests.media_samples import bomb_png, png_bytes, solid_image, tone, write_audio, write_video
 from tests.page_input import CONTROLS, message, run, settings, written_imports
 from harness.tiny_models import build_qwen2_audio
+from store import MessageTree
 from webui.chat_session import ChatSession
 from webui.conversation import Turn, render, render_turn
 from webui.handlers import ChatHandlers
@@ -50,7 +51,7 @@ class Chat:
     prior: list[Turn] = field(default_factory=list)
 
     def session(self) -> ChatSession:
-        return ChatSession(turns=[turn.model_copy(deep=True) for turn in self.prior])
+        return ChatSession(tree=MessageTree.line([turn.model_copy(deep=True) for turn in self.prior]))
 
 
 def loaded_slot(args: dict[str, Any]) -> ModelSlot:
@@ -240,8 +241,9 @@ async def test_a_bad_message_is_shown_as_a_clear_message_and_the_chat_stays(case
     assert session.turns[:prior] == chat.prior
     [asked] = session.turns[prior:]
     assert (asked.role, asked.content, asked.files) == ("user", case.text.strip(), files)
-    assert shown[: len(render(chat.prior))] == render(chat.prior)
-    assert shown[len(render(chat.prior)):] == render_turn(asked)
+    prior_shown = render(MessageTree.line(chat.prior))
+    assert shown[: len(prior_shown)] == prior_shown
+    assert shown[len(prior_shown):] == render_turn(session.tree, session.tree.shown)
     # The message under it says what was wrong, and nothing shown is a stack trace.
     refusal = shown[-1]
     assert refusal["metadata"]["title"] == REFUSED
@@ -328,7 +330,7 @@ async def test_a_bad_conversation_file_is_refused_clearly_and_the_chat_stays(cas
 async def test_a_message_of_only_whitespace_is_ignored(text_chat):
     session = text_chat.session()
     [shown] = await run(text_chat.handlers.send(session, message(" \n\t  "), **settings()))
-    assert session.turns == text_chat.prior and shown["chatbot"] == render(text_chat.prior)
+    assert session.turns == text_chat.prior and shown["chatbot"] == render(MessageTree.line(text_chat.prior))
     assert shown["message_box"]["value"] == {"text": "", "files": []} and shown["message_box"]["interactive"]
     await answered_next(text_chat, session)
 

@@ -63,7 +63,7 @@ async def test_documents_reach_the_model_named_by_file_and_page_and_show_as_chip
     # What the model answered is its greedy answer to exactly that text.
     [greedy] = slot.model.chat(ChatRequest.build([{"role": "user", "content": expected_text}], temperature=0, max_new_tokens=12))
     assert answer.content == greedy.response_text and answer.error is None
-    shown = render(session.turns)[0]["content"]
+    shown = render(session.tree)[0]["content"]
     chips = [part for part in shown if is_chip(part)]
     assert len(chips) == 2 and "📄 report.pdf · PDF, 2 pages" in chips[0] and "PELICAN-42" in chips[0]
     assert "📄 notes.docx · Word, " in chips[1] and "\n" not in chips[1]
@@ -124,11 +124,11 @@ async def test_undo_puts_documents_back_and_exports_keep_their_text(handlers, re
     session = ChatSession()
     await run(handlers.send(session, message("Code?", [report]), **settings(2)))
     exported = tmp_path / "chat.json"
-    write_conversation(str(exported), session.turns, "", 10 * 2**20)
+    write_conversation(str(exported), session.tree, "", 10 * 2**20)
     saved = json.loads(exported.read_text())
     assert saved["turns"][0]["documents"][0]["name"] == "report.pdf"
     assert report not in exported.read_text(), "an export names a path on the server"
-    turns = read_conversation(str(exported), handlers.limits, str(tmp_path / "imports")).turns
+    turns = read_conversation(str(exported), handlers.limits, str(tmp_path / "imports")).tree.shown_messages()
     assert turns[0].documents[0].text == session.turns[0].documents[0].text
     assert model_request(turns[:1]).messages == model_request(session.turns[:1]).messages
     box = handlers.undo(session)["message_box"]

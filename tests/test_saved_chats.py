@@ -19,7 +19,7 @@ from PIL import Image
 from limits import Limits
 from tests.page_input import CONTROLS, message, run, settings
 from webui import chat_presets, chat_sidebar
-from store import Quota, open_store
+from store import MessageTree, Quota, open_store
 from webui.browser_storage import browser_memory, page_secret
 from webui.chat_keeper import title_of
 from webui.chat_session import ChatSession
@@ -44,9 +44,15 @@ def user_chats(store, owner="browser:" + "a" * 32):
     return SavedChats(store, owner, owner.removeprefix("browser:"))
 
 
+def versions_of(session, index):
+    """The places of the versions of the message ``index`` of the branch the session shows."""
+    return session.tree.versions(session.tree.branch()[index])
+
+
 def chat_session(chats, *texts):
     session = chats.new_session()
-    session.turns = [Turn(role=("user", "assistant")[i % 2], content=text) for i, text in enumerate(texts)]
+    for i, text in enumerate(texts):
+        session.add(Turn(role=("user", "assistant")[i % 2], content=text))
     return session
 
 
@@ -63,7 +69,8 @@ def test_chats_are_kept_titled_listed_renamed_searched_and_deleted(chat_store):
     assert [title for title, _ in chats.choices()] == ["x" * 59 + "…", "Say apple, please."]
     assert (chats.find(a.chat_id).system, chats.find(a.chat_id).tools) == ("Be brief.", "[]")
     # A chat that changes comes first; keeping it unchanged (a switch away) leaves the order.
-    a.turns += [Turn(role="user", content="More?"), Turn(role="assistant", content="Sure.")]
+    a.add(Turn(role="user", content="More?"))
+    a.add(Turn(role="assistant", content="Sure."))
     chats.keep(a, a.chat_id, "Be brief.", "[]")
     chats.keep(b, b.chat_id, "", "")
     assert [chat_id for _, chat_id in chats.choices()] == [a.chat_id, b.chat_id]
@@ -87,7 +94,7 @@ def test_each_message_is_a_row_and_a_reopened_chat_is_as_it_was(chat_store):
     chats = user_chats(chat_store)
     session = chat_session(chats, "Hi", "Hello")
     session.turns[1].writing, session.turns[1].tool_text = True, "<tool_call>"
-    session.keeper.save(session.turns)
+    session.keeper.save(session.tree)
     assert [m.state for m in chat_store.tree(chats.owner, session.chat_id).messages] == ["done", "writing"]
     # Only what a chat needs is stored: nothing that exists only while a reply streams.
     assert [m.data for m in chat_store.tree(chats.owner, session.chat_id).messages] == [
@@ -98,17 +105,16 @@ def test_each_message_is_a_row_and_a_reopened_chat_is_as_it_was(chat_store):
 
     session.turns[1].writing = False
     session.turns[1].content = "Hello there"
-    session.turns.append(Turn(role="user", content="Bye", error="No model is loaded."))
-    session.keeper.save(session.turns)
+    session.add(Turn(role="user", content="Bye", error="No model is loaded."))
+    session.keeper.save(session.tree)
     rows = chat_store.tree(chats.owner, session.chat_id).messages
     assert [(m.data["content"], m.state) for m in rows] == [("Hi", "done"), ("Hello there", "done"), ("Bye", "error")]
-    assert [t.row for t in session.turns] == [m.id for m in rows]
+    assert session.keeper.rows == [m.id for m in rows]
     # A regenerated reply is a new row beside the earlier one, which stays as a version; the others stay the rows they were.
-    del session.turns[1:]
-    session.turns.append(Turn(role="assistant", content="Hi again"))
-    session.keeper.save(session.turns)
-    assert [m.id for m in chat_store.tree(chats.owner, session.chat_id).messages] == [*(m.id for m in rows), session.turns[1].row]
-    assert session.turns[1].versions == [rows[1].id, session.turns[1].row]
+    session.tree.add(Turn(role="assistant", content="Hi again"), 0)
+    session.keeper.save(session.tree)
+    stored = chat_store.tree(chats.owner, session.chat_id)
+    assert [m.id for m in stored.messages] == [*(m.id for m in rows), session.keeper.rows[3]] and stored.versions(3) == [1, 3]
     assert [t.content for t in chats.open(session.chat_id, "").turns] == ["Hi", "Hi again"]
 
 
@@ -117,18 +123,19 @@ def test_two_tabs_of_one_chat_never_drop_each_others_messages(chat_store):
     first = chat_session(chats, "Hi", "Hello")
     chats.keep(first, first.chat_id, "", "")
     second = chats.open(first.chat_id, "")
-    first.turns += [Turn(role="user", content="From tab one")]
-    second.turns += [Turn(role="user", content="From tab two")]
-    first.keeper.save(first.turns)
-    second.keeper.save(second.turns)
+    first.add(Turn(role="user", content="From tab one"))
+    second.add(Turn(role="user", content="From tab two"))
+    first.keeper.save(first.tree)
+    second.keeper.save(second.tree)
     other_tab = user_chats(chat_store)
     other_chat = chat_session(other_tab, "Another chat")
     other_tab.keep(other_chat, other_chat.chat_id, "", "")
     # Each tab's message follows what that tab showed: two versions, the one written last shown.
     reopened = chats.open(first.chat_id, "")
     assert [t.content for t in reopened.turns] == ["Hi", "Hello", "From tab two"]
-    assert reopened.turns[2].versions == [first.turns[2].row, second.turns[2].row]
-    assert [t.content for t in reopened.keeper.show_version(first.turns[2].row, "")] == ["Hi", "Hello", "From tab one"]
+    assert [reopened.keeper.rows[place] for place in reopened.tree.versions(3)] == [first.keeper.rows[2], second.keeper.rows[2]]
+    reopened.tree.show(2)
+    assert [t.content for t in reopened.turns] == ["Hi", "Hello", "From tab one"]
     assert len(chats.choices()) == 2
 
 
@@ -178,27 +185,28 @@ async def test_a_chat_open_in_two_tabs_shows_what_the_other_tab_writes_and_is_le
     assert await chat_sidebar.refresh_chat(chats, here) == {}, "its own writes are nothing new to a tab"
     assert await chat_sidebar.refresh_chat(chats, there) == {}
 
-    there.turns += [Turn(role="user", content="From the other tab"), Turn(role="assistant", content="Half a rep", writing=True)]
-    there.keeper.save(there.turns)
+    there.add(Turn(role="user", content="From the other tab"))
+    there.add(Turn(role="assistant", content="Half a rep", writing=True))
+    there.keeper.save(there.tree)
     shown = await chat_sidebar.refresh_chat(chats, here)
-    assert [t.content for t in here.turns] == ["Hi", "Hello", "From the other tab", "Half a rep"] and shown == {"chatbot": render(here.turns)}
+    assert [t.content for t in here.turns] == ["Hi", "Hello", "From the other tab", "Half a rep"] and shown == {"chatbot": render(here.tree)}
     assert await chat_sidebar.refresh_chat(chats, here) == {}, "nothing new since"
     # A tab writing a reply, or with a change of its own not yet saved, is left as it is.
     there.turns[-1].content, there.turns[-1].writing = "Half a reply, then all of it.", False
-    there.keeper.save(there.turns)
+    there.keeper.save(there.tree)
     here.answering = True
     assert await chat_sidebar.refresh_chat(chats, here) == {}
     here.answering = False
-    here.turns.append(Turn(role="user", content="Not saved yet"))
+    here.add(Turn(role="user", content="Not saved yet"))
     assert await chat_sidebar.refresh_chat(chats, here) == {}
-    here.turns.pop()
-    assert await chat_sidebar.refresh_chat(chats, here) == {"chatbot": render(here.turns)}
+    here.remove([here.tree.shown])
+    assert await chat_sidebar.refresh_chat(chats, here) == {"chatbot": render(here.tree)}
     assert here.turns[-1].content == "Half a reply, then all of it." and not here.turns[-1].stopped
     # A regenerated reply in the other tab: this tab shows it, with its ‹2/2›.
-    there.turns[-1] = Turn(role="assistant", content="Another reply")
-    there.keeper.save(there.turns)
+    there.tree.add(Turn(role="assistant", content="Another reply"), there.tree.parents[there.tree.shown])
+    there.keeper.save(there.tree)
     await chat_sidebar.refresh_chat(chats, here)
-    assert here.turns[-1].content == "Another reply" and len(here.turns[-1].versions) == 2
+    assert here.turns[-1].content == "Another reply" and len(here.tree.versions(here.tree.shown)) == 2
     updates = await chat_sidebar.refresh(chats, here, "")
     assert set(updates) == {"chat_list"}, "the list once, then only what changed"
     assert await chat_sidebar.refresh(chats, here, "") == {}
@@ -213,8 +221,8 @@ def chat_written_elsewhere_and_another(chats):
     chats.keep(other, other.chat_id, "", "")
     left = chats.open(left.chat_id, "")
     elsewhere = chats.open(left.chat_id, "")
-    elsewhere.turns.append(Turn(role="user", content="Written in another tab"))
-    elsewhere.keeper.save(elsewhere.turns)
+    elsewhere.add(Turn(role="user", content="Written in another tab"))
+    elsewhere.keeper.save(elsewhere.tree)
     return left, other
 
 
@@ -337,12 +345,27 @@ async def test_a_switch_that_fails_leaves_the_chat_shown(chat_store, monkeypatch
     assert not session.left
 
 
+async def test_a_reply_that_cannot_begin_is_taken_out_and_the_chat_keeps_the_reason(handlers, chat_store, upload_folder):
+    chats = user_chats(chat_store)
+    session = chats.new_session()
+    session.add(Turn(role="user", content="Look", files=[str(picture(upload_folder / "r" / "red.png", "red"))]))
+    session.add(Turn(role="assistant", content="Red."))
+    chats.keep(session, session.chat_id, "", "")
+    # The text model refuses the image of the first message once asked again, after the reply's turn was added.
+    await run(handlers.send(session, message("Thanks!"), **settings(4)))
+    assert [t.role for t in session.turns] == ["user", "assistant", "user"] and "does not accept images" in session.turns[-1].error
+    assert len(session.tree) == 3, "the reply's turn is out of the tree"
+    stored = chat_store.tree(chats.owner, session.chat_id)
+    assert [(m.data["content"], m.state) for m in stored.messages] == [("Look", "done"), ("Red.", "done"), ("Thanks!", "error")]
+    assert session.keeper.rows == [m.id for m in stored.messages]
+
+
 async def test_a_reply_written_in_this_tab_is_nothing_new_to_it(handlers, chat_store):
     chats = user_chats(chat_store)
     session = chats.new_session()
     await run(handlers.send(session, message("Say apple."), **settings(4)))
     await run(handlers.regenerate(session, **settings(4, temperature=1.0, seed=3)))
-    assert session.turns[-1].stats is not None and len(session.turns[-1].versions) == 2
+    assert session.turns[-1].stats is not None and len(versions_of(session, -1)) == 2
     assert await chat_sidebar.refresh_chat(chats, session) == {}, "the tab would redraw its own reply"
 
 
@@ -355,7 +378,7 @@ async def test_a_chat_deleted_in_another_tab_stays_on_screen_and_is_saved_again_
     updates = await chat_sidebar.refresh_chat(chats, here)
     assert updates["note"] == chat_sidebar.DELETED_ELSEWHERE and updates["shown"] == here.chat_id != deleted
     assert [t.content for t in here.turns] == ["Hi", "Hello"] and chats.find(here.chat_id) is None, "saved at its next message"
-    here.turns += [Turn(role="user", content="Still here?")]
+    here.add(Turn(role="user", content="Still here?"))
     chats.keep(here, here.chat_id, "", "")
     assert [m.data["content"] for m in chat_store.tree(chats.owner, here.chat_id).messages] == ["Hi", "Hello", "Still here?"]
     assert [chat_id for _, chat_id in chats.choices()] == [here.chat_id]
@@ -367,13 +390,13 @@ def test_a_tab_that_opened_a_reply_being_written_elsewhere_never_writes_its_copy
     chats = user_chats(chat_store)
     writer = chat_session(chats, "Tell me a story", "Once")
     writer.turns[1].writing = True
-    writer.keeper.save(writer.turns)
+    writer.keeper.save(writer.tree)
     reader = chats.open(writer.chat_id, "")
     assert reader.turns[1].stopped, "shown as stopped where it was opened"
     writer.turns[1].writing, writer.turns[1].content = False, "Once upon a time, the end."
-    writer.keeper.save(writer.turns)
-    reader.turns.append(Turn(role="user", content="Nice"))
-    reader.keeper.save(reader.turns)
+    writer.keeper.save(writer.tree)
+    reader.add(Turn(role="user", content="Nice"))
+    reader.keeper.save(reader.tree)
     assert [(m.data["content"], m.state) for m in chat_store.tree(chats.owner, writer.chat_id).messages] == [
         ("Tell me a story", "done"), ("Once upon a time, the end.", "done"), ("Nice", "done")]
 
@@ -392,7 +415,7 @@ def test_media_are_kept_with_the_chat_once_by_content_and_go_with_the_last_chat(
     link.symlink_to(outside)
     chats = user_chats(chat_store)
     turn = Turn(role="user", content="Look", files=[str(kept), str(gone), str(outside), str(link), "/etc/hostname"])
-    a = chats.add([turn])
+    a = chats.add(MessageTree.line([turn]))
     [medium] = chat_store.media_of(chats.owner)
     assert chat_store.media.file(medium).read_bytes() == kept.read_bytes()
     kept.unlink()  # Gradio deletes the page's files after a while: the chat keeps its own copy
@@ -404,32 +427,32 @@ def test_media_are_kept_with_the_chat_once_by_content_and_go_with_the_last_chat(
     # A file that is gone, or not one the page stored (a path elsewhere, a link out), is neither kept nor read.
     assert opened.missing_files == ["gone.png", "outside.png", "link.png", "hostname"]
     assert sorted(path.name for path in chat_store.media.root.rglob("*") if path.is_file()) == [medium]
-    shown = render(session.turns)
+    shown = render(session.tree)
     assert shown[0]["content"] == [{"path": copy}, "Look"]
     assert shown[1]["metadata"]["title"] == "📎 Missing files" and "gone.png, outside.png" in shown[1]["content"]
     request = model_request(session.turns)
     assert request.messages == [{"role": "user", "content": "<image>Look"}] and request.media == {"image": [copy]}
     # A message whose only file is gone still shows.
-    b = chats.add([Turn(role="user", files=[str(gone)])])
-    assert render(chats.open(b.chat_id, str(upload_folder)).turns)[0]["content"] == ["📎 gone.png"]
+    b = chats.add(MessageTree.line([Turn(role="user", files=[str(gone)])]))
+    assert render(chats.open(b.chat_id, str(upload_folder)).tree)[0]["content"] == ["📎 gone.png"]
 
     # A long-open chat whose page copies Gradio deleted gets them back from the store, and keeps them kept.
     Path(copy).unlink()
     session.keeper.restore_media(session.turns)
     assert Path(session.turns[0].files[0]).read_bytes() == chat_store.media.file(medium).read_bytes()
     fresh = chats.new_session()
-    fresh.turns = [Turn(role="user", content="New", files=[str(picture(upload_folder / "n" / "new.png", "green"))])]
-    fresh.keeper.save(fresh.turns)
+    fresh.add(Turn(role="user", content="New", files=[str(picture(upload_folder / "n" / "new.png", "green"))]))
+    fresh.keeper.save(fresh.tree)
     Path(fresh.turns[0].files[0]).unlink()
     fresh.keeper.restore_media(fresh.turns)
-    fresh.keeper.save(fresh.turns)
+    fresh.keeper.save(fresh.tree)
     assert Image.open(fresh.turns[0].files[0]).getpixel((0, 0)) == (0, 128, 0)
     assert isinstance(chat_store.tree(chats.owner, fresh.chat_id).messages[0].data["files"][0], dict), "still kept as a medium"
     chats.delete(fresh.chat_id)
     chat_store.purge(time.time())  # as it is once Undo's time is over
 
     # The same picture in another chat (under another name) is kept once, and goes with the last chat using it.
-    again = chats.add([Turn(role="user", content="Again", files=[str(picture(upload_folder / "x" / "same.png", "red"))])])
+    again = chats.add(MessageTree.line([Turn(role="user", content="Again", files=[str(picture(upload_folder / "x" / "same.png", "red"))])]))
     assert list(chat_store.media_of(chats.owner)) == [medium]
     chats.delete(a.chat_id)
     assert chat_store.media.file(medium).exists()
@@ -441,8 +464,8 @@ def test_media_are_kept_with_the_chat_once_by_content_and_go_with_the_last_chat(
 
 async def test_a_delete_is_undone_within_its_time_and_until_the_next_delete(chat_store, upload_folder, monkeypatch):
     chats = user_chats(chat_store)
-    a = chats.add([Turn(role="user", content="Apple?"), Turn(role="assistant", content="Red.")], system="Be brief.")
-    b = chats.add([Turn(role="user", content="Banana?")])
+    a = chats.add(MessageTree.line([Turn(role="user", content="Apple?"), Turn(role="assistant", content="Red.")]), system="Be brief.")
+    b = chats.add(MessageTree.line([Turn(role="user", content="Banana?")]))
     shown = chats.open(b.chat_id, str(upload_folder))
     view = await chat_sidebar.delete_chat(chats, shown)
     assert view["undo"]["visible"] and "Deleted “Banana?”" in view["note"] and view["shown"] == a.chat_id
@@ -481,16 +504,16 @@ def test_a_user_over_the_media_quota_is_told_and_the_chat_is_kept(tmp_path, uplo
     try:
         chats = user_chats(store)
         first, second = noise(upload_folder / "a" / "first.png"), noise(upload_folder / "b" / "second.png")
-        chats.add([Turn(role="user", content="One", files=[str(first)])])
+        chats.add(MessageTree.line([Turn(role="user", content="One", files=[str(first)])]))
         with pytest.warns(UserWarning, match=r"second.png is not kept with the chat: your saved chats' media would take 9.\d KB, over "
                                              r"this server's limit of 5.9 KB per user \(--max-user-media-size\)"):
-            two = chats.add([Turn(role="user", content="Two", files=[str(second)])])
+            two = chats.add(MessageTree.line([Turn(role="user", content="Two", files=[str(second)])]))
         assert len(store.media_of(chats.owner)) == 1
         opened = chats.open(two.chat_id, str(upload_folder)).turns
         assert [t.content for t in opened] == ["Two"] and opened[0].files == [str(second)], "saved, its file named by its path"
         # Another user has a quota of their own.
         other = user_chats(store, "login:bob")
-        other.add([Turn(role="user", content="Mine", files=[str(second)])])
+        other.add(MessageTree.line([Turn(role="user", content="Mine", files=[str(second)])]))
         assert len(store.media_of("login:bob")) == 1
     finally:
         store.close()
@@ -507,7 +530,7 @@ def test_chats_past_the_chats_quota_stay_on_the_page_and_say_so(tmp_path, upload
         assert re.search(r"Moved 2 chats from this browser to the server\. The newest was not: you would have 3 saved chats, over "
                          r"this server's limit of 2 per user \(--max-user-chats\)", view["note"]), view["note"]
         chats = view["chats"]
-        imported = ChatSession(turns=[Turn(role="user", content="Imported"), Turn(role="assistant", content="Kept on the page.")])
+        imported = ChatSession(tree=MessageTree.line([Turn(role="user", content="Imported"), Turn(role="assistant", content="Kept on the page.")]))
         with pytest.warns(UserWarning, match=r"This chat is not saved: you would have 3 saved chats.*saved as soon as there is room"):
             shown = chat_sidebar.keep_import(chats, imported, "")
         session = shown["session"]
@@ -544,12 +567,12 @@ def sidebar_over(store, export_limit=100 * 2**20, **limits):
 
 def test_all_of_a_users_chats_export_as_conversation_files_that_import(chat_store, upload_folder, slot):
     chats = user_chats(chat_store)
-    chats.add([Turn(role="user", content="Look", files=[str(picture(upload_folder / "a" / "red.png", "red"))]),
-               Turn(role="assistant", content="Red.")], system="Be brief.")
-    chats.add([Turn(role="user", content="Say: hi/there?"), Turn(role="assistant", content="hi")])
+    chats.add(MessageTree.line([Turn(role="user", content="Look", files=[str(picture(upload_folder / "a" / "red.png", "red"))]),
+               Turn(role="assistant", content="Red.")]), system="Be brief.")
+    chats.add(MessageTree.line([Turn(role="user", content="Say: hi/there?"), Turn(role="assistant", content="hi")]))
     noisy = noise(upload_folder / "n" / "noise.png")
-    chats.add([Turn(role="user", content="Too big", files=[str(noisy)])])
-    user_chats(chat_store, "login:bob").add([Turn(role="user", content="Bob's secret")])
+    chats.add(MessageTree.line([Turn(role="user", content="Too big", files=[str(noisy)])]))
+    user_chats(chat_store, "login:bob").add(MessageTree.line([Turn(role="user", content="Bob's secret")]))
 
     with pytest.warns(UserWarning, match="Left out of the export: Too big: With its media the conversation is over 5.9 KB"):
         exported = sidebar_over(chat_store, export_limit=6000).export_all(chats)
@@ -572,7 +595,7 @@ def test_an_export_of_all_chats_is_bounded_by_what_a_users_chats_may_keep(chat_s
     chats = user_chats(chat_store)
     picture_path = str(noise(upload_folder / "n" / "noise.png"))
     for number in range(3):
-        chats.add([Turn(role="user", content=f"Look {number}", files=[picture_path] * 3)])
+        chats.add(MessageTree.line([Turn(role="user", content=f"Look {number}", files=[picture_path] * 3)]))
     with zipfile.ZipFile(sidebar_over(chat_store).export_all(chats)["value"]) as archive:
         sizes = [member.file_size for member in archive.infolist()]
     assert len(sizes) == 3 and min(sizes) > 3 * os.path.getsize(picture_path), "each chat carries each copy"
@@ -585,9 +608,9 @@ def test_an_export_of_all_chats_is_bounded_by_what_a_users_chats_may_keep(chat_s
 
 def test_all_chats_import_back_at_once_as_new_chats_of_the_importing_user(chat_store, upload_folder):
     alice = user_chats(chat_store, "login:alice")
-    alice.add([Turn(role="user", content="Look", files=[str(picture(upload_folder / "a" / "red.png", "red"))]),
-               Turn(role="assistant", content="Red.")], system="Be brief.")
-    alice.add([Turn(role="user", content="Say hi"), Turn(role="assistant", content="hi")])
+    alice.add(MessageTree.line([Turn(role="user", content="Look", files=[str(picture(upload_folder / "a" / "red.png", "red"))]),
+               Turn(role="assistant", content="Red.")]), system="Be brief.")
+    alice.add(MessageTree.line([Turn(role="user", content="Say hi"), Turn(role="assistant", content="hi")]))
     exported = sidebar_over(chat_store).export_all(alice)["value"]
     with zipfile.ZipFile(exported, "a") as archive:
         archive.writestr("004 broken.json", "{not json")
@@ -766,7 +789,7 @@ async def test_switching_chats_stops_the_reply_and_keeps_it_in_its_own_chat(hand
     assert task.done() and not second.answering, "the switch waits for the reply to stop"
     shown = view["session"]
     assert shown is not second and shown.chat_id == first.chat_id == view["shown"]
-    assert [t.content for t in shown.turns][0] == "Say apple." and view["system"] == "Be brief." and view["chatbot"] == render(shown.turns)
+    assert [t.content for t in shown.turns][0] == "Say apple." and view["system"] == "Be brief." and view["chatbot"] == render(shown.tree)
     assert chats.find(second.chat_id).system == "Be long."
     kept = chats.open(second.chat_id, str(upload_folder)).turns
     assert kept[0].content == "Write a long story about a lighthouse."
@@ -803,14 +826,16 @@ async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_
     await run(handlers.send(session, message("Name a fruit."), **settings(6, temperature=1.0, seed=1)))
     for seed in (2, 3):
         await run(handlers.regenerate(session, **settings(6, temperature=1.0, seed=seed)))
-    versions = session.turns[1].versions
-    assert len(versions) == 3 and versions[-1] == session.turns[1].row, "each regenerated reply is a version"
-    replies = {row: next(m.data["content"] for m in chat_store.tree(chats.owner, session.chat_id).messages if m.id == row) for row in versions}
+    versions = versions_of(session, 1)
+    assert len(versions) == 3 and versions[-1] == session.tree.shown, "each regenerated reply is a version"
+    stored = {m.id: m.data["content"] for m in chat_store.tree(chats.owner, session.chat_id).messages}
+    replies = {place: stored[session.keeper.rows[place]] for place in versions}
     assert len(set(replies.values())) > 1, "the sampled replies were all alike: the test cannot tell them apart"
-    assert "3/3" in str(render(session.turns)[-1]["content"])
+    assert "3/3" in str(render(session.tree)[-1]["content"])
 
     shown = handlers.switch_version(session, str(versions[0]))
-    assert [t.row for t in session.turns] == [session.turns[0].row, versions[0]] and "1/3" in str(shown["chatbot"][-1]["content"])
+    assert session.tree.branch() == [0, versions[0]] and "1/3" in str(shown["chatbot"][-1]["content"])
+    assert chat_store.tree(chats.owner, session.chat_id).branch() == [0, versions[0]], "the chat shows that branch from now on"
     requests = []
     model = handlers.slot.model
     astream_reply = model.astream_reply
@@ -820,20 +845,18 @@ async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_
         "the model gets the branch shown"
     # Reopened (a reload, another tab), the chat shows that branch, with its ‹1/3›.
     reopened = chats.open(session.chat_id, "")
-    assert [t.content for t in reopened.turns] == [t.content for t in session.turns] and reopened.turns[1].versions == versions
+    assert [t.content for t in reopened.turns] == [t.content for t in session.turns] and versions_of(reopened, 1) == versions
 
     # An edit is a new version of the message; the earlier one stays, with its replies.
     await run(handlers.edit(reopened, SimpleNamespace(index=0, value="Name a berry."), **settings(4)))
     assert [t.content for t in reopened.turns][0] == "Name a berry." and len(reopened.turns) == 2
-    first, edited = reopened.turns[0].versions
-    assert edited == reopened.turns[0].row
+    first, edited = versions_of(reopened, 0)
+    assert edited == reopened.tree.branch()[0]
     back = handlers.switch_version(reopened, str(first))
-    assert [t.content for t in reopened.turns] == [t.content for t in session.turns] and back["chatbot"] == render(reopened.turns)
-    # A message of another chat is no version of this one's.
-    other = chat_session(chats, "Other chat")
-    chats.keep(other, other.chat_id, "", "")
-    with pytest.warns(UserWarning, match="not one of this chat's"):
-        handlers.switch_version(reopened, str(other.turns[0].row))
+    assert [t.content for t in reopened.turns] == [t.content for t in session.turns] and back["chatbot"] == render(reopened.tree)
+    # A place past the chat's messages (a page that went on showing a chat changed since) is no version.
+    with pytest.warns(UserWarning, match="no such version"):
+        handlers.switch_version(reopened, str(len(reopened.tree)))
     assert [t.content for t in reopened.turns] == [t.content for t in session.turns]
 
     # Stopped mid-regenerate, the partial reply is a version of its own, saved as stopped.
@@ -844,8 +867,9 @@ async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_
     handlers.stop(reopened)
     await task
     stopped = reopened.turns[-1]
-    assert stopped.stopped and len(stopped.versions) == 2 and stopped.versions[-1] == stopped.row
-    assert next(m.state for m in chat_store.tree(chats.owner, session.chat_id).messages if m.id == stopped.row) == "stopped"
+    assert stopped.stopped and len(versions_of(reopened, -1)) == 2 and versions_of(reopened, -1)[-1] == reopened.tree.shown
+    row = reopened.keeper.rows[reopened.tree.shown]
+    assert next(m.state for m in chat_store.tree(chats.owner, session.chat_id).messages if m.id == row) == "stopped"
 
     # Undo takes the last exchange away, with the other versions after it; Clear, every version.
     handlers.undo(reopened)
@@ -894,10 +918,10 @@ async def test_continue_writes_on_the_cut_reply_in_the_same_message_and_keeps_it
         await run(handlers.continue_reply(session, **settings(8, reply_format="json_object")))
     assert session.turns[1].model_dump() == before and not session.turns[0].error
     # No reply to continue: said so, nothing changes.
-    session.turns.append(Turn(role="user", content="And then?"))
+    session.add(Turn(role="user", content="And then?"))
     with pytest.warns(UserWarning, match="There is no reply to continue"):
         refused = await run(handlers.continue_reply(session, **settings()))
-    assert refused == [{"chatbot": render(session.turns)}] and len(session.turns) == 3
+    assert refused == [{"chatbot": render(session.tree)}] and len(session.turns) == 3
 
 
 def chat_shape(store, owner, chat_id):
@@ -934,10 +958,10 @@ async def test_a_chat_exports_and_imports_with_every_version_of_its_messages(han
     assert chat_shape(chat_store, bob.owner, copy.chat_id) == shape and bob.find(copy.chat_id).system == "Be brief."
     assert "1/1" not in str(view["chatbot"]) and "2/2" in str(view["chatbot"][0:2])
     # Switching versions works on the copy as on the original: the first message's first version, with its third reply.
-    handlers.switch_version(session, str(session.turns[0].versions[0]))
-    shown = handlers.switch_version(copy, str(copy.turns[0].versions[0]))
+    handlers.switch_version(session, str(versions_of(session, 0)[0]))
+    shown = handlers.switch_version(copy, str(versions_of(copy, 0)[0]))
     assert [t.content for t in copy.turns] == [t.content for t in session.turns] == ["Name a fruit.", shape[0][3][1]]
-    assert "3/3" in str(shown["chatbot"][-1]["content"]) and len(copy.turns[1].versions) == 3
+    assert "3/3" in str(shown["chatbot"][-1]["content"]) and len(versions_of(copy, 1)) == 3
 
     # The archive of all chats keeps every version too.
     archive = sidebar_over(chat_store).export_all(chats)["value"]
@@ -957,8 +981,8 @@ async def test_a_chat_exports_and_imports_with_every_version_of_its_messages(han
 def test_an_imported_version_keeps_its_media(chat_store, upload_folder, slot):
     chats = user_chats(chat_store)
     red = picture(upload_folder / "a" / "red.png", "red")
-    session = chats.add([Turn(role="user", content="Look", files=[str(red)]), Turn(role="assistant", content="Red.")])
-    session.turns[:] = [Turn(role="user", content="Look again", files=[str(picture(upload_folder / "b" / "blue.png", "blue"))])]
+    session = chats.add(MessageTree.line([Turn(role="user", content="Look", files=[str(red)]), Turn(role="assistant", content="Red.")]))
+    session.tree.add(Turn(role="user", content="Look again", files=[str(picture(upload_folder / "b" / "blue.png", "blue"))]), None)
     chats.keep(session, session.chat_id, "", "")  # an edit: a new version of the first message
     handlers = ChatHandlers(slot, CONTROLS)
     exported = handlers.export(session, "")["value"]
@@ -968,6 +992,6 @@ def test_an_imported_version_keeps_its_media(chat_store, upload_folder, slot):
     imported = ChatSession()
     handlers.import_(imported, exported)
     copy = chat_sidebar.keep_import(chats, imported, "")["session"]
-    handlers.switch_version(copy, str(copy.turns[0].versions[0]))
+    handlers.switch_version(copy, str(versions_of(copy, 0)[0]))
     assert [t.content for t in copy.turns] == ["Look", "Red."]
     assert Image.open(copy.turns[0].files[0]).getpixel((0, 0)) == (255, 0, 0)

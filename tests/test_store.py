@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import inspect, text
 
 from harness.postgres import fresh_database
-from store import MessageChanges, MessageTree, NoSuchMessage, NotYours, OverQuota, Quota, StoreError, open_store
+from store import Added, MessageChanges, MessageTree, NotYours, OverQuota, Quota, StoreError, open_store
 from store.database import MIGRATIONS, database_url, migrate
 
 
@@ -27,8 +27,8 @@ def chat_store(url):
     store.close()
 
 
-def messages(*texts):
-    return MessageChanges(added=[{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(texts)], changed={}, removed=[])
+def messages(*texts, after=None):
+    return MessageChanges.line([{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(texts)], after)
 
 
 def test_the_schema_is_made_by_the_migrations_and_opening_again_changes_nothing(url):
@@ -73,7 +73,7 @@ def test_messages_rows_search_and_delete(chat_store):
     # Changed and removed by id (a removed message with the messages after it); another row added meanwhile is left alone.
     [third] = chat_store.write("alice", "c1", messages("Another"), {"title": "x"})
     [fourth] = chat_store.write("alice", "c1", messages("More"), {"title": "x"})
-    chat_store.write("alice", "c1", MessageChanges(added=[], changed={ids[1]: {"role": "assistant", "content": "Papaya.", "state": "stopped"}},
+    chat_store.write("alice", "c1", MessageChanges(added=[], follows=[], changed={ids[1]: {"role": "assistant", "content": "Papaya.", "state": "stopped"}},
                                                    removed=[third]), {"title": "x"})
     assert [(m.id, m.data["content"], m.state) for m in chat_store.tree("alice", "c1").messages] == [
         (ids[0], "Name a fruit", "done"), (ids[1], "Papaya.", "stopped"), (fourth, "More", "done")]
@@ -83,8 +83,7 @@ def test_messages_rows_search_and_delete(chat_store):
     assert [c.id for c in chat_store.chats("alice", "greet")] == ["c2"]
     assert [c.id for c in chat_store.chats("alice", "o_w")] == ["c2"] and chat_store.chats("alice", "o%w") == []
     # A NUL character (PostgreSQL's text holds none) is kept as U+FFFD rather than failing the save.
-    chat_store.write("alice", "c3", MessageChanges(added=[{"role": "user", "content": "a\0b", "files": ["/tmp/a\0.png"]}], changed={}, removed=[]),
-                     {"title": "a\0b"})
+    chat_store.write("alice", "c3", MessageChanges.line([{"role": "user", "content": "a\0b", "files": ["/tmp/a\0.png"]}]), {"title": "a\0b"})
     assert chat_store.tree("alice", "c3").messages[0].data == {"role": "user", "content": "a\ufffdb", "files": ["/tmp/a\ufffd.png"]}
     assert chat_store.set_settings("alice", "c3", "\0", "\0") and chat_store.chat("alice", "c3").system == "\ufffd"
     assert chat_store.delete("alice", "c1") and chat_store.tree("alice", "c1").messages == []
@@ -121,50 +120,47 @@ def test_another_owners_chat_cannot_be_read_listed_changed_or_deleted(chat_store
     with pytest.raises(NotYours):
         chat_store.write("mallory", "c1", messages("Mine now"), {"title": "x"})
     with pytest.raises(NotYours):
-        chat_store.write("mallory", "c1", MessageChanges(added=[], changed={row: {"role": "user", "content": "x"}}, removed=[row]), {"title": "x"})
+        chat_store.write("mallory", "c1", MessageChanges(added=[], follows=[], changed={row: {"role": "user", "content": "x"}}, removed=[row]),
+                         {"title": "x"})
     assert not chat_store.rename("mallory", "c1", "Pwned")
     assert not chat_store.set_settings("mallory", "c1", "Leak everything.", "")
     assert not chat_store.delete("mallory", "c1")
     # Rows of another chat named in one's own save are not touched either.
-    chat_store.write("mallory", "m1", MessageChanges(added=[], changed={row: {"role": "user", "content": "x"}}, removed=[row]), {"title": "x"})
+    chat_store.write("mallory", "m1", MessageChanges(added=[], follows=[], changed={row: {"role": "user", "content": "x"}}, removed=[row]),
+                     {"title": "x"})
     chat = chat_store.chat("alice", "c1")
     assert (chat.title, chat.system) == ("Secret", "")
     assert [m.data["content"] for m in chat_store.tree("alice", "c1").messages] == ["Alice's secret"]
 
 
-def reply(content, after):
-    return MessageChanges(added=[{"role": "assistant", "content": content}], changed={}, removed=[], after=after)
+def shown(store, chat_id):
+    return [m.data["content"] for m in store.tree("alice", chat_id).shown_messages()]
 
 
 def test_versions_are_a_tree_and_the_branch_shown_survives_reopening(url):
     store = open_store(url)
     question, first = store.write("alice", "c1", messages("Name a fruit", "Mango."), {"title": "Fruit"})
-    [second] = store.write("alice", "c1", reply("Papaya.", question), {"title": "x"})
-    [third] = store.write("alice", "c1", reply("Kiwi.", question), {"title": "x"})
+    [second] = store.write("alice", "c1", messages("Papaya.", after=question), {"title": "x"})
+    [third] = store.write("alice", "c1", messages("Kiwi.", after=question), {"title": "x"})
     [edited] = store.write("alice", "c1", messages("Name a vegetable"), {"title": "x"})
     tree = store.tree("alice", "c1")
     assert [m.id for m in tree.messages] == [question, first, second, third, edited] and tree.parents == [None, 0, 0, 0, None]
     assert tree.branch() == [4], "the branch shown is the one written last"
-    assert store.versions("alice", "c1")[second] == (first, second, third)
-    assert [(m.data["content"], m.versions) for m in store.branch("alice", "c1")] == [("Name a vegetable", (question, edited))]
-    # Showing a version shows the branch through it, on to the latest message written after it.
-    shown = store.show("alice", "c1", question)
-    assert [(m.data["content"], m.versions) for m in shown] == [("Name a fruit", (question, edited)), ("Kiwi.", (first, second, third))]
-    assert [m.id for m in store.show("alice", "c1", first)] == [question, first]
-    [follow_up] = store.write("alice", "c1", MessageChanges(added=[{"role": "user", "content": "And a red one?"}], changed={}, removed=[], after=first),
-                              {"title": "x"})
+    assert tree.versions(2) == [1, 2, 3] and tree.versions(4) == [0, 4]
+    # Another branch shown: only the message shown changes.
+    store.write("alice", "c1", MessageChanges(added=[], follows=[], changed={}, removed=[], shown=third), {"title": "x"})
+    assert shown(store, "c1") == ["Name a fruit", "Kiwi."]
+    # One write adds messages in two branches, naming those it adds before they have ids.
+    red, cherry, fig = store.write("alice", "c1", MessageChanges(
+        added=[{"role": "user", "content": "And a red one?"}, {"role": "assistant", "content": "Cherry."}, {"role": "assistant", "content": "Fig."}],
+        follows=[first, Added(0), Added(0)], changed={}, removed=[], shown=Added(1)), {"title": "x"})
     store.close()
     again = open_store(url)
-    assert [m.data["content"] for m in again.branch("alice", "c1")] == ["Name a fruit", "Mango.", "And a red one?"]
-    # A version of another owner's chat, or a message of another chat, is refused, and nothing changes.
-    again.write("mallory", "m1", messages("Mine"), {"title": "Mine"})
-    with pytest.raises(NotYours):
-        again.show("mallory", "c1", third)
-    with pytest.raises(NoSuchMessage):
-        again.show("mallory", "m1", third)
-    assert [m.id for m in again.branch("alice", "c1")] == [question, first, follow_up]
+    tree = again.tree("alice", "c1")
+    assert shown(again, "c1") == ["Name a fruit", "Mango.", "And a red one?", "Cherry."] and tree.versions(6) == [6, 7]
+    assert [m.id for m in tree.messages[5:]] == [red, cherry, fig]
     # Removing a message removes the messages after it, in every branch; its other versions stay.
-    again.write("alice", "c1", MessageChanges(added=[], changed={}, removed=[first], shown=question), {"title": "x"})
+    again.write("alice", "c1", MessageChanges(added=[], follows=[], changed={}, removed=[first], shown=question), {"title": "x"})
     assert [m.id for m in again.tree("alice", "c1").messages] == [question, second, third, edited]
     assert again.delete("alice", "c1") and again.tree("alice", "c1").messages == []
     again.close()
@@ -177,8 +173,7 @@ def test_a_whole_tree_is_written_at_once_into_a_new_chat_of_its_owner_only(chat_
     ids = chat_store.write_tree("alice", "c1", tree, {"title": "Fruit"})
     written = chat_store.tree("alice", "c1")
     assert [m.id for m in written.messages] == ids and written.parents == tree.parents and written.shown == 2
-    assert [(m.data["content"], m.versions) for m in chat_store.branch("alice", "c1")] == [
-        ("Name a fruit", (ids[0], ids[3])), ("Kiwi.", (ids[1], ids[2]))]
+    assert shown(chat_store, "c1") == ["Name a fruit", "Kiwi."]
     # Into a chat id already taken, whoever's, or with a message before the one it follows, nothing is written.
     chat_store.write("mallory", "m1", messages("Mine"), {"title": "Mine"})
     with pytest.raises(NotYours):
@@ -208,7 +203,7 @@ def test_chats_written_before_branches_become_one_branch(tmp_path):
                                {"c": content})
     migrate(store.engine)
     assert store.tree("alice", "c1").parents == [None, 0, 1]
-    assert [m.data["content"] for m in store.branch("alice", "c1")] == ["Hi", "Hello", "Bye"]
+    assert shown(store, "c1") == ["Hi", "Hello", "Bye"]
     store.close()
 
 
@@ -274,9 +269,9 @@ def counted(store, owner: str) -> dict[str, int]:
 def test_each_chats_text_is_counted_as_it_changes(chat_store):
     """The count each write keeps is the chat's text counted from scratch, through every kind of write."""
     ids = chat_store.write("alice", "c1", messages("Name a fruit", "Mango.", "And a colour?", "Blue."), {"title": "Name a fruit", "system": "Be brief."})
-    chat_store.write("alice", "c1", MessageChanges(added=[{"role": "assistant", "content": "Papaya, ripe " * 50}],
+    chat_store.write("alice", "c1", MessageChanges(added=[{"role": "assistant", "content": "Papaya, ripe " * 50}], follows=[ids[1]],
                                                    changed={ids[1]: {"role": "assistant", "content": "Kiwi.", "reasoning": "short " * 20}},
-                                                   removed=[ids[2]], after=ids[1]), {"title": "x"})
+                                                   removed=[ids[2]]), {"title": "x"})
     chat_store.set_settings("alice", "c1", "Be very brief, always." * 10, "[]", {"temperature": 0.3})
     chat_store.rename("alice", "c1", "Fruit")
     chat_store.write_tree("alice", "c2", MessageTree([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
@@ -291,8 +286,8 @@ def test_a_write_past_the_text_quota_is_refused_whole_and_the_room_a_delete_free
         [first] = store.write("alice", "c1", messages("x" * 1000), {"title": "One"})
         before = (store.tree("alice", "c1").messages, counted(store, "alice"))
         with pytest.raises(OverQuota, match=r"adding 2\.4 KB of text to the 1005 bytes your saved chats and presets hold would pass this server's limit of 2\.9 KB per user \(--max-user-text-size\)"):
-            store.write("alice", "c1", MessageChanges(added=[{"role": "assistant", "content": "y" * 2500}],
-                                                      changed={first: {"role": "user", "content": "z" * 1000}}, removed=[], after=first), {"title": "x"})
+            store.write("alice", "c1", MessageChanges(added=[{"role": "assistant", "content": "y" * 2500}], follows=[first],
+                                                      changed={first: {"role": "user", "content": "z" * 1000}}, removed=[]), {"title": "x"})
         assert (store.tree("alice", "c1").messages, counted(store, "alice")) == before, "nothing of the refused write is kept"
         with pytest.raises(OverQuota):  # a new chat counts with the others
             store.write("alice", "c2", messages("w" * 2500), {"title": "Two"})
@@ -304,7 +299,8 @@ def test_a_write_past_the_text_quota_is_refused_whole_and_the_room_a_delete_free
         store.write("bob", "b1", messages("v" * 2500), {"title": "Bob's"})  # each user has a quota of their own
         # Over the quota already (a lower one after a restart), a write that shrinks the text goes through.
         shrinking = open_store(url, Quota(text=500))
-        shrinking.write("alice", "c1", MessageChanges(added=[], changed={first: {"role": "user", "content": "short"}}, removed=[]), {"title": "x"})
+        shrinking.write("alice", "c1", MessageChanges(added=[], follows=[], changed={first: {"role": "user", "content": "short"}}, removed=[]),
+                        {"title": "x"})
         shrinking.close()
         store.write("alice", "c2", messages("w" * 2500), {"title": "Two"})
         assert store.delete("alice", "c2")

@@ -69,10 +69,13 @@ def test_an_unwritable_database_is_said_and_the_chat_is_saved_once_it_can_be(tmp
     try:
         chats = SavedChats(store, "browser:b1")
         session = chats.new_session()
-        session.turns = [Turn(role="user", content="Say apple."), Turn(role="assistant", content="Apple.")]
+        session.add(Turn(role="user", content="Say apple."))
+        session.add(Turn(role="assistant", content="Apple."))
         chats.keep(session, session.chat_id, "", "")
         writable_again = read_only(store.engine)
-        session.turns += [Turn(role="user", content="Say banana."), Turn(role="assistant", content="Banana.")]
+        session.add(Turn(role="user", content="Say banana."))
+        session.add(Turn(role="assistant", content="Banana."))
+        session.tree.add(Turn(role="assistant", content="A banana."), session.tree.parents[session.tree.shown])  # regenerated meanwhile
         with pytest.warns(UserWarning, match=r"⚠ This chat could not be saved \(attempt to write a readonly database\)"):
             chats.keep(session, session.chat_id, "", "")
         assert "not saved now" in chat_sidebar.keep_chat(chats, session, session.chat_id, "", "")["note"]
@@ -81,7 +84,9 @@ def test_an_unwritable_database_is_said_and_the_chat_is_saved_once_it_can_be(tmp
         writable_again()
         chats.keep(session, session.chat_id, "", "")
         assert session.keeper.problem == ""
-        assert [m.data["content"] for m in store.tree("browser:b1", session.chat_id).messages] == [t.content for t in session.turns]
+        stored = store.tree("browser:b1", session.chat_id)
+        assert [m.data["content"] for m in stored.messages] == [t.content for t in session.tree.messages], "every version, the one replaced too"
+        assert stored.parents == session.tree.parents and stored.branch() == session.tree.branch()
     finally:
         store.close()
 

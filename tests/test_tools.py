@@ -16,7 +16,7 @@ from engines.prompt.reply_parser import ToolCall
 from engines.tools import BUILTIN_TOOLS, DENIED, StepLimitReached, Tool, ToolResult, ToolSettings, ToolsRunning, run_call
 from engines.tools.agent_loop import fit_results
 from engines.tools.calculator import MOST_DIGITS, CalculatorError, calculate
-from store import open_store
+from store import MessageTree, open_store
 from tests.page_input import CONTROLS, message, run, settings
 from webui.conversation import SavedToolCall, ToolStep, Turn, model_request, render
 from webui.conversation_file import read_conversation, write_conversation
@@ -226,9 +226,9 @@ async def test_the_page_runs_the_chats_tools_and_shows_each_call_with_its_result
     again = chats.open(session.chat_id, str(upload_folder))
     assert again.turns[1].steps == reply.steps and again.turns[1].content == reply.content
     exported = tmp_path / "chat.json"
-    write_conversation(str(exported), session.turns, "", 10**7)
-    assert read_conversation(str(exported), Limits(), str(upload_folder)).turns[1].steps == reply.steps
-    write_markdown(str(tmp_path / "chat.md"), session.turns, "", 10**7)
+    write_conversation(str(exported), session.tree, "", 10**7)
+    assert read_conversation(str(exported), Limits(), str(upload_folder)).tree.shown_messages()[1].steps == reply.steps
+    write_markdown(str(tmp_path / "chat.md"), session.tree, "", 10**7)
     markdown = (tmp_path / "chat.md").read_text()
     assert "**Tool call** `calculator`" in markdown and ("**Result**" if call.error is None else "**Error**") in markdown
     # The next request gives the model the call and its result.
@@ -305,10 +305,10 @@ async def test_a_tool_the_page_does_not_have_is_said_on_the_message(handlers):
 def test_a_result_is_shown_as_text_never_as_html():
     call = SavedToolCall(id="c1", name="calculator", arguments='{"expression": "1"}', result="<img src=x onerror=alert(1)> ```", seconds=0.01)
     turn = Turn(role="assistant", steps=[ToolStep(tool_calls=[call])], content="Done.")
-    [block] = [m for m in render([turn]) if m.get("metadata", {}).get("title") == "⚙ calculator"]
+    [block] = [m for m in render(MessageTree.line([turn])) if m.get("metadata", {}).get("title") == "⚙ calculator"]
     assert "````\n<img src=x onerror=alert(1)> ```\n````" in block["content"], "in a fence its text cannot close"
     waiting = call.model_copy(update={"result": None, "seconds": None})
     running = Turn(role="assistant", steps=[ToolStep(tool_calls=[waiting])], writing=True)
-    assert [m["metadata"] for m in render([running])] == [{"title": "⚙ calculator: running…", "status": "pending"}]
+    assert [m["metadata"] for m in render(MessageTree.line([running]))] == [{"title": "⚙ calculator: running…", "status": "pending"}]
     limit = Turn(role="assistant", steps=[ToolStep(tool_calls=[call])], step_limit=2)
-    assert any(m.get("metadata", {}).get("title") == "⏹ Step limit reached" for m in render([limit]))
+    assert any(m.get("metadata", {}).get("title") == "⏹ Step limit reached" for m in render(MessageTree.line([limit])))

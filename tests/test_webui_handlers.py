@@ -23,6 +23,7 @@ from limits import Limits
 from tests.held_load import load_held
 from tests.hub_cache import cache_model
 from tests.page_input import CONTROLS, message, run, settings, written_imports
+from store import MessageTree
 from webui.chat_session import ChatSession
 from webui.conversation import SavedToolCall, Turn, model_request, render, turn_of_message
 from webui.handlers import ChatHandlers, backend_options, message_box_for
@@ -82,7 +83,7 @@ async def test_send_streams_the_same_reply_as_the_engine(handlers, slot):
 
 
 async def test_media_a_text_model_cannot_read_is_refused_clearly_and_nothing_is_lost(handlers, image_file):
-    session = ChatSession(turns=[Turn(role="user", content="Hi"), Turn(role="assistant", content="Hello!")])
+    session = ChatSession(tree=MessageTree.line([Turn(role="user", content="Hi"), Turn(role="assistant", content="Hello!")]))
     updates = await run(handlers.send(session, message("What is this?", [image_file]), **settings()))
     final = updates[-1]["chatbot"]
     asked = session.turns[2]
@@ -248,24 +249,24 @@ async def test_regenerate_undo_clear_and_edit(handlers):
     undone = handlers.undo(session)
     assert undone["chatbot"] == [] and session.turns == []
     assert undone["message_box"]["value"] == {"text": "Count to two.", "files": []}
-    session.turns.append(Turn(role="user", content="x"))
+    session.add(Turn(role="user", content="x"))
     assert handlers.clear(session)["chatbot"] == [] and session.turns == []
 
 
 def test_thinking_and_tool_calls_show_as_collapsible_messages():
     reply = Turn(role="assistant", reasoning="Let me check.", content="Checking now.",
                  tool_calls=[SavedToolCall(id="call_1", name="get_weather", arguments='{"city": "Oslo"}')])
-    shown = render([reply])
+    shown = render(MessageTree.line([reply]))
     assert shown[0] == {"role": "assistant", "content": "Let me check.", "metadata": {"title": "Thinking", "status": "done"}}
     assert shown[1] == {"role": "assistant", "content": "Checking now."}
     assert shown[2]["metadata"]["title"] == "⚙ Tool call: get_weather" and '"city": "Oslo"' in shown[2]["content"]
     # While the reply is still being written: thinking is pending, a tool call being written shows as it comes.
-    assert render([Turn(role="assistant", reasoning="hm", writing=True)])[0]["metadata"]["status"] == "pending"
-    writing = render([Turn(role="assistant", content="Sure.", tool_text='<tool_call>{"name": "get_', writing=True)])
+    assert render(MessageTree.line([Turn(role="assistant", reasoning="hm", writing=True)]))[0]["metadata"]["status"] == "pending"
+    writing = render(MessageTree.line([Turn(role="assistant", content="Sure.", tool_text='<tool_call>{"name": "get_', writing=True)]))
     assert writing[1]["metadata"] == {"title": "⚙ Tool call", "status": "pending"}
     # Edits of a message map back to the turn that shows it.
     turns = [Turn(role="user", content="q"), reply, Turn(role="user", content="again")]
-    assert turn_of_message(turns, 4) == 2
+    assert turn_of_message(MessageTree.line(turns), 4) == 2
     # The model gets the answer and the calls back, not the reasoning.
     assert model_request(turns).messages[1] == {"role": "assistant", "content": "Checking now.", "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]}
@@ -273,11 +274,11 @@ def test_thinking_and_tool_calls_show_as_collapsible_messages():
 
 async def test_a_tool_call_streams_into_a_tool_call_block(handlers):
     tools = '[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]'
-    session = ChatSession(turns=[
+    session = ChatSession(tree=MessageTree.line([
         Turn(role="user", content="What is the weather in Paris?"),
         Turn(role="assistant", tool_calls=[SavedToolCall(id="c1", name="get_weather", arguments='{"city": "Paris"}')]),
         Turn(role="user", content="And in Oslo?"),
-    ])
+    ]))
     updates = await run(handlers.regenerate(session, **settings(max_new_tokens=40, tools=tools)))
     reply = session.turns[-1]
     assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [("get_weather", {"city": "Oslo"})], reply
@@ -308,7 +309,7 @@ def test_the_page_sorts_a_file_into_the_kind_the_engine_reads_it_as(name, kind, 
 
 def test_export_embeds_the_media_and_import_writes_them_to_the_upload_folder(handlers, image_file, upload_folder):
     picture = open(image_file, "rb").read()
-    session = ChatSession(turns=[Turn(role="user", content="Hi", files=[image_file]), Turn(role="assistant", content="Hello")])
+    session = ChatSession(tree=MessageTree.line([Turn(role="user", content="Hi", files=[image_file]), Turn(role="assistant", content="Hello")]))
     exported = handlers.export(session, "Be brief.")["value"]
     assert exported.startswith(str(upload_folder)), "among the page's files, which are kept for a while only"
     text = open(exported).read()
@@ -323,7 +324,7 @@ def test_export_embeds_the_media_and_import_writes_them_to_the_upload_folder(han
     assert imported.startswith(str(upload_folder)) and os.path.basename(imported) == "red.png"
     assert open(imported, "rb").read() == picture
     assert [t.model_dump(exclude={"files"}) for t in restored.turns] == [t.model_dump(exclude={"files"}) for t in session.turns]
-    assert shown == {"chatbot": render(restored.turns), "system": "Be brief."}
+    assert shown == {"chatbot": render(restored.tree), "system": "Be brief."}
     # Importing again writes a fresh folder: the first import's files stay as they were.
     handlers.import_(ChatSession(), exported)
     assert len(written_imports(upload_folder)) == 2 and os.path.exists(imported)
@@ -335,9 +336,9 @@ async def test_a_conversation_exports_as_markdown_with_roles_reasoning_tool_call
     session.turns[0].files = [image_file]  # as a multimodal model's chat has them
     clip = tmp_path / "clip.wav"
     clip.write_bytes(b"RIFF" + bytes(2044))
-    session.turns += [Turn(role="user", content="Weather?", files=[str(clip)], missing_files=["gone.mp4"]),
-                      Turn(role="assistant", reasoning="They want the weather.", content="Checking.",
-                           tool_calls=[SavedToolCall(id="c1", name="get_weather", arguments='{"city": "Paris ```"}')])]
+    session.add(Turn(role="user", content="Weather?", files=[str(clip)], missing_files=["gone.mp4"]))
+    session.add(Turn(role="assistant", reasoning="They want the weather.", content="Checking.",
+                     tool_calls=[SavedToolCall(id="c1", name="get_weather", arguments='{"city": "Paris ```"}')]))
     exported = handlers.export_markdown(session, "Be brief.")["value"]
     assert exported.startswith(str(upload_folder)) and exported.endswith(".md")
     text = open(exported, encoding="utf-8").read()
@@ -357,14 +358,14 @@ async def test_a_conversation_exports_as_markdown_with_roles_reasoning_tool_call
 
 
 def test_an_export_larger_than_an_import_takes_is_refused_and_leaves_nothing(slot, image_file, upload_folder):
-    session = ChatSession(turns=[Turn(role="user", content="Hi", files=[image_file] * 50)])
+    session = ChatSession(tree=MessageTree.line([Turn(role="user", content="Hi", files=[image_file] * 50)]))
     with pytest.raises(gr.Error, match=r"over 2 KB, the largest conversation file this server imports \(--max-upload-size\)"):
         ChatHandlers(slot, CONTROLS, limits=Limits(max_upload_size=2048)).export(session, "")
     assert not list(upload_folder.glob("anychat-export-*"))
 
 
 async def test_a_file_gone_since_it_was_sent_shows_as_missing_and_the_chat_goes_on(handlers, image_file):
-    session = ChatSession(turns=[Turn(role="user", content="Look.", files=[image_file]), Turn(role="assistant", content="Red.")])
+    session = ChatSession(tree=MessageTree.line([Turn(role="user", content="Look.", files=[image_file]), Turn(role="assistant", content="Red.")]))
     os.remove(image_file)  # the page's files are deleted after their lifetime
     chat = (await run(handlers.send(session, message("And now?"), **settings(4))))[-1]["chatbot"]
     assert "red.png: no longer on the server, so neither shown nor sent to the model" in json.dumps(chat)
@@ -379,7 +380,7 @@ def conversation_file(tmp_path, files, name="conversation.json"):
 
 def refused_import(handlers, path, match):
     """Importing ``path`` is refused with ``match``, and the conversation there stays as it was."""
-    session = ChatSession(turns=[Turn(role="user", content="Keep me")])
+    session = ChatSession(tree=MessageTree.line([Turn(role="user", content="Keep me")]))
     with pytest.raises(gr.Error, match=match):
         handlers.import_(session, path)
     assert [t.content for t in session.turns] == ["Keep me"]
@@ -436,12 +437,11 @@ def test_a_files_tree_comes_with_its_turns_among_its_messages(handlers, tmp_path
     session = ChatSession()
     handlers.import_(session, tree_file(tmp_path, ["q", "a2"], [{"turn": 0}, other(0, "a1"), {"parent": 0, "turn": 1}]))
     assert [t.content for t in session.turns] == ["q", "a2"]
-    assert [(parent, turn.content) for parent, turn in zip(session.imported.parents, session.imported.messages)] == [
+    assert [(parent, turn.content) for parent, turn in zip(session.tree.parents, session.tree.messages)] == [
         (None, "q"), (0, "a1"), (0, "a2")]
-    assert session.imported.messages[0] is session.turns[0] and session.imported.messages[2] is session.turns[1]
-    assert session.imported.branch() == [0, 2], "the branch shown is the file's turns"
+    assert session.tree.branch() == [0, 2], "the branch shown is the file's turns"
     handlers.import_(session, tree_file(tmp_path, ["q", "a"], []))
-    assert session.imported is None, "a file of turns only has no tree"
+    assert session.tree.parents == [None, 0] and [t.content for t in session.turns] == ["q", "a"], "a file of turns only: one branch"
 
 
 def test_an_embedded_name_cannot_leave_the_import_folder(handlers, image_file, tmp_path, upload_folder):

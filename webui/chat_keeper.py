@@ -2,9 +2,9 @@
 while it streams (every few seconds) and when it ends, each message a row of its own.
 
 A ChatKeeper belongs to one tab's session of one chat. It remembers each message as it last
-wrote it, and a save writes only what changed since: new messages, each after the one before it
-in the session (a regenerated reply or an edited message is a new version beside the earlier
-one, which stays), changed ones, and the ones discarded (an undone exchange). Rows another tab
+wrote it, and a save writes only what changed since: new messages, each after the one it follows
+in the session's tree (a regenerated reply or an edited message is a new version beside the
+earlier one, which stays), changed ones, and the ones discarded (an undone exchange). Rows another tab
 added to the same chat are never overwritten. Where the store cannot be written, the conversation goes on
 in the page, which says so once, and the next save writes everything still unsaved.
 """
@@ -22,7 +22,7 @@ import gradio as gr
 from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
-from store import ChatStore, MessageChanges, MessageTree, OverQuota, StoredMessage, StoreError, store_problem
+from store import Added, ChatStore, MessageChanges, MessageRef, MessageTree, OverQuota, StoredMessage, StoreError, store_problem
 from store.media import file_hash
 
 from .conversation import Turn, kept_media
@@ -39,8 +39,11 @@ class ChatGone(Exception):
 
 
 class ChatKeeper:
-    """Writes chat ``chat_id`` of ``owner`` into ``store``. What it keeps between saves:
+    """Writes chat ``chat_id`` of ``owner`` into ``store``: a tab's MessageTree of turns, whose
+    messages it alone names by the store's ids. What it keeps between saves:
 
+    - ``rows``: the id of each message of the tab's tree in the store, place by place (None, or
+      a place past its end: a message not written yet);
     - ``written``: each message row as this keeper last wrote or read it (a save writes the rows
       whose message differs from it);
     - ``shown``: the last message of the branch the store has as shown;
@@ -52,58 +55,61 @@ class ChatKeeper:
       the page's own was deleted; ``_media``: the same by (path, size, mtime), each file read
       once (None: not kept, over the quota).
 
-    Saves and the sidebar's look for other tabs' writes run on threads of their own (the store
-    may be slow): a lock keeps them from interleaving."""
+    Saves, the messages taken out and the sidebar's look for other tabs' writes run on threads
+    of their own (the store may be slow): a lock keeps them from interleaving."""
 
-    def __init__(self, store: ChatStore, owner: str, chat_id: str, written: dict[int, dict[str, Any]] | None = None,
-                 known: dict[str, str] | None = None, shown: int | None = None) -> None:
+    def __init__(self, store: ChatStore, owner: str, chat_id: str) -> None:
         self.store = store
         self.owner = owner
         self.chat_id = chat_id
-        self.written = written or {}
-        self.shown = shown
+        self.rows: list[int | None] = []
+        self.written: dict[int, dict[str, Any]] = {}
+        self.shown: int | None = None
         self.seen: float | None = None
         self.discarded: set[int] = set()
         self.last_save = time.monotonic()
         self.problem = ""
-        self.known = known or {}
+        self.known: dict[str, str] = {}
         self._media: dict[tuple[str, int, int], tuple[str, int] | None] = {}
         self._lock = threading.Lock()
 
-    def save(self, turns: list[Turn], system: str = "", tools: str = "") -> None:
-        """Write what changed in ``turns`` (``system`` and ``tools`` go with a chat written for the first time)."""
+    def save(self, tree: MessageTree[Turn], system: str = "", tools: str = "") -> None:
+        """Write what changed in ``tree`` (``system`` and ``tools`` go with a chat written for the first time)."""
         with self._lock:
             self.last_save = time.monotonic()
+            tree = _as_it_is(tree)
+            rows = self.rows + [None] * (len(tree) - len(self.rows))
             try:
-                media = self._kept_media(turns)
-                messages = [as_message(turn, media) for turn in turns]
-                new = [index for index, turn in enumerate(turns) if turn.row is None]
+                media = self._kept_media(tree.messages)
+                messages = [as_message(turn, media) for turn in tree.messages]
+                new = [place for place, row in enumerate(rows) if row is None]
+                added = {place: Added(index) for index, place in enumerate(new)}
+
+                def named(place: int | None) -> MessageRef:
+                    return None if place is None else added.get(place, rows[place])
+
                 changes = MessageChanges(
-                    added=[messages[index] for index in new],
-                    changed={turn.row: message for turn, message in zip(turns, messages)
-                             if turn.row is not None and self.written.get(turn.row) != message},
+                    added=[messages[place] for place in new],
+                    follows=[named(tree.parents[place]) for place in new],
+                    changed={row: message for row, message in zip(rows, messages) if row is not None and self.written.get(row) != message},
                     removed=sorted(self.discarded),
-                    after=turns[new[0] - 1].row if new and new[0] > 0 else None,
-                    shown=turns[-1].row if turns else None,
+                    shown=named(tree.shown),
                 )
                 if not changes and changes.shown == self.shown:
                     return
-                ids = self.store.write(self.owner, self.chat_id, changes, {"title": title_of(turns), "system": system, "tools": tools},
-                                       dict(media.values()))
-                for index, row in zip(new, ids):
-                    turns[index].row = row
-                if ids or changes.removed:
-                    versions = self.store.versions(self.owner, self.chat_id)
-                    for turn in turns:
-                        turn.versions = list(versions.get(turn.row, ()))
+                ids = self.store.write(self.owner, self.chat_id, changes, {"title": title_of(tree.shown_messages()), "system": system,
+                                                                           "tools": tools}, dict(media.values()))
             except (SQLAlchemyError, StoreError, OSError) as error:
                 self.failed(error)
                 return
+            for place, row in zip(new, ids):
+                rows[place] = row
+            self.rows = rows
             for row in changes.removed:
                 self.written.pop(row, None)
             self.discarded -= set(changes.removed)
-            self.written.update({turn.row: message for turn, message in zip(turns, messages)})
-            self.shown = turns[-1].row if turns else None
+            self.written.update(zip(rows, messages))
+            self.shown = None if tree.shown is None else rows[tree.shown]
             if self.problem:
                 self.problem = ""
                 gr.Info("The chat is saved again.")
@@ -116,68 +122,49 @@ class ChatKeeper:
             self.last_save = time.monotonic()
             media = self._kept_media(tree.messages)
             messages = tree.map(lambda turn: as_message(turn, media))
-            shown = [tree.messages[place] for place in tree.branch()]
-            ids = self.store.write_tree(self.owner, self.chat_id, messages, {"title": title_of(shown), "system": system, "tools": tools},
-                                        dict(media.values()))
-            for turn, row in zip(tree.messages, ids):
-                turn.row = row
-            versions = self.store.versions(self.owner, self.chat_id)
-            for turn in shown:
-                turn.versions = list(versions.get(turn.row, ()))
-            self.written.update({turn.row: message for turn, message in zip(tree.messages, messages.messages)})
-            self.shown = shown[-1].row
+            ids = self.store.write_tree(self.owner, self.chat_id, messages, {"title": title_of(tree.shown_messages()), "system": system,
+                                                                             "tools": tools}, dict(media.values()))
+            self.rows = list(ids)
+            self.written.update(zip(ids, messages.messages))
+            self.shown = None if tree.shown is None else ids[tree.shown]
 
-    def tree(self, turns: list[Turn], upload_folder: str) -> MessageTree[Turn] | None:
-        """Every message of this chat, ``turns`` (the page's, the branch shown) standing for
-        their own; the others' media shown from ``upload_folder``. None where ``turns`` are not
-        all saved as a branch of the chat (the store could not be written, or another tab took
-        some away)."""
-        stored = self.store.tree(self.owner, self.chat_id)
-        place = {message.id: index for index, message in enumerate(stored.messages)}
-        if not turns or not all(turn.row in place for turn in turns):
-            return None
-        branch = [place[turn.row] for turn in turns]
-        if [stored.parents[row] for row in branch] != [None, *branch[:-1]]:
-            return None
-        on_branch = dict(zip(branch, turns))
-        return MessageTree([on_branch.get(index) or kept_media(as_turn(message, self.store, upload_folder, self.known), upload_folder)
-                            for index, message in enumerate(stored.messages)], stored.parents, branch[-1])
-
-    def discard(self, rows: Iterable[int | None]) -> None:
-        """Delete messages ``rows`` (and what follows them, in every branch) from the store at the next save."""
-        self.discarded.update(row for row in rows if row is not None)
-
-    def show_version(self, row: int, upload_folder: str) -> list[Turn]:
-        """The turns of the branch through message ``row`` of this chat, which the chat shows
-        from now on (a message of another chat is refused: NoSuchMessage)."""
-        stored = self.store.show(self.owner, self.chat_id, row)
-        self.shown = stored[-1].id
-        return self.turns_of(stored, upload_folder)
-
-    def written_elsewhere(self, turns: list[Turn], upload_folder: str) -> list[Turn] | None:
-        """The turns of the branch the chat shows in the store, where another tab or device has
-        written into the chat since this keeper last looked, and that differs from ``turns``;
-        None otherwise, and while ``turns`` hold changes of this tab's still to be saved. ChatGone
-        where the chat ``turns`` were saved in is deleted."""
+    def remove(self, tree: MessageTree[Turn], places: Iterable[int]) -> None:
+        """Take messages ``places`` out of ``tree``, with every message after them, in every
+        branch; out of the store too at the next save (with what other tabs wrote after them)."""
         with self._lock:
-            if self.problem or self.discarded or any(turn.row is None for turn in turns):
+            gone = tree.below(places)
+            self.discarded.update(row for row in (self.rows[place] for place in gone if place < len(self.rows)) if row is not None)
+            self.rows = [self.rows[place] if place < len(self.rows) else None for place in tree.remove(gone)]
+
+    def took(self, stored: MessageTree[StoredMessage]) -> None:
+        """The tab shows ``stored``, the chat as read from the store, from now on."""
+        self.rows = [message.id for message in stored.messages]
+        self.shown = None if stored.shown is None else self.rows[stored.shown]
+
+    def written_elsewhere(self, tree: MessageTree[Turn], upload_folder: str) -> tuple[MessageTree[StoredMessage], MessageTree[Turn]] | None:
+        """The chat as the store has it, and as the tab's turns, where another tab or device has
+        written into it since this keeper last looked, and that differs from ``tree``; None
+        otherwise, and while ``tree`` holds changes of this tab's still to be saved. ChatGone
+        where the chat ``tree`` was saved in is deleted."""
+        with self._lock:
+            if self.problem or self.discarded or len(self.rows) < len(tree) or None in self.rows:
                 return None
             chat = self.store.chat(self.owner, self.chat_id)
-            if chat is None and turns:
+            if chat is None and len(tree):
                 raise ChatGone(self.chat_id)
             if chat is None or chat.updated == self.seen:
                 return None
             self.seen = chat.updated
-            stored = self.store.branch(self.owner, self.chat_id)
-            ours = [(turn.row, self.written.get(turn.row), tuple(turn.versions)) for turn in turns]
-            if [(message.id, as_loaded(message), message.versions) for message in stored] == ours:
+            stored = self.store.tree(self.owner, self.chat_id)
+            ours = (self.rows, tree.parents, tree.shown, [self.written.get(row) for row in self.rows])
+            if ([message.id for message in stored.messages], stored.parents, stored.shown, [as_loaded(message) for message in stored.messages]) == ours:
                 return None
-            return self.turns_of(stored, upload_folder)
+            return stored, self.turns_of(stored, upload_folder)
 
-    def turns_of(self, stored: list[StoredMessage], upload_folder: str) -> list[Turn]:
-        """Stored messages as the session's turns, noted as written, their media shown from ``upload_folder``."""
-        self.written.update({message.id: as_loaded(message) for message in stored})
-        return [kept_media(as_turn(message, self.store, upload_folder, self.known), upload_folder) for message in stored]
+    def turns_of(self, stored: MessageTree[StoredMessage], upload_folder: str) -> MessageTree[Turn]:
+        """Stored messages as the tab's turns, noted as written, their media shown from ``upload_folder``."""
+        self.written.update({message.id: as_loaded(message) for message in stored.messages})
+        return stored.map(lambda message: kept_media(as_turn(message, self.store, upload_folder, self.known), upload_folder))
 
     def _kept_media(self, turns: list[Turn]) -> dict[str, tuple[str, int]]:
         """The hash and size of each file of ``turns`` that is kept with the chat, by path: put
@@ -264,6 +251,15 @@ def state_of(turn: Turn) -> str:
     return "length" if turn.stats is not None and turn.stats.finish_reason == "length" else "done"
 
 
+def _as_it_is(tree: MessageTree[Turn]) -> MessageTree[Turn]:
+    """``tree`` as it is now, which the page's event loop may add to while a save reads it
+    (never takes from: that waits for the keeper's lock). A message is added before its place's
+    parent is, and shown after both."""
+    shown = tree.shown
+    parents = list(tree.parents)
+    return MessageTree(list(tree.messages)[:len(parents)], parents, shown)
+
+
 def as_turn(message: StoredMessage, store: ChatStore, upload_folder: str, known: dict[str, str]) -> Turn:
     """A stored message as a turn, its media as copies in the page's ``upload_folder`` (each
     copy's hash noted in ``known``); a reply still marked writing was cut short (a reload, a
@@ -276,7 +272,6 @@ def as_turn(message: StoredMessage, store: ChatStore, upload_folder: str, known:
         else:
             files.append(file)
     turn = Turn.model_validate({**message.data, "files": files})
-    turn.row, turn.versions = message.id, list(message.versions)
     turn.stopped = turn.stopped or message.state == "writing"
     return turn
 

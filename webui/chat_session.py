@@ -1,10 +1,12 @@
-"""One browser tab's session of a chat: the turns it shows, the saved chat it writes them to,
-and whether a reply is being written; and ``save``, through which every save of them goes."""
+"""One browser tab's session of a chat: its messages (every version, the branch shown among
+them), the saved chat it writes them to, and whether a reply is being written; and ``save``,
+through which every save of them goes."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from store import MessageTree
@@ -18,11 +20,13 @@ from .tool_approval import Question
 class ChatSession:
     """Kept in gr.State, so one per browser tab. The object is mutated in place while a reply
     streams: the Stop handler receives this same object and flips ``stop_requested``.
-    ``chat_id`` names the saved chat it shows, and ``keeper`` writes it into the chat store as
-    it changes (webui/chat_keeper.py; None for a session not kept); ``answering`` is true while
+    ``tree``: the chat's messages, every version (regenerated, edited), and the branch shown;
+    messages are added to it (``add``, or ``tree.add`` beside an earlier one), taken out with
+    ``remove``, and another version is shown with ``tree.show``. ``chat_id`` names the saved
+    chat it shows, and ``keeper`` writes it into the chat store as it changes
+    (webui/chat_keeper.py; None for a session not kept); ``answering`` is true while
     a reply is written; ``pdfs_as_images``: PDFs attached in this tab go to a model that reads
-    images as page images; ``imported``: every message of a conversation file just imported
-    (webui/conversation_file.py), until the sidebar writes them into a chat of their own.
+    images as page images.
     ``left``: the tab has switched to another chat (or is switching): nothing of this session is
     shown any more, since a reply's late update or a refresh ending late would paint it over the
     chat now shown. ``question``: what the reply waits on the user's say about before tools run,
@@ -30,24 +34,40 @@ class ChatSession:
     ``browser_runs``: the python calls that wait for the page's browser to run their code, by the
     code's key (webui/python_in_browser.py)."""
 
-    turns: list[Turn] = field(default_factory=list)
+    tree: MessageTree[Turn] = field(default_factory=lambda: MessageTree.line([]))
     stop_requested: bool = False
     chat_id: str = ""
     answering: bool = False
     keeper: ChatKeeper | None = None
     pdfs_as_images: bool = False
-    imported: MessageTree[Turn] | None = None
     left: bool = False
     question: Question | None = None
     browser_runs: dict[str, asyncio.Future] = field(default_factory=dict)
     always_allowed: dict[str, set[str]] = field(default_factory=dict)
 
+    @property
+    def turns(self) -> list[Turn]:
+        """The turns of the branch shown, first message first (a new list, the turns themselves)."""
+        return self.tree.shown_messages()
+
+    def add(self, turn: Turn) -> int:
+        """Put ``turn`` after the last one shown, and show it; its place in the tree."""
+        return self.tree.add(turn, self.tree.shown)
+
+    def remove(self, places: Iterable[int]) -> None:
+        """Take messages ``places`` out, with every message after them, in every branch (out of
+        the chat's store too, at the next save)."""
+        if self.keeper is not None:
+            self.keeper.remove(self.tree, places)
+        else:
+            self.tree.remove(places)
+
 
 def save(session: ChatSession, system: str = "", tools: str = "") -> None:
-    """Write what is unsaved of ``session``'s turns into its chat (``system`` and ``tools`` go
+    """Write what is unsaved of ``session``'s messages into its chat (``system`` and ``tools`` go
     with a chat written for the first time). It blocks on the store: the event loop calls ``kept``."""
     if session.keeper is not None:
-        session.keeper.save(list(session.turns), system, tools)
+        session.keeper.save(session.tree, system, tools)
 
 
 async def kept(session: ChatSession, every: float = 0.0, system: str = "", tools: str = "") -> None:

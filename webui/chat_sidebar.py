@@ -31,7 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from engines import ChatError
 from limits import Limits
-from store import ChatStore, OverQuota, StoreError, store_problem
+from store import ChatStore, MessageTree, OverQuota, StoreError, store_problem
 
 from .browser_storage import BrowserChats, browser_memory, browser_storage, old_chats_storage
 from .by_name import by_name
@@ -223,8 +223,8 @@ class ChatSidebar:
                 progress(number / count, desc=f"Importing chat {number + 1} of {count}")
                 if problem:
                     gr.Warning(f"Left out of the import: {member}: {problem}")
-                elif conversation.turns:
-                    chats.add(conversation.turns, conversation.system_prompt, tree=conversation.tree)
+                elif len(conversation.tree):
+                    chats.add(conversation.tree, conversation.system_prompt)
                     imported += 1
         except (ChatError, OverQuota) as error:
             raise gr.Error(f"Could not import {name}: {error}" + (f" ({imported} imported before that)" if imported else ""),
@@ -262,7 +262,7 @@ def move_in(chats: SavedChats, old: Any, most: int) -> str:
     current, moved, full = chats.current, 0, ""
     for chat in reversed(moving):
         try:
-            added = chats.add([turn.model_copy(deep=True) for turn in chat.turns], chat.system, chat.tools)
+            added = chats.add(MessageTree.line([turn.model_copy(deep=True) for turn in chat.turns]), chat.system, chat.tools)
             moved += 1
             if chat.id == kept.current:
                 current = added.chat_id
@@ -282,7 +282,7 @@ def move_in(chats: SavedChats, old: Any, most: int) -> str:
 
 def repaint(session: ChatSession) -> dict[str, Any]:
     """The chat the tab shows, once more (unless a reply is being written into it: that paints it)."""
-    return {} if session.answering else {"chatbot": render(session.turns)}
+    return {} if session.answering else {"chatbot": render(session.tree)}
 
 
 def opened(chats: SavedChats | None) -> SavedChats:
@@ -371,25 +371,32 @@ async def refresh_chat(chats: SavedChats | None, session: ChatSession | None) ->
     keeper = getattr(session, "keeper", None)
     if chats is None or keeper is None or session.answering or session.left:
         return {}
-    rows = [turn.row for turn in session.turns]
+    looked = as_kept(session)
     gone = False
     try:
-        turns = await asyncio.to_thread(keeper.written_elsewhere, list(session.turns), get_upload_folder())
+        written = await asyncio.to_thread(keeper.written_elsewhere, session.tree, get_upload_folder())
     except ChatGone:
-        turns, gone = None, True
+        written, gone = None, True
     except (SQLAlchemyError, StoreError, OSError):
         return {}
     # Checked and changed on the event loop, where the reply and sidebar handlers run: none
     # starts in between. A switch of chats begun meanwhile leaves this session.
-    if session.answering or session.left or session.keeper is not keeper or [turn.row for turn in session.turns] != rows:
+    if session.answering or session.left or session.keeper is not keeper or as_kept(session) != looked:
         return {}
     if gone:
         chats.keep_apart(session)
         return {"shown": session.chat_id, "title": "", "note": DELETED_ELSEWHERE}
-    if turns is None:
+    if written is None:
         return {}
-    session.turns = turns
-    return {"chatbot": render(turns)}
+    stored, session.tree = written
+    keeper.took(stored)
+    return {"chatbot": render(session.tree)}
+
+
+def as_kept(session: ChatSession) -> tuple[Any, ...]:
+    """What changes whenever the tab changes its messages (a message added, one taken out,
+    another version shown), while a look for other tabs' writes reads the store."""
+    return tuple(session.keeper.rows), len(session.tree), session.tree.shown
 
 
 def refresh_list(chats: SavedChats | None, query: str) -> dict[str, Any]:
@@ -441,14 +448,13 @@ def write_settings(chats: SavedChats | None, shown: str, system: str, tools: str
 def keep_import(chats: SavedChats | None, session: ChatSession, system: str) -> dict[str, Any]:
     """An imported conversation becomes a chat of its own, with every version of its messages;
     the one shown before stays as saved."""
-    tree, session.imported = session.imported, None
     chats = opened(chats)
     try:
-        added = chats.add(session.turns, system, tree=tree)
+        added = chats.add(session.tree, system)
     except (SQLAlchemyError, StoreError, OSError) as error:
-        # Shown unsaved, as a chat of its own: saved (its branch shown) as soon as the store takes it.
+        # Shown unsaved, as a chat of its own: saved as soon as the store takes it.
         added = chats.new_session()
-        added.turns = session.turns
+        added.tree = session.tree
         added.keeper.failed(error)
     return show(chats, added)
 
@@ -475,7 +481,7 @@ def show(chats: SavedChats, session: ChatSession, problem: str = "") -> dict[str
     """What the page shows of ``session``, the chat ``chats`` now shows."""
     chat = chats.find(session.chat_id)
     system, tools, title, generation = (chat.system, chat.tools, chat.title, chat.generation) if chat else ("", "", "", {})
-    return {"session": session, "chatbot": render(session.turns), "system": system, "tools": tools, "shown": session.chat_id,
+    return {"session": session, "chatbot": render(session.tree), "system": system, "tools": tools, "shown": session.chat_id,
             "chat_list": list_update(chats), "title": title, "note": problem or chats.note(), "search": "", "storage": chats.for_browser(),
             **{name: value for name, value in generation.items() if name in chats.setting_names}}
 

@@ -30,8 +30,7 @@ def export_chats(chats: SavedChats, upload_folder: str, limit: int, total_limit:
             info = chats.find(chat_id)
             member = os.path.join(folder, "chat.json")
             try:
-                session = chats.open(chat_id, upload_folder)
-                write_conversation(member, session.turns, info.system if info else "", limit, session.keeper.tree(session.turns, upload_folder))
+                write_conversation(member, chats.open(chat_id, upload_folder).tree, info.system if info else "", limit)
             except ChatError as error:
                 left_out.append(f"{title}: {error}")
                 continue

@@ -16,6 +16,7 @@ from engines.prompt.media import MEDIA_EXTENSIONS
 from engines.reply_format import ReplyFormatChoice
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest, parse_tools
 from engines.tools import Tool
+from store import MessageTree
 
 from .attachments import AttachedDocument, chip
 from .python_in_browser import code_key
@@ -62,8 +63,8 @@ class Turn(BaseModel):
     that the server no longer has (shown as missing, not sent). ``writing``,
     ``tool_text``, ``waiting`` (how many requests must finish before this reply starts) and
     ``asking`` (the calls that wait for the user's say: webui/tool_approval.py) exist only while
-    the reply streams. ``row``: its message's id in the chat store, once written there;
-    ``versions``: the ids of its versions there (itself among them), oldest first."""
+    the reply streams. Where it stands among the chat's messages (what it follows, its
+    versions) is its place in the session's MessageTree (webui/chat_session.py)."""
 
     role: Literal["user", "assistant"]
     content: str = ""
@@ -81,8 +82,6 @@ class Turn(BaseModel):
     tool_text: str = Field("", exclude=True)
     waiting: int | None = Field(None, exclude=True)
     asking: list[str] = Field([], exclude=True)
-    row: int | None = Field(None, exclude=True)
-    versions: list[int] = Field([], exclude=True)
 
 
 def media_kind(path: str) -> str | None:
@@ -158,11 +157,11 @@ def offered_tools(declared: str | None, running: tuple[Tool, ...]) -> list[dict[
     return [*schemas, *(tool.schema() for tool in running)] or None
 
 
-def render_turn(turn: Turn) -> list[dict[str, Any]]:
-    """The Chatbot messages for one turn: thinking and tool calls as collapsible blocks, and
-    under a message that has other versions, which one it is."""
-    line = version_line(turn.row, turn.versions)
-    return _messages(turn) + ([line] if line else [])
+def render_turn(tree: MessageTree[Turn], place: int) -> list[dict[str, Any]]:
+    """The Chatbot messages for the turn at ``place``: thinking and tool calls as collapsible
+    blocks, and under a message that has other versions, which one it is."""
+    line = version_line(place, tree.versions(place))
+    return _messages(tree.messages[place]) + ([line] if line else [])
 
 
 def _messages(turn: Turn) -> list[dict[str, Any]]:
@@ -268,15 +267,16 @@ def fenced(text: str, language: str = "") -> str:
     return f"{fence}{language}\n{text}\n{fence}"
 
 
-def render(turns: list[Turn]) -> list[dict[str, Any]]:
-    return [message for turn in turns for message in render_turn(turn)]
+def render(tree: MessageTree[Turn], places: list[int] | None = None) -> list[dict[str, Any]]:
+    """The Chatbot messages for the turns at ``places`` (by default the branch shown)."""
+    return [message for place in (tree.branch() if places is None else places) for message in render_turn(tree, place)]
 
 
-def turn_of_message(turns: list[Turn], message_index: int) -> int:
-    """Which turn a Chatbot message index belongs to (a turn may show as several messages)."""
+def turn_of_message(tree: MessageTree[Turn], message_index: int) -> int:
+    """The place of the turn a Chatbot message index belongs to (a turn may show as several messages)."""
     shown = 0
-    for turn_index, turn in enumerate(turns):
-        shown += len(render_turn(turn))
+    for place in tree.branch():
+        shown += len(render_turn(tree, place))
         if message_index < shown:
-            return turn_index
+            return place
     raise IndexError(f"No message {message_index} in this conversation.")

@@ -72,24 +72,23 @@ class ConversationFile(BaseModel):
 
 @dataclass
 class Conversation:
-    """What a conversation file restores: ``tree`` is None for a file with only its turns, else
-    every message, the branch shown there as the very Turn objects of ``turns``."""
+    """What a conversation file restores: every message (only the branch shown, for a file
+    with only its turns), and the system prompt."""
 
-    turns: list[Turn]
+    tree: MessageTree[Turn]
     system_prompt: str
-    tree: MessageTree[Turn] | None = None
 
 
 # Read and encoded a piece at a time; a multiple of 3 bytes, so that the pieces' base64 join up.
 EXPORT_PIECE = 3 * 2**20
 
 
-def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: int, tree: MessageTree[Turn] | None = None) -> None:
-    """The conversation as a file at ``path``, its media embedded, written as it is built (a
-    conversation that names one large file many times is never held whole). It may take at most
-    ``limit`` bytes, the most an import takes; beyond that it is a ChatError that says so.
-    ``tree``: every message of the chat, ``turns`` among them (ChatKeeper.tree), written where
-    it holds more than ``turns``."""
+def write_conversation(path: str, tree: MessageTree[Turn], system_prompt: str, limit: int) -> None:
+    """The conversation ``tree`` as a file at ``path``, its media embedded, written as it is
+    built (a conversation that names one large file many times is never held whole): the branch
+    shown as ``turns``, and every message as ``tree`` where there are others. It may take at most
+    ``limit`` bytes, the most an import takes; beyond that it is a ChatError that says so."""
+    turns = tree.shown_messages()
     try:
         with open(path, "wb") as file:
             out = BoundedFile(file, limit)
@@ -98,7 +97,7 @@ def write_conversation(path: str, turns: list[Turn], system_prompt: str, limit: 
                 out.write("," if index else "")
                 _write_turn(turn, out)
             out.write("]")
-            if tree is not None and len(tree) > len(turns):
+            if len(tree) > len(turns):
                 places = {id(turn): index for index, turn in enumerate(turns)}
                 out.write(', "tree": [')
                 for index, (parent, turn) in enumerate(zip(tree.parents, tree.messages)):
@@ -186,10 +185,10 @@ def read_conversation(path: str, limits: Limits, media_root: str) -> Conversatio
     read = [Turn(**turn.model_dump(exclude={"files"}), files=files) for turn, files in zip(saved, paths)]
     turns, others = read[:len(conversation.turns)], iter(read[len(conversation.turns):])
     if not conversation.tree:
-        return Conversation(turns, conversation.system_prompt)
+        return Conversation(MessageTree.line(turns), conversation.system_prompt)
     messages = [turns[node.turn] if node.turn is not None else next(others) for node in conversation.tree]
     shown = next(place for place, node in enumerate(conversation.tree) if node.turn == len(turns) - 1)
-    return Conversation(turns, conversation.system_prompt, MessageTree(messages, [node.parent for node in conversation.tree], shown))
+    return Conversation(MessageTree(messages, [node.parent for node in conversation.tree], shown), conversation.system_prompt)
 
 
 def _check_tree(conversation: ConversationFile) -> None:

@@ -12,7 +12,6 @@ a control is adding it to the layout's dict; tests drive the handlers directly, 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import shutil
@@ -23,23 +22,22 @@ from typing import Any
 import gradio as gr
 import psutil
 from gradio.utils import get_upload_folder
-from sqlalchemy.exc import SQLAlchemyError
 
 from engines import ChatError, ConfigError, GenerationArgs, ModelSlot
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
 from engines.tools import ToolSettings
 from limits import Limits
-from store import NoSuchMessage, StoreError, store_problem
+from store import MessageTree
 
 from .attachments import is_chip, page_images, read_documents, split_files, tokens_note
-from .chat_session import ChatSession
+from .chat_session import ChatSession, save
 from .conversation import Turn, model_request, render, turn_of_message
 from .conversation_file import read_conversation, write_conversation
 from .markdown_export import write_markdown
 from .model_rights import ModelRights
 from .page_reply import PageReply
-from .replying import BUSY, one_reply_at_a_time
+from .replying import BUSY, BUSY_CHANGING, one_reply_at_a_time
 from .user_turns import page_user
 from .versions import picked
 
@@ -113,7 +111,7 @@ class ChatHandlers:
         text = ((message or {}).get("text") or "").strip()
         files = list((message or {}).get("files") or [])
         if not text and not files:
-            yield {"chatbot": render(session.turns), "message_box": box(True)}
+            yield {"chatbot": render(session.tree), "message_box": box(True)}
             return
         as_images = session.pdfs_as_images and self.slot.loaded and "image" in self.slot.model.media_kinds
         media, document_files, pdfs = split_files(files, as_images)
@@ -123,21 +121,23 @@ class ChatHandlers:
         except ChatError as error:
             # The message stays in the box, to take the file out of it; the conversation is as it was.
             gr.Warning(str(error))
-            yield {"chatbot": render(session.turns)}
+            yield {"chatbot": render(session.tree)}
             return
-        session.turns.append(Turn(role="user", content=text, files=media, documents=documents))
+        session.add(Turn(role="user", content=text, files=media, documents=documents))
         async for update in self._answer(session, settings, page_request, emptied=box(True)):
             yield update
 
     @one_reply_at_a_time
     async def regenerate(self, session: ChatSession, page_request: gr.Request | None = None, **settings: Any) -> AsyncIterator[dict[str, Any]]:
-        while session.turns and session.turns[-1].role == "assistant":
-            session.turns.pop()
-        if not session.turns:
+        tree = session.tree
+        # The replies answered again stay, as the earlier versions of the new one.
+        while tree.shown is not None and tree.messages[tree.shown].role == "assistant":
+            tree.shown = tree.parents[tree.shown]
+        if tree.shown is None:
             gr.Info("There is no message to answer again.")
             yield {"chatbot": []}
             return
-        session.turns[-1].error = None
+        tree.messages[tree.shown].error = None
         async for update in self._answer(session, settings, page_request):
             yield update
 
@@ -149,7 +149,7 @@ class ChatHandlers:
         last = session.turns[-1] if session.turns else None
         if last is None or last.role != "assistant" or not last.content.strip() or last.tool_calls:
             gr.Warning(NOTHING_TO_CONTINUE)
-            yield {"chatbot": render(session.turns)}
+            yield {"chatbot": render(session.tree)}
             return
         async for update in self._answer(session, settings, page_request, continuing=True):
             yield update
@@ -167,14 +167,14 @@ class ChatHandlers:
 
     @one_reply_at_a_time
     async def _edit(self, session: ChatSession, edit: gr.EditData, page_request: gr.Request | None, **settings: Any) -> AsyncIterator[dict[str, Any]]:
-        index = turn_of_message(session.turns, edit.index)
-        turn = session.turns[index]
+        tree = session.tree
+        place = turn_of_message(tree, edit.index)
+        turn = tree.messages[place]
         if turn.role != "user":
-            yield {"chatbot": render(session.turns)}
+            yield {"chatbot": render(tree)}
             return
-        del session.turns[index + 1:]
-        # A new version of the message: the one edited stays in the chat's store, with its replies.
-        session.turns[index] = turn.model_copy(update={"content": edited_text(edit.value), "error": None, "row": None}, deep=True)
+        # A new version of the message: the one edited stays, with its replies.
+        tree.add(turn.model_copy(update={"content": edited_text(edit.value), "error": None}, deep=True), tree.parents[place])
         # Stop is shown by this handler itself: the edit's data reaches only the listener the edit
         # triggers, so no start can run before it in one chain, and a listener of its own beside it
         # could land after a short reply had ended, leaving Stop shown for good.
@@ -186,48 +186,40 @@ class ChatHandlers:
         session.stop_requested = True
 
     def undo(self, session: ChatSession) -> dict[str, Any]:
-        """Remove the last user message and its reply, and put the message back in the box."""
-        last_user = next((i for i in range(len(session.turns) - 1, -1, -1) if session.turns[i].role == "user"), None)
+        """Remove the last user message and its reply (every version of it), and put the message back in the box."""
+        if session.answering:
+            gr.Warning(BUSY_CHANGING)
+            return {"chatbot": render(session.tree)}
+        shown = session.tree.branch()
+        last_user = next((place for place in reversed(shown) if session.tree.messages[place].role == "user"), None)
         if last_user is None:
-            return {"chatbot": render(session.turns)}
-        turn = session.turns[last_user]
-        if session.keeper is not None:
-            session.keeper.discard(gone.row for gone in session.turns[last_user:])
-        del session.turns[last_user:]
+            return {"chatbot": render(session.tree)}
+        turn = session.tree.messages[last_user]
+        session.remove([last_user])
         documents = [document.path for document in turn.documents if document.path and os.path.isfile(document.path)]
-        return {"chatbot": render(session.turns), "message_box": box(True, turn.content, turn.files + documents)}
+        return {"chatbot": render(session.tree), "message_box": box(True, turn.content, turn.files + documents)}
 
     def clear(self, session: ChatSession) -> dict[str, Any]:
-        if session.keeper is not None and session.turns:  # every version of the first message, and all after them
-            session.keeper.discard(session.turns[0].versions or [session.turns[0].row])
-        session.turns.clear()
+        """Remove every message, every version."""
+        if session.answering:
+            gr.Warning(BUSY_CHANGING)
+            return {"chatbot": render(session.tree)}
+        session.remove(place for place, parent in enumerate(session.tree.parents) if parent is None)
         return {"chatbot": [], "message_box": box(True)}
 
-    def switch_version(self, session: ChatSession, picked_row: str) -> dict[str, Any]:
-        """Show another version of a message (``picked_row``: its id, as the ‹k/n› arrows set it) and
+    def switch_version(self, session: ChatSession, picked_place: str) -> dict[str, Any]:
+        """Show another version of a message (``picked_place``: its place, as the ‹k/n› arrows set it) and
         the newest conversation after it; the next message continues that branch."""
-        unchanged = {"chatbot": render(session.turns)}
-        row = picked(picked_row)
+        place = picked(picked_place)
         if session.answering:
             gr.Warning(BUSY)
-            return unchanged
-        if row is None or session.keeper is None:
-            gr.Warning("There is no such version of a message in this chat.")
-            return unchanged
-        if session.keeper.problem:
-            gr.Warning("This chat is not saved now, so its other versions cannot be shown: try again once it is saved.")
-            return unchanged
-        try:
-            turns = session.keeper.show_version(row, get_upload_folder())
-        except NoSuchMessage as error:
-            gr.Warning(str(error))
-            return unchanged
-        except (SQLAlchemyError, StoreError, OSError) as error:
-            gr.Warning(f"The other version could not be read ({store_problem(error)}); "
-                       "the conversation on screen stays as it is.")
-            return unchanged
-        session.turns[:] = turns
-        return {"chatbot": render(session.turns)}
+            return {"chatbot": render(session.tree)}
+        if place is None or place >= len(session.tree):
+            gr.Warning("There is no such version of a message in this chat: reload the page to see the chat as it is now.")
+            return {"chatbot": render(session.tree)}
+        session.tree.show(place)
+        save(session)
+        return {"chatbot": render(session.tree)}
 
     async def _answer(self, session: ChatSession, settings: dict[str, Any], page_request: gr.Request | None,
                       emptied: dict[str, Any] | None = None, continuing: bool = False) -> AsyncIterator[dict[str, Any]]:
@@ -242,7 +234,7 @@ class ChatHandlers:
                 yield {"chatbot": shown, **first}
                 first = {}
         if not session.left:
-            yield {"chatbot": render(session.turns)}
+            yield {"chatbot": render(session.tree)}
 
     def attachments_note(self, session: ChatSession, message: dict | None, page_request: gr.Request | None = None, **settings: Any) -> str:
         """The note under the box: what its documents take of the loaded model's context, after the
@@ -272,44 +264,38 @@ class ChatHandlers:
     def export(self, session: ChatSession, system: str) -> dict[str, Any]:
         """The conversation as a JSON file with its media inside, every version of its messages
         with it where the chat is saved, shown in the page for download."""
-        tree = None
-        if session.keeper is not None and not session.keeper.problem:
-            try:
-                tree = session.keeper.tree(session.turns, get_upload_folder())
-            except (SQLAlchemyError, StoreError, OSError) as error:
-                gr.Warning(f"The other versions of this chat's messages could not be read ({store_problem(error)}); "
-                           "the file keeps the messages shown.")
-        elif session.keeper is not None:
-            gr.Warning("This chat is not saved now, so the file keeps the messages shown but not their other versions.")
-        return self._exported(functools.partial(write_conversation, tree=tree), "conversation.json", session, system)
+        return self._exported(write_conversation, "conversation.json", session, system)
 
     def export_markdown(self, session: ChatSession, system: str) -> dict[str, Any]:
         """The conversation as Markdown to read, its images inside (webui/markdown_export.py)."""
         return self._exported(write_markdown, "conversation.md", session, system)
 
-    def _exported(self, write: Callable[[str, list[Turn], str, int], None], name: str, session: ChatSession, system: str) -> dict[str, Any]:
+    def _exported(self, write: Callable[[str, MessageTree[Turn], str, int], None], name: str, session: ChatSession, system: str) -> dict[str, Any]:
         """The file ``write`` makes of the conversation, written among the page's files, which are
         kept for a while and then deleted."""
         os.makedirs(get_upload_folder(), exist_ok=True)
         folder = tempfile.mkdtemp(prefix="anychat-export-", dir=get_upload_folder())
         path = os.path.join(folder, name)
         try:
-            write(path, session.turns, system, self.limits.max_upload_size)
+            write(path, session.tree, system, self.limits.max_upload_size)
         except ChatError as error:
             shutil.rmtree(folder, ignore_errors=True)
             raise gr.Error(f"Could not export the conversation: {error}", print_exception=False) from None
         return gr.update(value=path, visible=True)
 
     def import_(self, session: ChatSession, path: str) -> dict[str, Any]:
-        """Replace the conversation with the file's (its other versions wait in ``session.imported``
-        for the sidebar to save them); a file that cannot be imported leaves it as it was."""
+        """Show the file's conversation, every version of its messages, unsaved until the sidebar
+        makes it a chat of its own; a file that cannot be imported leaves the conversation as it was."""
+        if session.answering:
+            raise gr.Error(BUSY_CHANGING, print_exception=False)
         try:
             conversation = read_conversation(path, self.limits, get_upload_folder())
         except ChatError as error:
             raise gr.Error(f"Could not import {os.path.basename(path)}: {error}", print_exception=False) from None
-        session.turns[:] = conversation.turns
-        session.imported = conversation.tree
-        return {"chatbot": render(session.turns), "system": conversation.system_prompt}
+        # Not the chat shown before any more: nothing of it may be written over that one's messages.
+        session.keeper = None
+        session.tree = conversation.tree
+        return {"chatbot": render(session.tree), "system": conversation.system_prompt}
 
     # ---- model
 

@@ -15,6 +15,7 @@ import re
 
 from engines import ChatError
 from limits import size_text
+from store import MessageTree
 
 from .conversation import SavedToolCall, Turn, answers, fenced, media_kind
 from .conversation_file import BoundedFile, embed
@@ -22,21 +23,22 @@ from .conversation_file import BoundedFile, embed
 ROLES = {"user": "User", "assistant": "Assistant"}
 
 
-def write_markdown(path: str, turns: list[Turn], system_prompt: str, limit: int) -> None:
-    """The conversation as Markdown at ``path``, written as it is built, at most ``limit`` bytes
-    (with its images); beyond that, or where an image is gone, a ChatError that says so."""
+def write_markdown(path: str, tree: MessageTree[Turn], system_prompt: str, limit: int) -> None:
+    """The branch ``tree`` shows as Markdown at ``path``, written as it is built, at most ``limit``
+    bytes (with its images); beyond that, or where an image is gone, a ChatError that says so."""
+    shown = tree.branch()
     try:
         with open(path, "wb") as file:
             out = BoundedFile(file, limit)
             out.write("# Conversation\n")
-            others = sum(len(turn.versions) > 1 for turn in turns)
+            others = sum(len(tree.versions(place)) > 1 for place in shown)
             if others:
                 out.write(f"\n*The branch shown only: {others} of its messages {'has' if others == 1 else 'have'} other versions "
                           "(regenerated or edited), not included here; Export JSON keeps them.*\n")
             if system_prompt:
                 out.write(f"\n## System prompt\n\n{system_prompt}\n")
-            for turn in turns:
-                _write_turn(turn, out)
+            for place in shown:
+                _write_turn(tree.messages[place], out)
     except OSError as error:
         raise ChatError(f"The file could not be written on the server ({error.strerror}).") from None
 

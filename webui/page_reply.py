@@ -39,15 +39,19 @@ class PageReply:
         self.slot = slot
         self.session = session
         self.continuing = continuing
+        self.tree = tree = session.tree
         # The page's files are deleted after a while: a file that is gone is shown so, not sent
         # (unless the chat store keeps it: then the page gets a copy again).
         if session.keeper is not None:
             session.keeper.restore_media(session.turns)
-        session.turns[:] = [kept_media(turn) for turn in session.turns]
-        self.asked = session.turns[-1]
-        self.turn = session.turns[-1] if continuing else Turn(role="assistant")
+        shown = tree.branch()
+        for place in shown:
+            tree.messages[place] = kept_media(tree.messages[place])
+        self.asked = tree.messages[shown[-1]]
+        self.place = shown[-1] if continuing else None
+        self.turn = self.asked if continuing else Turn(role="assistant")
         self.earlier = self.turn.model_copy(deep=True)
-        self.before = render(session.turns[:-1] if continuing else session.turns)
+        self.before = render(tree, shown[:-1] if continuing else shown)
 
     async def written(self, settings: dict[str, Any], user: str | None) -> AsyncIterator[list]:
         """The Chatbot's messages as the reply is written (``user``: whom it counts for in the
@@ -58,7 +62,7 @@ class PageReply:
         ToolSettings besides what model_request takes."""
         session = self.session
         session.stop_requested = False
-        yield render(session.turns)
+        yield render(session.tree)
         await kept(session, system=settings.get("system") or "", tools=settings.get("tools") or "")
         self.turn.writing = True
         ended = False
@@ -74,13 +78,13 @@ class PageReply:
                                     **forced, **settings)
             clock = ReplyClock(model)
             if not self.continuing:
-                session.turns.append(self.turn)
+                self.place = session.add(self.turn)
             stream = reply_with_tools(model, request, running, tools.tool_steps, queue_places=True,
                                       approval=PageApproval(session, tools.ask_every_call))
             async for items in throttled(stream, lambda: session.stop_requested, arrived=clock.note):
                 for item in items:
                     add(self.turn, item)
-                yield self.before + render_turn(self.turn)
+                yield self.before + render_turn(self.tree, self.place)
                 await kept(session, every=SAVE_INTERVAL)
             self.finish(clock)
             ended = True
@@ -117,8 +121,8 @@ class PageReply:
         elif self.continuing:
             gr.Warning(f"Could not continue the reply: {error}")
         else:
-            if turn in self.session.turns:
-                self.session.turns.remove(turn)
+            if self.place is not None:
+                self.session.remove([self.place])
             self.asked.error = str(error)
 
     def close(self) -> None:

@@ -14,6 +14,8 @@ import gradio as gr
 from .chat_session import ChatSession
 
 BUSY = "A reply is being written: wait for it, or press Stop (Esc). Your message stays in the box."
+# Undo, Clear and an import would take the reply being written out from under it.
+BUSY_CHANGING = "A reply is being written: wait for it, or press Stop (Esc), before you change the conversation."
 
 
 def one_reply_at_a_time(handler: Callable[..., AsyncIterator[dict[str, Any]]]) -> Callable[..., AsyncIterator[dict[str, Any]]]:

@@ -50,13 +50,15 @@ class SavedChats:
         return self.store.chat(self.owner, chat_id) if chat_id else None
 
     def open(self, chat_id: str, media_root: str) -> ChatSession:
-        """A session showing the branch saved chat ``chat_id`` last showed (a new, empty chat if this user has none such)."""
-        stored = self.store.branch(self.owner, chat_id) if chat_id else []
-        if not stored and self.find(chat_id) is None:
+        """A session of saved chat ``chat_id``, every version of its messages, showing the branch
+        it last showed (a new, empty chat if this user has none such)."""
+        stored = self.store.tree(self.owner, chat_id) if chat_id else MessageTree.line([])
+        if not len(stored) and self.find(chat_id) is None:
             return self.new_session()
         self.current = chat_id
-        keeper = ChatKeeper(self.store, self.owner, chat_id, shown=stored[-1].id if stored else None)
-        return ChatSession(turns=keeper.turns_of(stored, media_root), chat_id=chat_id, keeper=keeper)
+        keeper = ChatKeeper(self.store, self.owner, chat_id)
+        keeper.took(stored)
+        return ChatSession(tree=keeper.turns_of(stored, media_root), chat_id=chat_id, keeper=keeper)
 
     def new_session(self) -> ChatSession:
         """A new chat: listed once it has a message."""
@@ -68,17 +70,15 @@ class SavedChats:
         save: the conversation on screen is not lost, and the deleted chat stays deleted."""
         session.chat_id = self.current = uuid.uuid4().hex
         session.keeper = ChatKeeper(self.store, self.owner, session.chat_id)
-        for turn in session.turns:
-            turn.row, turn.versions = None, []
 
-    def add(self, turns: list[Turn], system: str = "", tools: str = "", tree: MessageTree[Turn] | None = None) -> ChatSession:
-        """A new chat of ``turns`` (an imported conversation, a chat the browser held), saved now;
-        with ``tree``, every version of its messages (``turns`` the branch shown among them).
-        Raises what the store raises (OverQuota, a store that cannot be written): nothing is saved then."""
+    def add(self, tree: MessageTree[Turn], system: str = "", tools: str = "") -> ChatSession:
+        """A new chat of every message of ``tree`` (an imported conversation, a chat the browser
+        held), saved now. Raises what the store raises (OverQuota, a store that cannot be
+        written): nothing is saved then."""
         session = self.new_session()
-        session.turns = turns
-        if turns:
-            session.keeper.save_tree(tree or MessageTree.line(turns), system, tools)
+        session.tree = tree
+        if len(tree):
+            session.keeper.save_tree(tree, system, tools)
         return session
 
     def keep(self, session: ChatSession, shown: str, system: str, tools: str, generation: dict[str, Any] | None = None) -> None:

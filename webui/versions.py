@@ -2,9 +2,9 @@
 message edited): its arrows show the version before or after it.
 
 The line is HTML in the Chatbot, which sanitizes away scripts and handlers but keeps classes:
-each arrow names the message it shows in a class (``v-<id>``), and a script the page runs once
-puts that id into a hidden field (with the time, so that each click changes it), whose change
-event asks the server for that version."""
+each arrow names the message it shows in a class (``v-<place>``: its place in the tab's
+MessageTree), and a script the page runs once puts that place into a hidden field (with the
+time, so that each click changes it), whose change event shows that version."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from typing import Any
 PICK_ID = "version-pick"
 
 
-def version_line(row: int | None, versions: list[int]) -> dict[str, Any] | None:
-    """The Chatbot message that shows which of ``versions`` message ``row`` is (None where it has no other)."""
-    if len(versions) < 2 or row not in versions:
+def version_line(place: int, versions: list[int]) -> dict[str, Any] | None:
+    """The Chatbot message that shows which of ``versions`` (places) the message at ``place`` is
+    (None where it has no other)."""
+    if len(versions) < 2:
         return None
-    at = versions.index(row)
+    at = versions.index(place)
 
     def arrow(symbol: str, target: int) -> str:
         if 0 <= target < len(versions):
@@ -28,7 +29,7 @@ def version_line(row: int | None, versions: list[int]) -> dict[str, Any] | None:
 
 
 def picked(value: Any) -> int | None:
-    """The message id the hidden field names, before its time (None for anything else)."""
+    """The message place the hidden field names, before its time (None for anything else)."""
     text = (str(value or "").split() or [""])[0]
     return int(text) if text.isdigit() and len(text) < 19 else None
 
