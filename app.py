@@ -26,6 +26,7 @@ from pydantic.fields import FieldInfo  # noqa: E402
 from engines import ChatError, GenerationArgs, ModelArgs  # noqa: E402
 from engines.backends.base import REQUEST_LOG  # noqa: E402
 from engines.model_files.model_args import MediaSettings  # noqa: E402
+from engines.model_files.server_address import is_server_address  # noqa: E402
 from engines.settings import choices, field_range, value_type  # noqa: E402
 from engines.tools import TOOL_CATALOG, McpServers, ToolSettings  # noqa: E402
 from limits import Limits, in_bytes, parse_size, size_text  # noqa: E402
@@ -33,7 +34,8 @@ from store.database import StoreSettings  # noqa: E402
 
 # Flags the command line names otherwise than their settings (each still sets its setting's name).
 FLAG_NAMES = {"infer_backend": "backend", "model_name_or_path": "model", "infer_dtype": "dtype"}
-MODEL_FLAGS = ("infer_backend", "model_name_or_path", "mmproj", "infer_dtype", "engine_args", "trust_remote_code", "served_model_name")
+MODEL_FLAGS = ("infer_backend", "model_name_or_path", "mmproj", "infer_dtype", "engine_args", "trust_remote_code", "served_model_name",
+               "remote_model", "remote_api_key")
 GENERATION_FLAGS = ("temperature", "max_new_tokens")
 LINE_FLAGS = ("max_concurrent", "max_waiting", "max_waiting_per_user")
 
@@ -158,9 +160,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                            "their tools; --run-tools names a tool as name__tool")
     add_flags(chat, ToolSettings)
     args = parser.parse_args(argv)
-    args.secret_flags = [flag for flag, value in (("--auth", args.auth), ("--api-key", args.api_key)) if value is not None]
+    args.secret_flags = [flag for flag, value in (("--auth", args.auth), ("--api-key", args.api_key), ("--remote-api-key", args.remote_api_key))
+                         if value is not None]
     if args.api_key is None:
         args.api_key = os.environ.get("ANYCHAT_API_KEY")
+    if args.remote_api_key is None and (args.infer_backend == "remote" or is_server_address(args.model_name_or_path)):
+        args.remote_api_key = os.environ.get("ANYCHAT_REMOTE_API_KEY")
     if args.api_key is not None and not args.api_key.strip():
         parser.error("the API key (--api-key or ANYCHAT_API_KEY) is empty, which would let in requests that send an empty one. "
                      "Set a key, or leave ANYCHAT_API_KEY unset to serve /v1 without one.")

@@ -9,6 +9,7 @@ from .hosts import beyond_loopback
 SAFER_SOURCE = {
     "--auth": "passwords: put the users in a file, one USER:PASS a line, and start with --auth-file FILE",
     "--api-key": "API key: set it in the environment as ANYCHAT_API_KEY",
+    "--remote-api-key": "remote server's API key: set it in the environment as ANYCHAT_REMOTE_API_KEY",
 }
 
 

@@ -73,7 +73,11 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
     # share, and a flood of those kept the model list waiting for seconds.
     @router.get("/models")
     async def list_models() -> ModelList:
-        return ModelList(data=[ModelCard(id=slot.model.model_id, created=now())] if slot.loaded else [])
+        if not slot.loaded:
+            return ModelList(data=[])
+        model = slot.model
+        return ModelList(data=[ModelCard(id=model.model_id, created=now(), input_modalities=["text", *sorted(model.media_kinds)],
+                                         max_model_len=model.context_length)])
 
     @router.post("/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:

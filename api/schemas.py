@@ -302,6 +302,10 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "anychat"
+    # What the model reads ("text", and "image", "video", "audio" where it reads them), as
+    # OpenRouter lists it: a client (another anychat's remote backend) knows before it sends a file.
+    input_modalities: list[str] = ["text"]
+    max_model_len: int | None = None
 
 
 class ModelList(BaseModel):

@@ -111,7 +111,7 @@ class ChatModel:
     @property
     def model_id(self) -> str:
         """The model's name in the API."""
-        return self.model_args.model_id
+        return self.model_args.model_id if self.engine is None else self.engine.model_id
 
     @property
     def display_name(self) -> str:
@@ -139,7 +139,11 @@ class ChatModel:
 
     def count_tokens(self, text: str) -> int:
         """How many tokens the model's tokenizer makes of ``text``, without special tokens."""
-        return len(self._engine().tokenizer(text, add_special_tokens=False).input_ids)
+        return self._engine().count_tokens(text)
+
+    def count_prompt_tokens(self, request: ChatRequest | Messages, **options: Any) -> int:
+        """How many tokens the prompt of this request is."""
+        return self._engine().count_prompt_tokens(as_request(request, options))
 
     @property
     def line(self) -> WaitingLine:

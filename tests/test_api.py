@@ -58,6 +58,8 @@ def test_models_lists_the_loaded_model(client, slot):
     [card] = client.models.list().data
     # A plain name clients can type: no spaces or brackets.
     assert card.id == slot.model.model_id == "SmolLM2-135M-Instruct"
+    # What it reads and its context, for a client to know before it sends (another anychat's remote backend reads them).
+    assert (card.input_modalities, card.max_model_len) == (["text"], slot.model.context_length) and card.max_model_len
 
 
 async def test_the_model_list_is_answered_while_every_worker_thread_is_taken():

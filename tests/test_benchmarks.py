@@ -25,6 +25,7 @@ NEEDS_LLAMACPP = pytest.mark.skipif(not HAS_LLAMACPP, reason="compares llama.cpp
 SMOKE_RUNS = [
     pytest.param("engine_overhead.py", ["--tokens", "4", "--rounds", "1"], ["way"], id="engine_overhead"),
     pytest.param("api_stream.py", ["--tokens", "4", "--rounds", "1"], ["figure"], id="api_stream"),
+    pytest.param("remote_stream.py", ["--tokens", "4", "--rounds", "1"], ["way"], id="remote_stream"),
     pytest.param("ui_stream.py", ["--tokens", "4", "--rounds", "1", "--history", "4"], ["history"], id="ui_stream"),
     pytest.param("cpu_decode.py", ["--tokens", "4", "--rounds", "1"], ["way"], id="cpu_decode", marks=NEEDS_LLAMACPP),
     pytest.param("logprobs.py", ["--tokens", "4", "--rounds", "1", "--backends", "huggingface", *(["llamacpp"] if HAS_LLAMACPP else [])],

@@ -22,6 +22,7 @@ BACKEND_OPTION_ROWS = (
     ("gpu_memory_utilization", "tensor_parallel_size", "enforce_eager"),
     ("threads", "batch_size", "gpu_layers"),
     ("mmproj",),
+    ("remote_model", "remote_api_key"),
 )
 GENERATION_ROWS = (
     ("temperature", "top_p", "top_k"),

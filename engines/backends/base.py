@@ -98,6 +98,19 @@ class BaseEngine(ABC):
         return self.prompts.tokenizer
 
     @property
+    def model_id(self) -> str:
+        """The model's name in the API."""
+        return self.model_args.model_id
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens the model's tokenizer makes of ``text``, without special tokens."""
+        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def count_prompt_tokens(self, request: ChatRequest) -> int:
+        """How many tokens the prompt of ``request`` is."""
+        return self.count_tokens(self.render_prompt(request))
+
+    @property
     def can_generate(self) -> bool:
         return self.prompts.can_generate
 

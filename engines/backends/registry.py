@@ -7,6 +7,8 @@ import functools
 import importlib.util
 from dataclasses import dataclass
 
+from ..model_files.server_address import is_server_address
+
 # Let the app choose: llama.cpp for a GGUF file where it is installed, transformers otherwise.
 AUTO = "auto"
 
@@ -43,6 +45,9 @@ BACKENDS = {
                 "pip install 'ktransformers[sglang]==0.7.2' on an NVIDIA GPU machine "
                 "(it brings kt-kernel and sglang-kt, KTransformers' fork of SGLang, which replaces plain sglang)",
                 _SGLANG_SETTINGS),
+        Backend("remote", "RemoteEngine", ("httpx",),
+                "pip install httpx (the remote backend reaches another server's OpenAI-compatible API over HTTP)",
+                frozenset({"remote_api_key", "remote_model"})),
         Backend("llamacpp", "LlamaCppEngine", ("llama_cpp",),
                 "bash scripts/setup.sh (with a C++ compiler, it compiles llama-cpp-python: about 3 to 4 minutes on 2 cores, once)",
                 frozenset({"max_model_len", "threads", "batch_size", "gpu_layers", "mmproj"})),
@@ -62,10 +67,13 @@ def backends_taking() -> dict[str, list[str]]:
 
 
 def choose_backend(infer_backend: str, model_name_or_path: str | None) -> tuple[str, str | None]:
-    """The backend that runs a model, and why where the app chose it: a GGUF file (the embedded
-    default is one) runs on llama.cpp where it is installed, anything else on transformers."""
+    """The backend that runs a model, and why where the app chose it: a server's address runs on
+    it (remote), a GGUF file (the embedded default is one) on llama.cpp where it is installed,
+    anything else on transformers."""
     if infer_backend != AUTO:
         return infer_backend, None
+    if is_server_address(model_name_or_path):
+        return "remote", "auto: the address of a server"
     if model_name_or_path is not None and not model_name_or_path.lower().endswith(".gguf"):
         return "huggingface", "auto: not a GGUF file"
     if not missing_packages("llamacpp"):

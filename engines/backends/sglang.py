@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
 import uuid
-import wave
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -22,6 +20,7 @@ from ..model_files import Progress
 from ..model_files.model_args import ModelArgs, adapter_name
 from ..model_files.paths import resolve_model_path
 from ..prompt.builder import Prompt, PromptBuilder
+from ..prompt.media import wav_bytes
 from ..prompt.text_stream import find_stop, partial_suffix_length
 from ..reply_format import ReplyFormat
 from .base import BaseEngine, Response
@@ -106,7 +105,7 @@ class SGLangEngine(BaseEngine):
             inputs["video_data"] = [video.frames for video in videos]
         if audios := prompt.media.get("audio"):
             rate = self.prompts.media.sampling_rate
-            inputs["audio_data"] = [_wav_bytes(audio, rate) for audio in audios]
+            inputs["audio_data"] = [wav_bytes(audio, rate) for audio in audios]
         return inputs
 
     def _sampling_params(self, args: GenerationArgs, index: int, reply_format: ReplyFormat | None = None) -> dict[str, Any]:
@@ -300,17 +299,3 @@ class _VisibleText:
             return ""
         piece, self.shown = visible[len(self.shown) :], visible
         return piece
-
-
-def _wav_bytes(samples: Any, sample_rate: int) -> bytes:
-    """Mono float samples as a 16-bit WAV file."""
-    import numpy as np
-
-    pcm = (np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0) * 32767).astype("<i2")
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(int(sample_rate))
-        out.writeframes(pcm.tobytes())
-    return buffer.getvalue()

@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from ..backends.registry import AUTO, BACKEND_NAMES, BACKENDS, backends_taking, choose_backend
 from ..errors import ConfigError
 from ..generation_args import INT32_MAX, GenerationArgs
 from ..settings import Settings, page_control
+from .server_address import server_address, shown_address
 
 # Built from the registry, so that a backend added there is a choice here too.
 BackendChoice = Literal[(AUTO, *BACKEND_NAMES)]
@@ -122,6 +123,12 @@ class ModelArgs(MediaSettings):
                                json_schema_extra=page_control("Projector (llamacpp; mmproj .gguf, empty: found beside the model)",
                                                               elem_id="mmproj"))
 
+    remote_model: str | None = Field(None, description="the model to use on a remote server that serves several (its id in the server's "
+                                                       "/v1/models); None: the first it lists",
+                                     json_schema_extra=page_control("Model on the server (remote; empty: its first)"))
+    remote_api_key: SecretStr | None = Field(None, description="the key a remote server asks for (sent as a Bearer token; never shown nor logged)",
+                                             json_schema_extra=page_control("Server's API key (remote)", type="password"))
+
     # The backend that runs the model and why (None when the user chose it), decided once, when
     # the settings are built: auto looks at what is installed, which is no question to ask again.
     _backend: tuple[str, str | None] = PrivateAttr()
@@ -171,6 +178,8 @@ class ModelArgs(MediaSettings):
     def _choose_backend(self) -> ModelArgs:
         """Record the backend, and refuse the serving settings it does not take."""
         self._backend = choose_backend(self.infer_backend, self.model_name_or_path)
+        if self.backend == "remote":
+            server_address(self.model_name_or_path or "")
         taken = BACKENDS[self.backend].settings
         unused = [name for name in self.non_defaults() if name in backends_taking() and name not in taken]
         if unused:
@@ -197,16 +206,20 @@ class ModelArgs(MediaSettings):
         not its path on the server (every user of the page sees it)."""
         if self.model_name_or_path is None:
             return f"{EMBEDDED_MODEL_NAME} (embedded)"
+        if self.backend == "remote":
+            return shown_address(self.model_name_or_path) + (f" ({self.remote_model})" if self.remote_model else "")
         return self._name_on_disk() or self.model_name_or_path
 
     @property
     def model_id(self) -> str:
         """The name API clients use for this model: served_model_name, else a Hub name as it is,
-        else the file or directory name."""
+        else the file or directory name (a remote model's: the id its server gives it, once loaded)."""
         if self.served_model_name:
             return self.served_model_name
         if self.model_name_or_path is None:
             return EMBEDDED_MODEL_NAME
+        if self.backend == "remote":
+            return self.remote_model or shown_address(self.model_name_or_path)
         name = self._name_on_disk()
         if name is None:
             return self.model_name_or_path

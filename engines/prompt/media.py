@@ -18,6 +18,7 @@ import io
 import math
 import os
 import re
+import wave
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -507,3 +508,15 @@ def _unreadable_audio(name: str, source: Any, error: BaseException) -> MediaErro
         f"The {name} is not an audio file this app can read ({_decoder_reason(error, source)}). "
         f"Send a WAV, FLAC, OGG or MP3 file.{_wrong_kind_hint('audio', source)}"
     )
+
+
+def wav_bytes(samples: Any, sample_rate: int) -> bytes:
+    """Mono float samples as a 16-bit WAV file."""
+    pcm = (np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0) * 32767).astype("<i2")
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(int(sample_rate))
+        out.writeframes(pcm.tobytes())
+    return buffer.getvalue()

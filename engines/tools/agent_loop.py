@@ -41,7 +41,7 @@ class AnsweringModel(Protocol):
 
     def astream_reply(self, request: ChatRequest, queue_places: bool = False) -> AsyncIterator[Any]: ...
 
-    def render_prompt(self, request: ChatRequest) -> str: ...
+    def count_prompt_tokens(self, request: ChatRequest) -> int: ...
 
     def count_tokens(self, text: str) -> int: ...
 
@@ -134,7 +134,7 @@ def fit_results(model: AnsweringModel, asked: ChatRequest, results: list[ToolRes
     if context is None:
         return results
     empty = dataclasses.replace(asked, messages=[*asked.messages, *(dataclasses.replace(r, content="").for_template() for r in results)])
-    prompt = model.count_tokens(model.render_prompt(empty))
+    prompt = model.count_prompt_tokens(empty)
     reply = min(asked.generation.get("max_new_tokens", model.generation_defaults.max_new_tokens), context // REPLY_SHARE)
     share = max(0, (context - prompt - reply) // len(results))
     return [_cut(model, result, share) for result in results]

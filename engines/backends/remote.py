@@ -1,0 +1,472 @@
+"""The remote backend: a model that another server runs, reached through its OpenAI-compatible API.
+
+``vllm serve``, SGLang's server, llama-server, llama-cpp-python's server, Ollama or another
+anychat runs the model; each request goes to it as a streamed chat completion (a completion's
+prompt as a text completion). What every backend shares stays here as on the others: the request's
+checks, the waiting line (``max_concurrent`` requests go upstream at once) and the reply read into
+reasoning, content and tool calls. The upstream server renders the prompt with its own chat
+template and counts the tokens, so this engine has neither a template nor a tokenizer: lengths are
+the ones the server reports.
+
+What the server sends as parts of its own (``reasoning_content``, ``tool_calls``) is written into
+the reply's text in the form the reply parser reads (``<think>``, Hermes' ``<tool_call>``), so that
+the page, the API and the agent loop read a remote reply exactly as a local one. Leaving a reply
+early closes its HTTP request, and servers stop generating for a client that left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ChatError, ConfigError, MediaError, ModelBusyError, ModelLoadError, UnsupportedError
+from ..generation_args import GenerationArgs
+from ..logprobs import Logprob, TokenLogprobs
+from ..model_files import Progress
+from ..model_files.model_args import ModelArgs
+from ..model_files.server_address import server_address, shown_address
+from ..prompt.builder import Prompt
+from ..prompt.reply_parser import HERMES_OPEN, THINK_CLOSE, THINK_OPEN
+from ..reply_format import ReplyFormat
+from ..request import MEDIA_KINDS, ChatRequest, MediaKind
+from .base import BaseEngine, Response
+from .remote_media import with_media_parts
+
+logger = logging.getLogger(__name__)
+
+# Seconds to open a connection to the server, and the longest silence within a reply (a long
+# prompt is read before the first token comes): past either, the request ends with a clear error
+# and gives its place in line back.
+CONNECT_SECONDS = 10.0
+SILENCE_SECONDS = 300.0
+# What one reply may send: a line of its event stream, and all of it (a server sending without
+# end would otherwise fill this one's memory).
+MAX_LINE_BYTES = 1 << 20
+MAX_REPLY_BYTES = 64 << 20
+# How much of an error's body the message quotes.
+ERROR_QUOTE = 300
+# What English text and code come to in the common tokenizers, about: how a remote model's
+# tokens are estimated where the server has not counted them.
+CHARACTERS_PER_TOKEN = 4
+# How long a request asks again where the server says it is busy (429, 503: its line is full, or
+# still ending a reply it was told to stop), as its Retry-After says, before saying so.
+BUSY_WAIT_SECONDS = 10.0
+
+
+@dataclass
+class RemotePrompt(Prompt):
+    """A request as the upstream server takes it: ``body``, the chat completion's (or text
+    completion's) fields other than sampling; ``path``, where it goes."""
+
+    body: dict[str, Any] = field(default_factory=dict)
+    path: str = "/chat/completions"
+
+
+class RemotePrompts:
+    """The part of a PromptBuilder a remote model has: its generation defaults and the request's
+    checks; the messages go upstream as they are (media as content parts), for the server's own
+    template and processor. ``media_kinds``: what the server says the model reads, where it says
+    (anychat's /v1/models does); all kinds where it does not, and the server refuses what it cannot read."""
+
+    tokenizer = None
+    can_generate = True
+
+    def __init__(self, model_id: str, defaults: GenerationArgs, context_length: int | None, media_kinds: frozenset[MediaKind]) -> None:
+        self.model_id = model_id
+        self.defaults = defaults
+        self.context_length = context_length
+        self.media_kinds = media_kinds
+
+    def generation(self, request: ChatRequest) -> GenerationArgs:
+        for kind in request.media:
+            if kind not in self.media_kinds:
+                raise MediaError(f"This model does not accept {kind}s (its server says it reads {', '.join(['text', *sorted(self.media_kinds)])}). "
+                                 f"Remove the {kind} or load a model that takes {kind}s.")
+        return self.defaults.replace(**request.generation)
+
+    def render(self, request: ChatRequest, generation: GenerationArgs) -> str:
+        if request.prompt is not None and isinstance(request.prompt, str):
+            return request.prompt
+        raise UnsupportedError("A remote server renders the prompt with its own chat template: its text is not known here.")
+
+    def prepare(self, request: ChatRequest, generation: GenerationArgs) -> RemotePrompt:
+        body: dict[str, Any] = {"model": self.model_id}
+        if request.prompt is not None:
+            body["prompt"] = request.prompt if isinstance(request.prompt, str) else list(request.prompt)
+            return RemotePrompt(request, generation, "", [], body=body, path="/completions")
+        body["messages"] = with_media_parts([as_sent(message) for message in request.messages], request.media)
+        if request.tools:
+            body["tools"] = request.tools
+        if request.continue_final_message:
+            # vLLM's and SGLang's name; a server without it answers the conversation as it is.
+            body.update(continue_final_message=True, add_generation_prompt=False)
+        template_kwargs = dict(request.template_kwargs)
+        if generation.enable_thinking is not None:
+            template_kwargs["enable_thinking"] = generation.enable_thinking
+        if template_kwargs:
+            body["chat_template_kwargs"] = template_kwargs
+        if generation.reasoning_effort is not None:
+            body["reasoning_effort"] = generation.reasoning_effort
+        if request.reply_format is not None:
+            body.update(reply_format_fields(request.reply_format))
+        return RemotePrompt(request, generation, "", [], body=body)
+
+
+def as_sent(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as OpenAI's API takes it: tool calls' arguments as JSON text (a chat template,
+    and so the request, may hold them as a mapping)."""
+    if not message.get("tool_calls"):
+        return message
+    calls = [{**call, "function": {**call["function"], "arguments": call["function"]["arguments"] if isinstance(call["function"]["arguments"], str)
+                                   else json.dumps(call["function"]["arguments"], ensure_ascii=False)}}
+             for call in message["tool_calls"]]
+    return {**message, "tool_calls": calls}
+
+
+def reply_format_fields(reply_format: ReplyFormat) -> dict[str, Any]:
+    """``reply_format`` in OpenAI's terms: a forced tool call as ``tool_choice``, any other as ``response_format``."""
+    if reply_format.name == "tool_call":
+        schema = reply_format.schema
+        name = schema.get("properties", {}).get("name", {}).get("const")
+        return {"tool_choice": {"type": "function", "function": {"name": name}} if name else "required"}
+    if reply_format.kind == "json_object":
+        return {"response_format": {"type": "json_object"}}
+    return {"response_format": {"type": "json_schema", "json_schema": {"name": reply_format.name, "schema": reply_format.schema,
+                                                                        "strict": reply_format.strict}}}
+
+
+def sampling(args: GenerationArgs) -> dict[str, Any]:
+    """The sampling fields of a request: OpenAI's, and where they differ from neutral the ones
+    vLLM, SGLang, llama.cpp and anychat take besides (top_k, min_p, repetition_penalty)."""
+    fields: dict[str, Any] = {"max_tokens": args.max_new_tokens, "temperature": 0.0 if args.greedy else args.temperature}
+    if not args.greedy:
+        fields["top_p"] = args.top_p
+        if args.top_k:
+            fields["top_k"] = args.top_k
+        if args.min_p:
+            fields["min_p"] = args.min_p
+    if args.repetition_penalty != 1.0:
+        fields["repetition_penalty"] = args.repetition_penalty
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(args, name):
+            fields[name] = getattr(args, name)
+    if args.stop:
+        fields["stop"] = list(args.stop)
+    if args.seed is not None:
+        fields["seed"] = args.seed
+    if args.logprobs is not None:
+        fields.update(logprobs=True, top_logprobs=args.logprobs)
+    if not args.skip_special_tokens:
+        fields["skip_special_tokens"] = False
+    return fields
+
+
+class ReplyText:
+    """The reply as the server streams it, written as the text a local model would have written:
+    reasoning inside ``<think>``, each tool call as a Hermes ``<tool_call>`` block."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self._thinking = False
+        self._call: int | None = None
+
+    def push(self, delta: dict[str, Any]) -> str:
+        piece = ""
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            piece += self._close_call() + ("" if self._thinking else THINK_OPEN) + reasoning
+            self._thinking = True
+        if delta.get("content"):
+            piece += self._close_call() + self._close_thinking() + delta["content"]
+        for call in delta.get("tool_calls") or ():
+            function = call.get("function") or {}
+            index = call.get("index", 0)
+            if index != self._call:
+                piece += self._close_call() + self._close_thinking()
+                piece += f'{HERMES_OPEN}{{"name": {json.dumps(function.get("name") or "")}, "arguments": '
+                self._call = index
+            piece += function.get("arguments") or ""
+        self.text += piece
+        return piece
+
+    def finish(self) -> str:
+        piece = self._close_call() + self._close_thinking()
+        self.text += piece
+        return piece
+
+    def _close_thinking(self) -> str:
+        if not self._thinking:
+            return ""
+        self._thinking = False
+        return THINK_CLOSE
+
+    def _close_call(self) -> str:
+        if self._call is None:
+            return ""
+        self._call = None
+        return "}</tool_call>"
+
+
+class RemoteEngine(BaseEngine):
+    name = "remote"
+    generation_settings = frozenset({"min_p", "presence_penalty", "frequency_penalty", "logprobs"})
+
+    def __init__(self, model_args: ModelArgs, generation: dict[str, Any] | None = None, progress: Progress | None = None) -> None:
+        import httpx
+
+        report = progress or (lambda fraction, message: None)
+        self.model_args = model_args
+        self.address = server_address(model_args.model_name_or_path or "")
+        shown = shown_address(self.address)
+        key = model_args.remote_api_key.get_secret_value() if model_args.remote_api_key else None
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        report(0.1, f"Asking {shown} which models it serves…")
+        card = model_card(self.address, headers, model_args.remote_model, shown)
+        self.upstream_model = card["id"]
+        context = card.get("max_model_len") or card.get("context_length")
+        self.prompts = RemotePrompts(self.upstream_model, GenerationArgs().replace(**(generation or {})),
+                                     context if isinstance(context, int) and context > 0 else None, media_kinds_of(card))
+        # Redirects are not followed: one could send the key and the conversations to another host.
+        self._client = httpx.AsyncClient(
+            base_url=self.address, headers=headers, follow_redirects=False,
+            timeout=httpx.Timeout(SILENCE_SECONDS, connect=CONNECT_SECONDS),
+            limits=httpx.Limits(max_connections=model_args.max_concurrent, max_keepalive_connections=model_args.max_concurrent),
+        )
+        self._open = 0
+        report(1.0, f"{shown} serves {self.upstream_model}.")
+
+    @property
+    def model_id(self) -> str:
+        return self.model_args.served_model_name or self.upstream_model
+
+    def count_tokens(self, text: str) -> int:
+        """An estimate, CHARACTERS_PER_TOKEN bytes a token: the server's tokenizer is out of reach
+        without a request, and the page asks on its event loop (a stopped reply's length, the
+        documents in the box). What the server answers (every finished reply's lengths) is exact."""
+        return -(-len(text.encode()) // CHARACTERS_PER_TOKEN)
+
+    def count_prompt_tokens(self, request: ChatRequest) -> int:
+        """An estimate (count_tokens) of the messages and tools as they are sent: the server's
+        template adds a few tokens a message."""
+        return self.count_tokens(json.dumps([request.messages, request.tools, request.prompt], ensure_ascii=False))
+
+    def _compile_reply_format(self, reply_format: ReplyFormat) -> ReplyFormat:
+        # The server checks and enforces the format itself.
+        return reply_format
+
+    # ---- generation
+
+    async def _complete(self, prompt: Prompt, args: GenerationArgs) -> list[Response]:
+        # One after another: the request holds one place in line, so it sends one request at a time
+        # (max_concurrent is what the server is sent at once), and not every server takes OpenAI's n.
+        seeds = [None if args.seed is None else args.seed + index for index in range(args.num_return_sequences)]
+        return [await self._whole(prompt, args.replace(num_return_sequences=1, seed=seed)) for seed in seeds]
+
+    async def _whole(self, prompt: Prompt, args: GenerationArgs) -> Response:
+        async with contextlib.aclosing(self._stream(prompt, args)) as reply:
+            async for item in reply:
+                if isinstance(item, Response):
+                    return item
+        raise ChatError("The remote server ended the reply without finishing it.")
+
+    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
+        import httpx
+
+        assert isinstance(prompt, RemotePrompt)
+        body = {**prompt.body, **sampling(args), "stream": True, "stream_options": {"include_usage": True}}
+        text = ReplyText()
+        logprobs: list[TokenLogprobs] | None = None if args.logprobs is None else []
+        finish_reason: str | None = None
+        usage: dict[str, Any] = {}
+        self._open += 1
+        try:
+            async with self._answer(prompt.path, body) as response:
+                async for event in events(response):
+                    if event.get("usage"):
+                        usage = event["usage"]
+                    for choice in event.get("choices") or ():
+                        for token in (choice.get("logprobs") or {}).get("content") or ():
+                            if logprobs is not None:
+                                logprobs.append(token_logprobs(token))
+                                yield logprobs[-1]
+                        delta = choice.get("delta") if "delta" in choice else {"content": choice.get("text")}
+                        if piece := text.push(delta or {}):
+                            yield piece
+                        finish_reason = choice.get("finish_reason") or finish_reason
+        except httpx.TimeoutException as error:
+            raise ChatError(f"The remote server {shown_address(self.address)} sent nothing for too long ({type(error).__name__}); "
+                            "it may be overloaded or stuck. Try again, or ask its operator.") from error
+        except httpx.HTTPError as error:
+            raise ChatError(f"The remote server {shown_address(self.address)} could not be reached or cut the reply off: {error}. "
+                            "Try again; if it goes on, check that the server runs.") from error
+        finally:
+            self._open -= 1
+        if finish_reason is None:
+            raise ChatError(f"The remote server {shown_address(self.address)} ended the reply before finishing it. Try again.")
+        if piece := text.finish():
+            yield piece
+        yield Response(
+            response_text=text.text,
+            response_length=int(usage.get("completion_tokens") or 0),
+            prompt_length=int(usage.get("prompt_tokens") or 0),
+            finish_reason="length" if finish_reason == "length" else "stop",
+            logprobs=None if logprobs is None else tuple(logprobs),
+        )
+
+    @contextlib.asynccontextmanager
+    async def _answer(self, path: str, body: dict[str, Any]) -> AsyncIterator[Any]:
+        """The server's streamed answer to ``body``, asked again for a while where it is busy;
+        a ChatError where it refuses or fails."""
+        until = time.monotonic() + BUSY_WAIT_SECONDS
+        while True:
+            async with self._client.stream("POST", path.lstrip("/"), json=body) as response:
+                if response.status_code == 200:
+                    yield response
+                    return
+                pause = busy_pause(response, until)
+                if pause is None:
+                    raise await refusal(response)
+            await asyncio.sleep(pause)
+
+    def unfinished_requests(self) -> int:
+        # Requests whose HTTP connection is open: closing one is how the server is told to stop.
+        return self._open
+
+    # ---- lifetime
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+def model_card(address: str, headers: dict[str, str], wanted: str | None, shown: str) -> dict[str, Any]:
+    """The server's entry in its ``/models`` for model ``wanted`` (None: its first), or a ModelLoadError saying why not."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{address}/models", headers=headers, timeout=httpx.Timeout(SILENCE_SECONDS, connect=CONNECT_SECONDS),
+                             follow_redirects=False)
+    except httpx.HTTPError as error:
+        raise ModelLoadError(f"Could not reach a server at {shown}: {error}. Check the address and that the server runs.") from error
+    if response.status_code in (401, 403):
+        raise ModelLoadError(f"The server at {shown} refused the API key ({response.status_code}): give the key it expects (remote_api_key).")
+    if response.is_redirect:
+        raise ModelLoadError(f"The server at {shown} sends requests elsewhere ({response.status_code}); give the address it redirects "
+                             "to, if you trust it: redirects are not followed, so that no key or conversation goes to another host.")
+    try:
+        models = [card for card in response.json()["data"] if isinstance(card, dict) and isinstance(card.get("id"), str)]
+    except (ValueError, KeyError, TypeError):
+        models = None
+    if response.status_code != 200 or models is None:
+        raise ModelLoadError(f"{shown} did not answer as an OpenAI-compatible server (GET /models gave {response.status_code}: "
+                             f"{response.text[:ERROR_QUOTE]!r}). Give the address of its API, usually ending in /v1.")
+    if not models:
+        raise ModelLoadError(f"The server at {shown} serves no model yet. Load one there, then try again.")
+    if wanted is None:
+        return models[0]
+    for card in models:
+        if card["id"] == wanted:
+            return card
+    raise ModelLoadError(f"The server at {shown} does not serve {wanted!r}; it serves {', '.join(card['id'] for card in models)}.")
+
+
+def media_kinds_of(card: dict[str, Any]) -> frozenset[MediaKind]:
+    """The media a model reads, as its server's /models entry says (``input_modalities``, as
+    anychat and OpenRouter give them); every kind where it does not say."""
+    said = card.get("input_modalities")
+    if not isinstance(said, list):
+        return frozenset(MEDIA_KINDS)
+    return frozenset(kind for kind in MEDIA_KINDS if kind in said)
+
+
+async def events(response: Any) -> AsyncIterator[dict[str, Any]]:
+    """The JSON events of a server-sent event stream, until ``[DONE]``; a ChatError where a line
+    or the whole reply is beyond what any reply needs, or an event is not JSON."""
+    buffer, received = b"", 0
+    async for data in response.aiter_raw():
+        received += len(data)
+        if received > MAX_REPLY_BYTES:
+            raise ChatError(f"The remote server sent more than {MAX_REPLY_BYTES >> 20} MiB for one reply; it was cut off there.")
+        buffer += data
+        *lines, buffer = buffer.split(b"\n")
+        if len(buffer) > MAX_LINE_BYTES:
+            raise ChatError(f"The remote server sent a line of more than {MAX_LINE_BYTES >> 20} MiB, which no reply needs; it was cut off.")
+        for line in lines:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                return
+            try:
+                event = json.loads(payload)
+            except ValueError:
+                raise ChatError(f"The remote server sent something other than OpenAI's events: {payload[:ERROR_QUOTE]!r}") from None
+            if not isinstance(event, dict):
+                raise ChatError(f"The remote server sent something other than OpenAI's events: {payload[:ERROR_QUOTE]!r}")
+            if "error" in event:
+                raise ChatError(f"The remote server stopped the reply: {error_message(event)}")
+            yield event
+
+
+def busy_pause(response: Any, until: float) -> float | None:
+    """How long to wait before asking again a server that said it is busy, as its Retry-After
+    says (a second where it says nothing); None where it refused for another reason, or ``until`` has come."""
+    left = until - time.monotonic()
+    if response.status_code not in (429, 503) or left <= 0:
+        return None
+    try:
+        wanted = float(response.headers.get("retry-after", 1))
+    except ValueError:
+        wanted = 1.0
+    return min(max(wanted, 0.1), left)
+
+
+async def refusal(response: Any) -> ChatError:
+    """The error for a response that is not a reply: the server's own message, as a ConfigError
+    where it refused the request as made (4xx), a ModelBusyError where it is full (429, 503)."""
+    body = b""
+    async for data in response.aiter_raw():
+        body += data
+        if len(body) > MAX_LINE_BYTES:
+            break
+    try:
+        message = error_message(json.loads(body))
+    except ValueError:
+        message = body[:ERROR_QUOTE].decode(errors="replace") or "(no message)"
+    status = response.status_code
+    if status in (429, 503):
+        return ModelBusyError(f"The remote server is busy ({status}), still after {BUSY_WAIT_SECONDS:.0f} s: {message}")
+    if response.is_redirect:
+        return ChatError(f"The remote server sends requests elsewhere ({status}); redirects are not followed. Load it by the address it names.")
+    if 400 <= status < 500:
+        return ConfigError(f"The remote server refused the request ({status}): {message}")
+    return ChatError(f"The remote server failed ({status}): {message} Try again; if it goes on, ask its operator.")
+
+
+def error_message(body: Any) -> str:
+    """The message of OpenAI's error body ({"error": {"message": ...}}), or the body quoted."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    if isinstance(error, str):
+        return error
+    if isinstance(body, dict) and isinstance(body.get("detail"), str):
+        return body["detail"]
+    return json.dumps(body)[:ERROR_QUOTE]
+
+
+def token_logprobs(token: dict[str, Any]) -> TokenLogprobs:
+    """One token of OpenAI's ``logprobs.content``."""
+    return TokenLogprobs(_logprob(token), tuple(_logprob(top) for top in token.get("top_logprobs") or ()))
+
+
+def _logprob(entry: dict[str, Any]) -> Logprob:
+    text = entry.get("token", "")
+    raw = entry.get("bytes")
+    return Logprob(text, float(entry.get("logprob", 0.0)), tuple(raw) if raw is not None else tuple(text.encode()))

@@ -1,0 +1,385 @@
+"""The remote backend (engines/backends/remote.py) against real servers started here: a second
+anychat (``app.py api``) serving the embedded SmolLM2, with an API key and one place in its line, so
+that its own refusals show what it is running. The engine contract holds through it; what the
+remote backend adds (the key, Stop reaching the server, the server's faults) has tests of its own.
+Faults a real server cannot be made to show on demand (a stream cut mid-reply, garbage, silence,
+a flood, a redirect) come from FAKE_UPSTREAM, a small server written for that and named as such."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import time
+
+import openai
+import psutil
+import pytest
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
+
+from engines import ChatError, ChatModel, ConfigError, MediaError, ModelBusyError, ModelLoadError, ModelSlot, UnsupportedError
+from engines.backends import remote
+from engines.prompt.media import wav_bytes
+from harness.browser import AppProcess, free_port
+from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract
+from harness.running_server import running_server
+from tests.page_input import CONTROLS, message, run, settings
+from webui.chat_session import ChatSession
+from webui.handlers import ChatHandlers
+
+# Every test talks to a server: a second anychat, or FAKE_UPSTREAM.
+pytestmark = pytest.mark.server
+KEY = "upstream-key-5f2c"
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory):
+    """A second anychat on the embedded model: one reply at a time and none waiting, so that a
+    request sent to it while it writes another is refused (503) by its own line."""
+    server = AppProcess(tmp_path_factory.mktemp("upstream"), ("api", "--api-key", KEY, "--max-waiting", "0"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def address(upstream):
+    return upstream.url + "v1"
+
+
+@pytest.fixture(scope="module")
+def remote_model(address):
+    with ChatModel({"model_name_or_path": address, "remote_api_key": KEY}) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The same model in this process, on the backend the upstream chose, to count prompt tokens
+    (the remote engine has no tokenizer: the upstream's counts are what is checked)."""
+    with ChatModel() as model:
+        yield model
+
+
+@pytest.fixture
+def direct(address):
+    return openai.OpenAI(base_url=address, api_key=KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory, address):
+    """A third anychat, whose model is the upstream's through the remote backend (its key from the environment)."""
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("ANYCHAT_REMOTE_API_KEY", KEY)
+        server = AppProcess(tmp_path_factory.mktemp("gateway"), ("api", "--model", address))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class TestRemoteContract(EngineContract):
+    renders_prompts = False
+
+    @pytest.fixture
+    def model(self, remote_model):
+        return remote_model
+
+    @pytest.fixture(autouse=True)
+    def counting_with(self, reference):
+        self.reference = reference
+
+    def prompt_token_count(self, model, messages, **kwargs) -> int:
+        return super().prompt_token_count(self.reference, messages, **kwargs)
+
+
+def test_the_servers_model_under_its_own_name_and_the_key_never_shown(remote_model, address, upstream):
+    assert remote_model.backend == "remote" and remote_model.backend_reason == "auto: the address of a server"
+    assert remote_model.model_id == "SmolLM2-135M-Instruct"
+    assert KEY not in repr(remote_model.model_args) and KEY not in remote_model.display_name
+    assert KEY not in upstream.log()
+
+
+def test_replies_are_the_servers_own(remote_model, reference, direct):
+    """Greedy, the reply through the remote backend is the upstream's word for word, with its
+    token counts; and the same as the model in this process on the same file writes."""
+    [through] = remote_model.chat(QUESTION, temperature=0, max_new_tokens=24)
+    straight = direct.chat.completions.create(model="SmolLM2-135M-Instruct", messages=QUESTION, temperature=0, max_tokens=24)
+    assert through.response_text == straight.choices[0].message.content == reference.chat(QUESTION, temperature=0, max_new_tokens=24)[0].response_text
+    assert (through.prompt_length, through.response_length) == (straight.usage.prompt_tokens, straight.usage.completion_tokens)
+
+
+async def test_stop_ends_the_reply_on_the_server(remote_model, direct):
+    """While a reply streams, the upstream's only place is taken (it refuses another request);
+    once the stream is closed, the upstream takes requests again: it stopped generating."""
+    stream = remote_model.astream_chat(LONG_REQUEST, temperature=0, max_new_tokens=2000)
+    pieces = [piece async for piece in _first(stream, 3)]
+    assert len(pieces) == 3
+    with pytest.raises(openai.APIStatusError) as refused:
+        await asyncio.to_thread(direct.chat.completions.create, model="SmolLM2-135M-Instruct", messages=QUESTION, max_tokens=2)
+    assert refused.value.status_code == 503
+    await stream.aclose()
+    assert remote_model.engine.unfinished_requests() == 0
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            answer = await asyncio.to_thread(direct.chat.completions.create, model="SmolLM2-135M-Instruct", messages=QUESTION, max_tokens=2)
+            break
+        except openai.APIStatusError as busy:
+            assert busy.status_code == 503 and time.monotonic() < deadline, "the server still writes the reply that was stopped"
+            await asyncio.sleep(0.2)
+    assert answer.usage.completion_tokens == 2
+
+
+async def _first(stream, count):
+    async for piece in stream:
+        yield piece
+        count -= 1
+        if not count:
+            return
+
+
+def test_a_wrong_key_an_unknown_model_and_no_server_are_clear_load_errors(address):
+    with pytest.raises(ModelLoadError, match="refused the API key"):
+        ChatModel({"model_name_or_path": address, "remote_api_key": "wrong"})
+    with pytest.raises(ModelLoadError, match="does not serve 'other'; it serves SmolLM2-135M-Instruct"):
+        ChatModel({"model_name_or_path": address, "remote_api_key": KEY, "remote_model": "other"})
+    with pytest.raises(ModelLoadError, match="Could not reach a server at http://127.0.0.1:"):
+        ChatModel({"model_name_or_path": f"http://127.0.0.1:{free_port()}/v1"})
+    with pytest.raises(ConfigError, match="http:// or https:// address"):
+        ChatModel({"model_name_or_path": "file:///etc/passwd", "infer_backend": "remote"})
+
+
+def test_what_the_server_refuses_is_its_own_message(remote_model):
+    with pytest.raises(UnsupportedError, match="lora_adapter is not supported by the remote engine"):
+        remote_model.chat(QUESTION, lora_adapter="x")
+    long = [{"role": "user", "content": "word " * 9000}]
+    with pytest.raises(ConfigError, match=r"The remote server refused the request \(400\): .*limit of 8192 tokens"):
+        remote_model.chat(long, max_new_tokens=4)
+
+
+# ---- faults, from FAKE_UPSTREAM
+
+def _events(*events, done=True):
+    lines = [f"data: {json.dumps(event)}\n\n" for event in events] + (["data: [DONE]\n\n"] if done else [])
+    return "".join(lines)
+
+
+def _chunk(content=None, finish=None, **delta):
+    return {"choices": [{"index": 0, "delta": {**({"content": content} if content else {}), **delta}, "finish_reason": finish}]}
+
+
+def fake_upstream() -> FastAPI:
+    """FAKE_UPSTREAM: an OpenAI-shaped server whose model names the fault it shows."""
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": name, "object": "model"} for name in
+                                           ("fine", "cut", "garbage", "silent", "flood", "redirect", "failing", "busy", "parts", "echo")]}
+
+    @app.get("/elsewhere/v1/models")
+    async def elsewhere():
+        return RedirectResponse("/v1/models", status_code=307)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: dict):
+        fault = body["model"]
+        if fault == "redirect":
+            return RedirectResponse("http://example.com/v1/chat/completions", status_code=307)
+        if fault == "failing":
+            return JSONResponse({"error": {"message": "the GPU fell over"}}, status_code=500)
+        if fault == "busy":
+            return JSONResponse({"error": {"message": "too many requests"}}, status_code=429)
+
+        async def body_of():
+            if fault == "fine":
+                yield _events(_chunk("Hello"), _chunk(" there", "stop"), {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}})
+            elif fault == "parts":
+                yield _events(_chunk(reasoning_content="Thinking it over."), _chunk("Let me look."),
+                              _chunk(tool_calls=[{"index": 0, "id": "x", "function": {"name": "get_weather", "arguments": '{"city": '}}]),
+                              _chunk(tool_calls=[{"index": 0, "function": {"arguments": '"Paris"}'}}], finish="tool_calls"))
+            elif fault == "echo":  # what it was sent, as the reply
+                yield _events(_chunk(json.dumps(body["messages"]), "stop"))
+            elif fault == "cut":
+                yield _events(_chunk("Hello"), done=False)
+            elif fault == "garbage":
+                yield "data: <html>not json</html>\n\n"
+            elif fault == "silent":
+                yield _events(_chunk("Hello"), done=False)
+                await asyncio.sleep(3600)
+            elif fault == "flood":
+                piece = _events(_chunk("x" * 60_000), done=False)
+                while True:
+                    yield piece
+                    await asyncio.sleep(0)
+
+        return StreamingResponse(body_of(), media_type="text/event-stream")
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def faulty():
+    with running_server(fake_upstream()) as url:
+        yield url
+
+
+@pytest.fixture
+def small_limits(monkeypatch):
+    """Silence and floods noticed sooner than in use, and a busy server not asked again for long."""
+    monkeypatch.setattr(remote, "SILENCE_SECONDS", 2.0)
+    monkeypatch.setattr(remote, "MAX_REPLY_BYTES", 4 << 20)
+    monkeypatch.setattr(remote, "BUSY_WAIT_SECONDS", 1.0)
+
+
+def test_each_fault_of_the_server_is_a_clear_error_and_the_engine_goes_on(faulty, small_limits):
+    expected = {
+        "cut": (ChatError, "ended the reply before finishing it"),
+        "garbage": (ChatError, "something other than OpenAI's events"),
+        "silent": (ChatError, "sent nothing for too long"),
+        "flood": (ChatError, "more than 4 MiB"),
+        "redirect": (ChatError, "redirects are not followed"),
+        "failing": (ChatError, r"failed \(500\): the GPU fell over"),
+        "busy": (ModelBusyError, r"busy \(429\), still after 1 s: too many requests"),
+    }
+    for fault, (error, said) in expected.items():
+        with ChatModel({"model_name_or_path": f"{faulty}/v1", "remote_model": fault}) as model:
+            with pytest.raises(error, match=said):
+                model.chat(QUESTION, max_new_tokens=8)
+            with pytest.raises(error, match=said):
+                "".join(model.stream_chat(QUESTION, max_new_tokens=8))
+            assert model.engine.unfinished_requests() == 0 and (model.line.running, model.line.waiting) == (0, 0)
+    with ChatModel({"model_name_or_path": f"{faulty}/v1", "remote_model": "fine"}) as model:
+        [reply] = model.chat(QUESTION, max_new_tokens=8)
+        assert (reply.response_text, reply.prompt_length, reply.response_length) == ("Hello there", 7, 2)
+    with pytest.raises(ModelLoadError, match="redirects are not followed"):
+        ChatModel({"model_name_or_path": f"{faulty}/elsewhere/v1"})
+
+
+def test_a_hundred_faults_leave_no_thread_task_or_connection_behind(faulty, small_limits):
+    """Each cycle, every quick fault once streamed and once whole (and every tenth, a model loaded and closed):
+    afterwards the process has the threads and TCP connections it had after the first cycle,
+    and each engine's loop runs no task."""
+    faults = ("cut", "garbage", "failing", "redirect")
+    models = {fault: ChatModel({"model_name_or_path": f"{faulty}/v1", "remote_model": fault}) for fault in faults}
+    me = psutil.Process()
+
+    def cycle(number):
+        for model in models.values():
+            with pytest.raises(ChatError):
+                model.chat(QUESTION, max_new_tokens=8)
+            with pytest.raises(ChatError):
+                "".join(model.stream_chat(QUESTION, max_new_tokens=8))
+        if number % 10 == 0:  # a load and a close: a tenth of the cycles (each close collects the garbage: a second)
+            ChatModel({"model_name_or_path": f"{faulty}/v1", "remote_model": "fine"}).close()
+
+    def counted():
+        running = sum(model._loop.call(_tasks_besides_this_one()) for model in models.values())
+        # Thread pools start their workers as work comes, up to their bound: those are no leak.
+        threads = [thread.name for thread in threading.enumerate() if not thread.name.startswith(("asyncio_", "ThreadPoolExecutor-"))]
+        return sorted(threads), len(me.net_connections(kind="tcp")), running
+
+    try:
+        cycle(0)
+        before = counted()
+        for number in range(1, 101):
+            cycle(number)
+        assert counted() == before
+        assert before[2] == 0
+    finally:
+        for model in models.values():
+            model.close()
+
+
+async def _tasks_besides_this_one() -> int:
+    return len(asyncio.all_tasks()) - 1
+
+
+def test_reasoning_and_tool_calls_sent_as_parts_are_read_as_on_a_local_model(faulty):
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    with ChatModel({"model_name_or_path": f"{faulty}/v1", "remote_model": "parts"}) as model:
+        [reply] = model.chat(QUESTION, tools=tools)
+        streamed = list(model.stream_reply(QUESTION, tools=tools))
+    assert reply.parts.reasoning == "Thinking it over." and reply.parts.content == "Let me look."
+    assert [(call.name, json.loads(call.arguments)) for call in reply.parts.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert streamed[-1].parts == reply.parts
+    assert [chunk.kind for chunk in streamed[:-1]][:2] == ["reasoning", "content"]
+
+
+def test_media_go_as_content_parts_where_their_placeholders_are(faulty, tmp_path):
+    from PIL import Image
+
+    picture = tmp_path / "red.jpg"
+    Image.new("RGB", (8, 8), "red").save(picture)
+    samples = ([0.0, 0.5, -0.5, 0.0], 8000)
+    video = b"\x00\x00\x00\x18ftypmp42" + bytes(32)
+    with ChatModel({"model_name_or_path": f"{faulty}/v1", "remote_model": "echo"}) as model:
+        [reply] = model.chat([{"role": "user", "content": "Compare <image> with <image>, hear <audio>, watch <video>."}],
+                             images=[str(picture), Image.new("RGB", (4, 4))], audios=[samples], videos=[video])
+        with pytest.raises(MediaError, match="neither WAV nor MP3"):
+            model.chat([{"role": "user", "content": "Hear <audio>."}], audios=[b"OggS" + bytes(40)])
+    [asked] = json.loads(reply.response_text)
+    kinds = [part["type"] for part in asked["content"]]
+    assert kinds == ["text", "image_url", "text", "image_url", "text", "input_audio", "text", "video_url", "text"]
+    texts = [part["text"] for part in asked["content"] if part["type"] == "text"]
+    assert texts == ["Compare ", " with ", ", hear ", ", watch ", "."]
+    first, second = (part["image_url"]["url"] for part in asked["content"] if part["type"] == "image_url")
+    assert base64.b64decode(first.removeprefix("data:image/jpeg;base64,")) == picture.read_bytes()
+    assert second.startswith("data:image/png;base64,")
+    [audio] = [part["input_audio"] for part in asked["content"] if part["type"] == "input_audio"]
+    assert audio["format"] == "wav" and base64.b64decode(audio["data"]) == wav_bytes(*samples)
+    [sent_video] = [part["video_url"]["url"] for part in asked["content"] if part["type"] == "video_url"]
+    assert base64.b64decode(sent_video.removeprefix("data:video/mp4;base64,")) == video
+
+
+def test_our_api_in_front_of_a_remote_server_serves_the_same_requests(gateway, direct):
+    """A gateway: the official client through one anychat to another gets the upstream's replies,
+    streamed and whole, and a client that leaves mid-stream ends the reply upstream too."""
+    through = openai.OpenAI(base_url=gateway.url + "v1", api_key="unused", max_retries=0)
+    [card] = through.models.list().data
+    assert (card.id, card.input_modalities) == ("SmolLM2-135M-Instruct", ["text"])
+    asked = {"model": card.id, "messages": QUESTION, "temperature": 0, "max_tokens": 16}
+    whole = through.chat.completions.create(**asked)
+    streamed = "".join(chunk.choices[0].delta.content or "" for chunk in through.chat.completions.create(**asked, stream=True) if chunk.choices)
+    straight = direct.chat.completions.create(**asked)
+    assert whole.choices[0].message.content == streamed == straight.choices[0].message.content
+    assert whole.usage.prompt_tokens == straight.usage.prompt_tokens
+    assert KEY not in gateway.log()
+
+    with through.chat.completions.create(model=card.id, messages=LONG_REQUEST, temperature=0, max_tokens=2000, stream=True) as stream:
+        next(iter(stream))
+        with pytest.raises(openai.APIStatusError) as refused:
+            direct.chat.completions.create(model=card.id, messages=QUESTION, max_tokens=2)
+        assert refused.value.status_code == 503
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            direct.chat.completions.create(model=card.id, messages=QUESTION, max_tokens=2)
+            break
+        except openai.APIStatusError as busy:
+            assert busy.status_code == 503 and time.monotonic() < deadline, "the upstream still writes the reply whose client left"
+            time.sleep(0.2)
+
+
+async def test_the_page_loads_a_remote_server_and_chats_through_it(address, direct):
+    """The Settings tab's Load with the remote backend, its key in the password field: the status
+    names the server (never the key), and a chat's reply is the server's, with its stats."""
+    slot = ModelSlot()
+    handlers = ChatHandlers(slot, CONTROLS)
+    try:
+        shown = handlers.load("remote", address, "auto", remote_api_key=f"  {KEY} ", progress=lambda *a, **k: None)
+        assert shown["status"].startswith(f"✓ Loaded {address} on remote in ") and "Reads text." in shown["status"]
+        assert KEY not in json.dumps(shown, default=str)
+        session = ChatSession()
+        await run(handlers.send(session, message("Name three colors."), **settings(12)))
+        straight = direct.chat.completions.create(model="SmolLM2-135M-Instruct", messages=QUESTION, temperature=0, max_tokens=12)
+        assert session.turns[1].content == straight.choices[0].message.content
+        assert (session.turns[1].stats.tokens, session.turns[1].stats.backend) == (straight.usage.completion_tokens, "remote")
+        refused = handlers.load("remote", address, "auto", remote_api_key="wrong", progress=lambda *a, **k: None)["status"]
+        assert "refused the API key" in refused and "wrong" not in refused and f"Loaded {address} on remote" in refused
+    finally:
+        slot.unload()
