@@ -36,6 +36,8 @@ SMOKE_RUNS = [
     pytest.param("structured_decode.py", ["--tokens", "8", "--rounds", "1"], ["backend"], id="structured_decode", marks=NEEDS_LLAMACPP),
     pytest.param("concurrency.py", ["--tokens", "4", "--rounds", "1", "--concurrency", "1", "2"], ["users"], id="concurrency",
                  marks=pytest.mark.skipif(not HAS_VLLM, reason="compares vLLM: bash scripts/setup.sh --vllm")),
+    pytest.param("remote_concurrency.py", ["--tokens", "4", "--rounds", "1", "--users", "2"], ["way"], id="remote_concurrency",
+                 marks=pytest.mark.skipif(not HAS_VLLM, reason="compares vLLM: bash scripts/setup.sh --vllm")),
     pytest.param("tool_loop.py", ["--rounds", "1", "--tool-ms", "10"], ["figure"], id="tool_loop", marks=NEEDS_LLAMACPP),
     pytest.param("store.py", ["--tokens", "4", "--rounds", "1", "--messages", "10"], ["way", "database"], id="store"),
     pytest.param("start.py", ["--rounds", "1"], ["way"], id="start", marks=NEEDS_LLAMACPP),

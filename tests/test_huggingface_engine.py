@@ -177,7 +177,7 @@ def test_unknown_setting_is_named():
 
 
 def test_unknown_backend_lists_the_valid_ones():
-    with pytest.raises(ConfigError, match="huggingface, vllm, sglang, ktransformers, llamacpp; got 'nonsense'"):
+    with pytest.raises(ConfigError, match="huggingface, vllm, sglang, ktransformers, llamacpp, remote; got 'nonsense'"):
         ChatModel({"infer_backend": "nonsense"})
 
 

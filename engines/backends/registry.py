@@ -45,12 +45,12 @@ BACKENDS = {
                 "pip install 'ktransformers[sglang]==0.7.2' on an NVIDIA GPU machine "
                 "(it brings kt-kernel and sglang-kt, KTransformers' fork of SGLang, which replaces plain sglang)",
                 _SGLANG_SETTINGS),
-        Backend("remote", "RemoteEngine", ("httpx",),
-                "pip install httpx (the remote backend reaches another server's OpenAI-compatible API over HTTP)",
-                frozenset({"remote_api_key", "remote_model"})),
         Backend("llamacpp", "LlamaCppEngine", ("llama_cpp",),
                 "bash scripts/setup.sh (with a C++ compiler, it compiles llama-cpp-python: about 3 to 4 minutes on 2 cores, once)",
                 frozenset({"max_model_len", "threads", "batch_size", "gpu_layers", "mmproj"})),
+        Backend("remote", "RemoteEngine", ("httpx",),
+                "pip install httpx (the remote backend reaches another server's OpenAI-compatible API over HTTP)",
+                frozenset({"remote_api_key", "remote_model"})),
     )
 }
 BACKEND_NAMES = tuple(BACKENDS)

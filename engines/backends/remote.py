@@ -6,7 +6,7 @@ prompt as a text completion). What every backend shares stays here as on the oth
 checks, the waiting line (``max_concurrent`` requests go upstream at once) and the reply read into
 reasoning, content and tool calls. The upstream server renders the prompt with its own chat
 template and counts the tokens, so this engine has neither a template nor a tokenizer: lengths are
-the ones the server reports.
+the ones the server reports (estimated where it reports none).
 
 What the server sends as parts of its own (``reasoning_content``, ``tool_calls``) is written into
 the reply's text in the form the reply parser reads (``<think>``, Hermes' ``<tool_call>``), so that
@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -38,7 +37,6 @@ from ..request import MEDIA_KINDS, ChatRequest, MediaKind
 from .base import BaseEngine, Response
 from .remote_media import with_media_parts
 
-logger = logging.getLogger(__name__)
 
 # Seconds to open a connection to the server, and the longest silence within a reply (a long
 # prompt is read before the first token comes): past either, the request ends with a clear error
@@ -123,18 +121,19 @@ def as_sent(message: dict[str, Any]) -> dict[str, Any]:
     and so the request, may hold them as a mapping)."""
     if not message.get("tool_calls"):
         return message
-    calls = [{**call, "function": {**call["function"], "arguments": call["function"]["arguments"] if isinstance(call["function"]["arguments"], str)
-                                   else json.dumps(call["function"]["arguments"], ensure_ascii=False)}}
-             for call in message["tool_calls"]]
-    return {**message, "tool_calls": calls}
+    return {**message, "tool_calls": [{**call, "function": {**call["function"], "arguments": as_text(call["function"]["arguments"])}}
+                                      for call in message["tool_calls"]]}
+
+
+def as_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
 def reply_format_fields(reply_format: ReplyFormat) -> dict[str, Any]:
-    """``reply_format`` in OpenAI's terms: a forced tool call as ``tool_choice``, any other as ``response_format``."""
-    if reply_format.name == "tool_call":
-        schema = reply_format.schema
-        name = schema.get("properties", {}).get("name", {}).get("const")
-        return {"tool_choice": {"type": "function", "function": {"name": name}} if name else "required"}
+    """``reply_format`` as OpenAI's ``response_format``. A forced tool call goes the same way, as
+    JSON of the call (what every backend here decodes it as, and the reply parser reads as the
+    call), rather than as ``tool_choice``: a server decodes that only where its operator set up a
+    tool-call parser, and vLLM's, given one, did not hold the arguments to their schema."""
     if reply_format.kind == "json_object":
         return {"response_format": {"type": "json_object"}}
     return {"response_format": {"type": "json_schema", "json_schema": {"name": reply_format.name, "schema": reply_format.schema,
@@ -284,6 +283,7 @@ class RemoteEngine(BaseEngine):
         logprobs: list[TokenLogprobs] | None = None if args.logprobs is None else []
         finish_reason: str | None = None
         usage: dict[str, Any] = {}
+        written = 0
         self._open += 1
         try:
             async with self._answer(prompt.path, body) as response:
@@ -297,6 +297,7 @@ class RemoteEngine(BaseEngine):
                                 yield logprobs[-1]
                         delta = choice.get("delta") if "delta" in choice else {"content": choice.get("text")}
                         if piece := text.push(delta or {}):
+                            written += 1
                             yield piece
                         finish_reason = choice.get("finish_reason") or finish_reason
         except httpx.TimeoutException as error:
@@ -313,8 +314,10 @@ class RemoteEngine(BaseEngine):
             yield piece
         yield Response(
             response_text=text.text,
-            response_length=int(usage.get("completion_tokens") or 0),
-            prompt_length=int(usage.get("prompt_tokens") or 0),
+            # A server that does not count in its stream (llama-cpp-python's) sends a token an event,
+            # and the prompt is estimated.
+            response_length=int(usage.get("completion_tokens") or written),
+            prompt_length=int(usage.get("prompt_tokens") or self.count_prompt_tokens(prompt.request)),
             finish_reason="length" if finish_reason == "length" else "stop",
             logprobs=None if logprobs is None else tuple(logprobs),
         )

@@ -1,0 +1,90 @@
+"""The remote backend in front of `vllm serve` (the CPU build the tests install), as a user runs it
+before a vLLM server: the engine contract through it, and Stop seen in vLLM's own counters."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import io
+import time
+
+import httpx
+import pytest
+from PIL import Image
+
+from engines import ChatModel, ChatRequest, ConfigError
+from engines.backends.remote import as_sent
+from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract
+from harness.vllm_server import MODEL, VllmServer
+
+pytestmark = [pytest.mark.vllm, pytest.mark.server,
+              pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM: bash scripts/setup.sh --vllm")]
+KEY = "vllm-key-81d0"
+WEATHER = '[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]'
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    started = VllmServer(tmp_path_factory.mktemp("vllm-serve") / "vllm.log", KEY)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def through_vllm(server):
+    with ChatModel({"model_name_or_path": f"{server.url}/v1", "remote_api_key": KEY}) as model:
+        yield model
+
+
+class TestRemoteVllmContract(EngineContract):
+    """Prompt lengths are vLLM's own count of the conversation as the remote backend sends it
+    (its /tokenize): vLLM renders with the model's own template, which for SmolLM2 leaves tools
+    out (anychat adds a prompt for them where a template ignores them)."""
+
+    renders_prompts = False
+
+    @pytest.fixture
+    def model(self, through_vllm):
+        return through_vllm
+
+    @pytest.fixture(autouse=True)
+    def counting_with(self, server):
+        self.server = server
+
+    def prompt_token_count(self, model, messages, system=None, tools=None, continue_final_message=False) -> int:
+        request = ChatRequest.build(messages, system=system, tools=tools, continue_final_message=continue_final_message)
+        body = {"model": MODEL, "messages": [as_sent(message) for message in request.messages], "tools": request.tools,
+                "add_generation_prompt": not continue_final_message, "continue_final_message": continue_final_message}
+        return httpx.post(f"{self.server.url}/tokenize", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60).json()["count"]
+
+    def test_tools_reach_the_prompt(self, model):
+        """The tools go as vLLM takes them (its count of the prompt is the reply's): SmolLM2's own
+        template leaves them out, so the prompt is the same with them as without."""
+        [reply] = model.chat(QUESTION, temperature=0, max_new_tokens=1, tools=WEATHER)
+        assert reply.prompt_length == self.prompt_token_count(model, QUESTION, tools=WEATHER) == self.prompt_token_count(model, QUESTION)
+
+    def test_media_for_text_only_model_is_refused(self, model):
+        """vLLM's model list does not say what a model reads: the image goes, and vLLM's refusal is the message."""
+        picture = io.BytesIO()
+        Image.new("RGB", (8, 8), "red").save(picture, format="PNG")
+        with pytest.raises(ConfigError, match=r"The remote server refused the request \(400\): "):
+            model.chat(QUESTION, images=[picture.getvalue()])
+
+
+def test_the_servers_context_and_model(through_vllm):
+    assert through_vllm.model_id == MODEL and through_vllm.context_length == 2048
+
+
+async def test_stop_ends_the_reply_in_vllm_by_its_own_count(through_vllm, server):
+    stream = through_vllm.astream_chat(LONG_REQUEST, temperature=0, max_new_tokens=1500)
+    async for piece in stream:
+        if piece:
+            break
+    assert server.running() == 1
+    await stream.aclose()
+    deadline = time.monotonic() + 20
+    while server.running() != 0:
+        assert time.monotonic() < deadline, "vLLM still runs the reply that was stopped"
+        await asyncio.sleep(0.2)
