@@ -287,8 +287,13 @@ def test_eight_sessions_at_once_get_the_replies_they_get_alone(app, pages):
 
     # They really were in flight together: every reply started before any of them ended.
     assert max(start for start, _, _ in at_once) < min(end for _, end, _ in at_once), f"the 8 replies did not overlap: {at_once}"
-    # ``slots`` generate at once; the others waited in line, the last one sent behind all the rest.
-    assert sorted(most_ahead) == [0] * slots + list(range(1, len(USERS) - slots + 1)), f"not the waiting line expected: {most_ahead}"
+    # ``slots`` generate at once; the others were shown their places in line, one behind another:
+    # 1, 2, ... up to at most everyone but the running. A place may repeat, and the top be lower,
+    # where a reply ended before the last pages sent (the line moved between two joins: seen once
+    # under a CPU hog, [0, 0, 1, 2, 3, 3, 4, 5]); the line's exact counts are test_waiting_line's.
+    waited = sorted(ahead for ahead in most_ahead if ahead)
+    assert (most_ahead.count(0) >= slots and waited and waited[0] == 1 and waited[-1] <= len(USERS) - slots
+            and all(later - earlier in (0, 1) for earlier, later in zip(waited, waited[1:]))), f"not a waiting line: {most_ahead}"
     if backend == "vllm":
         # Batched, the replies are written step by step beside each other: most show their first
         # words before the quickest of them ends, where an engine writing one at a time would have
