@@ -12,7 +12,9 @@ import base64
 import json
 import threading
 import time
+from types import SimpleNamespace
 
+import gradio as gr
 import openai
 import psutil
 import pytest
@@ -28,6 +30,8 @@ from harness.running_server import running_server
 from tests.page_input import CONTROLS, message, run, settings
 from webui.chat_session import ChatSession
 from webui.handlers import ChatHandlers
+from webui.model_picker import server_models
+from webui.model_rights import ModelRights
 
 # Every test talks to a server: a second anychat, or FAKE_UPSTREAM.
 pytestmark = pytest.mark.server
@@ -185,6 +189,10 @@ def fake_upstream() -> FastAPI:
     async def elsewhere():
         return RedirectResponse("/v1/models", status_code=307)
 
+    @app.get("/huge/v1/models")
+    async def huge():
+        return JSONResponse({"data": [{"id": "x" * 1000}] * 2000})
+
     @app.post("/v1/chat/completions")
     async def chat(body: dict):
         fault = body["model"]
@@ -258,6 +266,8 @@ def test_each_fault_of_the_server_is_a_clear_error_and_the_engine_goes_on(faulty
         assert (reply.response_text, reply.prompt_length, reply.response_length) == ("Hello there", 7, 2)
     with pytest.raises(ModelLoadError, match="redirects are not followed"):
         ChatModel({"model_name_or_path": f"{faulty}/elsewhere/v1"})
+    with pytest.raises(ModelLoadError, match="more than 1 MiB for its list of models"):
+        ChatModel({"model_name_or_path": f"{faulty}/huge/v1"})
 
 
 def test_a_hundred_faults_leave_no_thread_task_or_connection_behind(faulty, small_limits):
@@ -383,3 +393,15 @@ async def test_the_page_loads_a_remote_server_and_chats_through_it(address, dire
         assert "refused the API key" in refused and "wrong" not in refused and f"Loaded {address} on remote" in refused
     finally:
         slot.unload()
+
+
+def test_an_admin_lists_a_servers_models_for_the_settings_tab(address):
+    listed = server_models(ModelRights(), address, KEY)
+    assert (listed["choices"], listed["value"]) == (["SmolLM2-135M-Instruct"], "SmolLM2-135M-Instruct")
+    with pytest.raises(gr.Error, match="refused the API key"):
+        server_models(ModelRights(), address, "wrong")
+    with pytest.raises(gr.Error, match="a server's address into the Model field"):
+        server_models(ModelRights(), "/models/smol.gguf", KEY)
+    visitor = ModelRights(admins={"alice"})
+    with pytest.raises(gr.Error, match="may not load or unload models"):
+        server_models(visitor, address, KEY, SimpleNamespace(username="bob"))

@@ -1,7 +1,9 @@
-"""The Settings tab's list of the models on this machine; picking one fills the Model field.
+"""The Settings tab's list of the models on this machine; picking one fills the Model field. And
+the models a remote server serves, listed for an admin who gave its address.
 
 Admins see where each model is; other users, who cannot load them, see their names only: where
-the server keeps its files is none of their business.
+the server keeps its files is none of their business. Only admins list a server's models: the
+server would otherwise fetch any address a visitor names.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from pathlib import Path
 
 import gradio as gr
 
+from engines import ChatError
+from engines.backends.remote import served_models
 from engines.model_files.catalog import FoundModel, find_models
+from engines.model_files.server_address import is_server_address, server_address
 from limits import size_text
 
 from .model_rights import ModelRights
@@ -48,3 +53,17 @@ def model_picker(demo: gr.Blocks, models_dir: Path | None, model_path: gr.Textbo
     # A path typed by hand is no longer the model picked.
     model_path.input(lambda: None, None, picker, api_visibility="private", queue=False)
     return [picker, rescan]
+
+
+def server_models(rights: ModelRights, address: str, key: str, page_request: gr.Request | None = None) -> dict:
+    """The models of the server at ``address`` (the Model field), asked with ``key``, as the
+    choices of the Settings tab's "Model on the server"; for an admin only."""
+    rights.check_admin(page_request)
+    if not is_server_address(address):
+        raise gr.Error("Type a server's address into the Model field first, like http://host:8000/v1.", print_exception=False)
+    try:
+        models = served_models(server_address(address), key.strip() or None)
+    except ChatError as error:
+        raise gr.Error(str(error), print_exception=False) from None
+    names = [card["id"] for card in models]
+    return gr.update(choices=names, value=names[0], info=f"{len(names)} served there; empty: the first")

@@ -13,7 +13,7 @@ from engines import GenerationArgs, ModelArgs
 from .by_name import by_name
 from .controls import control
 from .handlers import ENGINE_MODES, ChatHandlers, control_value
-from .model_picker import model_picker
+from .model_picker import model_picker, server_models
 from .model_rights import ModelRights
 
 # Rows of controls, named as the ModelArgs and GenerationArgs settings they set.
@@ -28,8 +28,8 @@ GENERATION_ROWS = (
     ("temperature", "top_p", "top_k"),
     ("max_new_tokens", "repetition_penalty", "seed"),
 )
-# enforce_eager's three values have names on the page (ENGINE_MODES).
-SHOWN_AS = {"enforce_eager": {"value": "auto", "choices": list(ENGINE_MODES)}}
+# enforce_eager's three values have names on the page (ENGINE_MODES); a server's models are listed once asked for.
+SHOWN_AS = {"enforce_eager": {"value": "auto", "choices": list(ENGINE_MODES)}, "remote_model": {"choices": [], "allow_custom_value": True}}
 
 
 class SettingsTab:
@@ -55,6 +55,7 @@ class SettingsTab:
                 for row in BACKEND_OPTION_ROWS:
                     with gr.Row():
                         self.model |= {name: control(ModelArgs, name, **SHOWN_AS.get(name, {})) for name in row}
+                self.list_server_models = gr.Button("↻ List the server's models", elem_id="list-server-models", size="sm")
                 self.model |= {name: control(ModelArgs, name) for name in ("lora_adapters", "engine_args")}
             with gr.Row():
                 self.load_btn = gr.Button("Load", elem_id="load-btn", variant="primary")
@@ -77,8 +78,14 @@ class SettingsTab:
         # Not queued: the status must show even while the queue is full (it only reads the slot).
         demo.load(**by_name(handlers.model_status, shown), api_visibility="private", queue=False)
 
-        # Others see the model settings read-only; the load and unload handlers check again.
-        management = [*self.model.values(), *self.picker, self.load_btn, self.unload_btn]
+        def list_models(address: str, key: str, page_request: gr.Request) -> dict:
+            return server_models(rights, address, key, page_request)
+
+        self.list_server_models.click(list_models, [self.model["model_name_or_path"], self.model["remote_api_key"]], self.model["remote_model"],
+                                      api_visibility="private", concurrency_limit=None)
+
+        # Others see the model settings read-only; the handlers that load, unload and list check again.
+        management = [*self.model.values(), *self.picker, self.list_server_models, self.load_btn, self.unload_btn]
 
         def show_rights(page_request: gr.Request) -> dict[gr.components.Component, Any]:
             note = rights.note(page_request)

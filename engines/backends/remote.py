@@ -224,16 +224,15 @@ class RemoteEngine(BaseEngine):
         self.address = server_address(model_args.model_name_or_path or "")
         shown = shown_address(self.address)
         key = model_args.remote_api_key.get_secret_value() if model_args.remote_api_key else None
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
         report(0.1, f"Asking {shown} which models it serves…")
-        card = model_card(self.address, headers, model_args.remote_model, shown)
+        card = model_card(served_models(self.address, key), model_args.remote_model, shown)
         self.upstream_model = card["id"]
         context = card.get("max_model_len") or card.get("context_length")
         self.prompts = RemotePrompts(self.upstream_model, GenerationArgs().replace(**(generation or {})),
                                      context if isinstance(context, int) and context > 0 else None, media_kinds_of(card))
         # Redirects are not followed: one could send the key and the conversations to another host.
         self._client = httpx.AsyncClient(
-            base_url=self.address, headers=headers, follow_redirects=False,
+            base_url=self.address, headers=bearer(key), follow_redirects=False,
             timeout=httpx.Timeout(SILENCE_SECONDS, connect=CONNECT_SECONDS),
             limits=httpx.Limits(max_connections=model_args.max_concurrent, max_keepalive_connections=model_args.max_concurrent),
         )
@@ -347,13 +346,25 @@ class RemoteEngine(BaseEngine):
         await self._client.aclose()
 
 
-def model_card(address: str, headers: dict[str, str], wanted: str | None, shown: str) -> dict[str, Any]:
-    """The server's entry in its ``/models`` for model ``wanted`` (None: its first), or a ModelLoadError saying why not."""
+def bearer(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def served_models(address: str, key: str | None) -> list[dict[str, Any]]:
+    """The entries of the models server ``address`` lists (its ``/models``), or a ModelLoadError
+    saying why there are none: each a clear message, read from no more than MAX_LINE_BYTES."""
     import httpx
 
+    shown = shown_address(address)
     try:
-        response = httpx.get(f"{address}/models", headers=headers, timeout=httpx.Timeout(SILENCE_SECONDS, connect=CONNECT_SECONDS),
-                             follow_redirects=False)
+        with httpx.stream("GET", f"{address}/models", headers=bearer(key), follow_redirects=False,
+                          timeout=httpx.Timeout(SILENCE_SECONDS, connect=CONNECT_SECONDS)) as response:
+            body = b""
+            for data in response.iter_raw():
+                body += data
+                if len(body) > MAX_LINE_BYTES:
+                    raise ModelLoadError(f"{shown} sent more than {MAX_LINE_BYTES >> 20} MiB for its list of models, which no list needs: "
+                                         "is it an OpenAI-compatible server?")
     except httpx.HTTPError as error:
         raise ModelLoadError(f"Could not reach a server at {shown}: {error}. Check the address and that the server runs.") from error
     if response.status_code in (401, 403):
@@ -362,14 +373,19 @@ def model_card(address: str, headers: dict[str, str], wanted: str | None, shown:
         raise ModelLoadError(f"The server at {shown} sends requests elsewhere ({response.status_code}); give the address it redirects "
                              "to, if you trust it: redirects are not followed, so that no key or conversation goes to another host.")
     try:
-        models = [card for card in response.json()["data"] if isinstance(card, dict) and isinstance(card.get("id"), str)]
+        models = [card for card in json.loads(body)["data"] if isinstance(card, dict) and isinstance(card.get("id"), str)]
     except (ValueError, KeyError, TypeError):
         models = None
     if response.status_code != 200 or models is None:
         raise ModelLoadError(f"{shown} did not answer as an OpenAI-compatible server (GET /models gave {response.status_code}: "
-                             f"{response.text[:ERROR_QUOTE]!r}). Give the address of its API, usually ending in /v1.")
+                             f"{body[:ERROR_QUOTE].decode(errors='replace')!r}). Give the address of its API, usually ending in /v1.")
     if not models:
         raise ModelLoadError(f"The server at {shown} serves no model yet. Load one there, then try again.")
+    return models
+
+
+def model_card(models: list[dict[str, Any]], wanted: str | None, shown: str) -> dict[str, Any]:
+    """The entry of model ``wanted`` (None: the first) among a server's ``models``, or a ModelLoadError naming those it serves."""
     if wanted is None:
         return models[0]
     for card in models:
