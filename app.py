@@ -23,7 +23,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pydantic import BaseModel  # noqa: E402
 from pydantic.fields import FieldInfo  # noqa: E402
 
-from engines import ChatError, GenerationArgs, ModelArgs  # noqa: E402
+from engines import ChatError, GenerationArgs, KeepSettings, ModelArgs  # noqa: E402
 from engines.backends.base import REQUEST_LOG  # noqa: E402
 from engines.model_files.model_args import MediaSettings  # noqa: E402
 from engines.model_files.server_address import is_server_address  # noqa: E402
@@ -143,6 +143,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     server.add_argument("--api-key", default=None,
                         help="key required on /v1 (the process list shows it: prefer the environment variable ANYCHAT_API_KEY)")
     add_flags(server, ModelArgs, LINE_FLAGS)
+    add_flags(parser.add_argument_group("models kept (web, api)"), KeepSettings)
     server.add_argument("--log-requests", action="store_true",
                         help="log each request as the model reads it (its user, settings and whole prompt) on stderr, to see "
                              "what a chat template or the page sends; the log then holds the users' words")

@@ -29,10 +29,24 @@ SERVER_WIDE = ("max_concurrent", "max_waiting", "max_waiting_per_user", *MediaSe
 def serve(settings: dict[str, Any], args: argparse.Namespace) -> None:
     """What ``args.command`` serves on the one loaded model, until interrupted: for web the page
     at / and the API at /v1, for api the API alone (no page, for headless use)."""
-    from engines import ModelSlot
-
-    with loaded_app(ModelSlot(), settings, args) as app:
+    with loaded_app(model_slot(args), settings, args) as app:
         http_server(app, args).run()
+
+
+def model_slot(args: argparse.Namespace):
+    """The app's ModelSlot, keeping models as the flags say; with --load-on-demand, a request
+    naming a model the page's picker lists loads it with the server-wide settings."""
+    from engines import KeepSettings, ModelSlot
+    from engines.model_files.catalog import find_models
+
+    def listed(name: str) -> dict[str, Any] | None:
+        found = next((model for model in find_models(models_dir(args)) if model.name == name), None)
+        if found is None:
+            return None
+        return {**server_wide(args), "model_name_or_path": found.value or None, "served_model_name": name,
+                "trust_remote_code": args.trust_remote_code}
+
+    return ModelSlot(keep=KeepSettings.build(**{name: getattr(args, name) for name in KeepSettings.model_fields}), listed=listed)
 
 
 @contextmanager
@@ -212,7 +226,12 @@ def page_rights(args: argparse.Namespace, users: list[tuple[str, str]] | None) -
     without_logins = users is None and beyond_loopback(args.host)
     admins = None if users is None and not without_logins else frozenset(args.admin or ())
     return ModelRights(admins=admins, without_logins=without_logins, trust_remote_code=args.trust_remote_code,
-                       server_settings={name: getattr(args, name) for name in SERVER_WIDE if getattr(args, name) is not None})
+                       server_settings=server_wide(args))
+
+
+def server_wide(args: argparse.Namespace) -> dict[str, Any]:
+    """The command line's SERVER_WIDE settings, which every model it loads gets."""
+    return {name: getattr(args, name) for name in SERVER_WIDE if getattr(args, name) is not None}
 
 
 def check_admins(rights: ModelRights, users: list[tuple[str, str]] | None) -> None:

@@ -1,4 +1,4 @@
-"""The /v1 routes, serving whatever model the shared ModelSlot holds (the page may swap it)."""
+"""The /v1 routes, serving the models the shared ModelSlot holds (the page may load others), each request the one it names."""
 
 from __future__ import annotations
 
@@ -58,30 +58,28 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
     Who may send requests is checked before they get here (ApiAccessCheck)."""
     router = APIRouter(prefix=API_PREFIX)
 
-    def serving(requested: str) -> ChatModel:
-        model = slot.model
-        if requested != model.model_id:
-            raise APIError(
-                404,
-                f"The model {requested!r} is not served here; this server serves {model.model_id!r} (see GET /v1/models).",
-                param="model",
-                code="model_not_found",
-            )
-        return model
+    async def serving(requested: str) -> ChatModel:
+        """The loaded model a request names, or loaded for it where the server lets requests load
+        the models it lists (a load is slow: on a worker thread, the other requests served meanwhile)."""
+        model = slot.get(requested)
+        if model is None and slot.keep.load_on_demand:
+            model = await asyncio.to_thread(slot.get_or_load, requested)
+        if model is not None:
+            return model
+        served = ", ".join(repr(model.model_id) for model in slot.models) or slot.model.model_id  # none: why none is
+        raise APIError(404, f"The model {requested!r} is not served here; this server serves {served} (see GET /v1/models).",
+                       param="model", code="model_not_found")
 
     # On the event loop: a synchronous route takes one of the worker threads the page's handlers
     # share, and a flood of those kept the model list waiting for seconds.
     @router.get("/models")
     async def list_models() -> ModelList:
-        if not slot.loaded:
-            return ModelList(data=[])
-        model = slot.model
         return ModelList(data=[ModelCard(id=model.model_id, created=now(), input_modalities=["text", *sorted(model.media_kinds)],
-                                         max_model_len=model.context_length)])
+                                         max_model_len=model.context_length) for model in slot.models])
 
     @router.post("/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
-        model = serving(body.model)
+        model = await serving(body.model)
         chat = await asyncio.to_thread(completions.chat_request, body, model, local_media_dir, requester(http), limits)
         if not body.stream:
             return await while_connected(http, completions.complete(body, model, chat))
@@ -90,7 +88,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
 
     @router.post("/completions", response_model=None)
     async def text_completion(body: CompletionRequest, http: Request) -> Completion | StreamingResponse | Response:
-        model = serving(body.model)
+        model = await serving(body.model)
         prompts = text_completions.completion_requests(body, requester(http))
         if not body.stream:
             return await while_connected(http, text_completions.complete(body, model, prompts))
@@ -99,7 +97,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
 
     @router.post("/score")
     async def score(body: ScoreRequest, http: Request) -> ScoreResponse:
-        model = serving(body.model)
+        model = await serving(body.model)
         texts = [body.input] if isinstance(body.input, str) else body.input
         if not texts:
             raise APIError(400, "input must hold at least one text to score.", param="input")

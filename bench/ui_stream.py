@@ -66,7 +66,7 @@ def timed_page(client: Client, conversation_file: str, chat_model: ChatModel, to
     started = time.perf_counter()
     first, updates, reply = None, 0, ""
     job = client.submit({"text": QUESTION, "files": []}, temperature=0, max_new_tokens=tokens, seed=None, api_name="/chat")
-    for chatbot, _ in job:
+    for chatbot, *_ in job:
         updates += 1
         last = chatbot[-1] if chatbot else None
         if last and last["role"] == "assistant" and last["content"] and last["content"][0].get("text"):

@@ -17,7 +17,7 @@ from .errors import (
 )
 from .generation_args import GenerationArgs
 from .model_files.model_args import ModelArgs
-from .model_slot import ModelSlot
+from .model_slot import KeepSettings, ModelSlot
 from .prompt.reply_parser import ReplyChunk, ReplyParts, ToolCall
 from .request import ChatRequest
 from .waiting_line import QueuePlace, line_user
@@ -32,6 +32,7 @@ __all__ = [
     "ChatTemplateError",
     "ConfigError",
     "GenerationArgs",
+    "KeepSettings",
     "MediaError",
     "ModelArgs",
     "ModelBusyError",

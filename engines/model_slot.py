@@ -1,34 +1,80 @@
-"""The one shared model of a running app, which the page and the API both use and can swap."""
+"""The loaded models of a running app, which the page and the API both use: one at a time by
+default, several where the operator gives them a memory budget (KeepSettings)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import psutil
+from pydantic import Field
 
 from .backends import engine_class
 from .chat_model import ChatModel
 from .errors import ModelLoadingError, ModelUnloadedError
 from .model_files import Progress
 from .model_files.model_args import LoadSettings
+from .settings import Settings
+
+# How often the idle check looks at most, and at least (a short idle time is checked as often as it lasts).
+IDLE_CHECK_SECONDS = 30.0
+
+
+class KeepSettings(Settings):
+    """How many models the app keeps loaded, and for how long."""
+
+    kind = "model keeping"
+
+    models_memory: int | None = Field(
+        None, gt=0, json_schema_extra={"unit": "bytes"},
+        description="memory the app may hold with several models loaded: loading another model keeps the others while the "
+                    "app's resident memory stays within it, then unloads the least recently used idle ones (default: one "
+                    "model at a time, loading another replaces it)",
+    )
+    idle_unload_minutes: float | None = Field(None, gt=0, description="unload a model nobody has used for this long (default: never)")
+    load_on_demand: bool = Field(False, description="an API request naming a model the page's picker lists (its name there) loads it, "
+                                                    "with the server's settings, where it is not loaded")
 
 
 class ModelSlot:
-    """Holds at most one ChatModel. Loading a new one keeps the old one serving until the new
-    one is ready, so a failed load leaves the previous model usable; then the old one is closed
-    and its memory freed. (Peak memory while switching is therefore old + new.) An engine that
-    cannot live beside another (``BaseEngine.close_before_next_load``) is closed first, and
-    while no model can answer, requests are told that one is loading."""
+    """The loaded ChatModels by their API id, least recently used first. Loading a model keeps
+    the one it replaces (the default model, or one of the same id) serving until the new one is
+    ready, so a failed load leaves it usable; then it is closed and its memory freed (peak memory
+    while switching is old + new). With a memory budget (``keep.models_memory``) the others stay
+    loaded, and once the app holds more than the budget the least recently used idle ones are
+    unloaded. An engine that cannot live beside another (``BaseEngine.close_before_next_load``)
+    is closed first, and while no model can answer, requests are told that one is loading.
 
-    def __init__(self, model: ChatModel | None = None) -> None:
+    ``default``: the model the page's new chats and requests naming no model get, the one loaded
+    last. ``listed``: for ``keep.load_on_demand``, the load settings of a model the server lists
+    under a name (None: not listed)."""
+
+    def __init__(self, model: ChatModel | None = None, keep: KeepSettings = KeepSettings(),
+                 listed: Callable[[str], dict[str, Any] | None] = lambda name: None) -> None:
         """``model``: one loaded already (a ChatModel built in Python), served until another is loaded."""
-        self._model = model
+        self.keep = keep
+        self._listed = listed
+        self._models: OrderedDict[str, ChatModel] = OrderedDict()
+        self._last_used: dict[str, float] = {}
+        self._default: str | None = None
+        # Loads one at a time; the table of models is held only while it changes, never while a
+        # model loads (a request for another model must not wait for that).
+        self._loads = threading.Lock()
         self._lock = threading.Lock()
         self.loading: str | None = None
+        self._idle_check: threading.Thread | None = None
+        self._all_unloaded = threading.Event()
+        if model is not None:
+            with self._lock:
+                self._keep(model)
 
     @property
     def model(self) -> ChatModel:
-        model = self._model
+        """The default model."""
+        model = self._models.get(self._default) if self._default is not None else None
         if model is None:
             loading = self.loading
             if loading is not None:
@@ -38,36 +84,154 @@ class ModelSlot:
 
     @property
     def loaded(self) -> bool:
-        return self._model is not None
+        return bool(self._models)
 
-    def load(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None) -> ChatModel:
-        """Load a model from ``args`` (ChatModel's settings) and make it the shared one."""
+    @property
+    def several(self) -> bool:
+        """Whether models are kept beside each other (a memory budget), rather than one replacing another."""
+        return self.keep.models_memory is not None
+
+    @property
+    def models(self) -> list[ChatModel]:
+        """Every loaded model, the default first, then the most recently used."""
+        with self._lock:
+            models = list(reversed(self._models.values()))
+            default = self._models.get(self._default) if self._default is not None else None
+        return [default, *(model for model in models if model is not default)] if default is not None else models
+
+    def get(self, model_id: str | None) -> ChatModel | None:
+        """The loaded model of that API id (None: the default), now used; None where none is loaded so."""
+        if model_id is None:
+            return self.model
+        with self._lock:
+            model = self._models.get(model_id)
+            if model is not None:
+                self._used(model_id)
+        return model
+
+    def get_or_load(self, model_id: str, progress: Progress | None = None) -> ChatModel | None:
+        """``get``, or where the server lists a model of that name and lets requests load it
+        (``keep.load_on_demand``), that model loaded; None where neither. It blocks while it loads."""
+        model = self.get(model_id)
+        if model is not None or not self.keep.load_on_demand:
+            return model
+        settings = self._listed(model_id)
+        if settings is None:
+            return None
+        return self.load(settings, progress, reuse=True)
+
+    def load(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None, reuse: bool = False) -> ChatModel:
+        """Load a model from ``args`` (ChatModel's settings) and make it the default. ``reuse``:
+        a model of the same id loaded already (by a request just before) is taken as it is."""
         settings = LoadSettings.check(args)
         engine_class(settings.model.backend)  # fail fast, before any loading
-        with self._lock:
+        with self._loads:
+            if reuse and (model := self.get(settings.model.model_id)) is not None:
+                return model
+            with self._lock:
+                alone = [self._drop(model_id) for model_id, model in list(self._models.items())
+                         if model.engine is not None and model.engine.close_before_next_load]
+            close_all(alone)
             self.loading = f"{settings.model.display_name} (on {settings.model.backend})"
             try:
-                if self._model is not None and self._model.engine is not None and self._model.engine.close_before_next_load:
-                    self._model, old_model = None, self._model
-                    old_model.close()
                 new_model = ChatModel(settings, progress)
-                old_model, self._model = self._model, new_model
             finally:
                 self.loading = None
-        if old_model is not None:
-            old_model.close()
+            with self._lock:
+                replaced = [self._drop(model_id) for model_id in list(self._models)
+                            if model_id == new_model.model_id or self.keep.models_memory is None]
+                self._keep(new_model)
+            close_all(replaced)
+            self._fit_budget()
         return new_model
 
-    def unload(self) -> None:
-        with self._lock:
-            old_model, self._model = self._model, None
-        if old_model is not None:
-            old_model.close()
+    def unload(self, model_id: str | None = None) -> None:
+        """Unload the model of that id, or every model (None); an id not loaded is let be."""
+        self._unload(lambda: [old_id for old_id in self._models if model_id in (None, old_id)])
+
+    def unload_default(self) -> None:
+        """Unload the default model; the most recently used of the others becomes the default."""
+        self._unload(lambda: [self._default] if self._default is not None else [])
+
+    def _unload(self, chosen: Callable[[], list[str]]) -> None:
+        """Unload the ``chosen`` models, as the table says once a load under way has ended: loads
+        and unloads happen in the order asked."""
+        with self._loads:
+            with self._lock:
+                dropped = [self._drop(model_id) for model_id in chosen()]
+            close_all(dropped)
 
     def describe(self) -> str:
         """One line for a status bar: what is loaded, on which backend, how long it took."""
-        model = self._model
-        if model is None:
+        models = self.models
+        if not models:
             return f"Loading {self.loading}…" if self.loading else "No model loaded."
+        model = models[0]
         why = f" ({model.backend_reason})" if model.backend_reason else ""
-        return f"Loaded {model.display_name} on {model.backend}{why} in {model.load_seconds:.1f} s."
+        others = f" Also loaded: {', '.join(other.model_id for other in models[1:])}." if len(models) > 1 else ""
+        return f"Loaded {model.display_name} on {model.backend}{why} in {model.load_seconds:.1f} s.{others}"
+
+    # ---- keeping (each with the table's lock held, but for what closes models)
+
+    def _keep(self, model: ChatModel) -> None:
+        self._models[model.model_id] = model
+        self._default = model.model_id
+        self._used(model.model_id)
+        self._all_unloaded.clear()
+        if self.keep.idle_unload_minutes is not None and self._idle_check is None:
+            self._idle_check = threading.Thread(target=self._unload_idle, name="unload idle models", daemon=True)
+            self._idle_check.start()
+
+    def _used(self, model_id: str) -> None:
+        self._models.move_to_end(model_id)
+        self._last_used[model_id] = time.monotonic()
+
+    def _drop(self, model_id: str) -> ChatModel:
+        """The model taken out of those served (no new request reaches it), to be closed; the
+        default passes to the most recently used of the others."""
+        self._last_used.pop(model_id, None)
+        model = self._models.pop(model_id)
+        if self._default == model_id:
+            self._default = next(reversed(self._models), None)
+        if not self._models:
+            self._all_unloaded.set()
+        return model
+
+    def _fit_budget(self) -> None:
+        """While the app holds more memory than the budget, unload the least recently used idle
+        model other than the default (the one just loaded)."""
+        budget = self.keep.models_memory
+        while budget is not None and psutil.Process().memory_info().rss > budget:
+            with self._lock:
+                idle = next((model_id for model_id, model in self._models.items() if model_id != self._default and idle_now(model)), None)
+                if idle is None:
+                    return
+                evicted = self._drop(idle)
+            close_all([evicted])
+
+    def _unload_idle(self) -> None:
+        """Unload each model idle for ``keep.idle_unload_minutes``; ends once none is loaded."""
+        idle_seconds = self.keep.idle_unload_minutes * 60
+        while True:
+            self._all_unloaded.wait(min(IDLE_CHECK_SECONDS, idle_seconds / 2))
+            now = time.monotonic()
+            with self._lock:
+                for model_id, model in self._models.items():
+                    if not idle_now(model):
+                        self._last_used[model_id] = now  # busy counts as used, until it ends
+                expired = [self._drop(model_id) for model_id, used in list(self._last_used.items()) if now - used >= idle_seconds]
+                if not self._models:
+                    self._idle_check = None
+            close_all(expired)
+            if self._idle_check is not threading.current_thread():
+                return
+
+
+def close_all(models: list[ChatModel]) -> None:
+    for model in models:
+        model.close()
+
+
+def idle_now(model: ChatModel) -> bool:
+    """No request answered by ``model`` and none waiting for it."""
+    return model.engine is not None and model.line.running == 0 and model.line.waiting == 0

@@ -26,13 +26,12 @@ class AppInProcess:
 
     def __init__(self, temp_dir: Path, extra_args: tuple[str, ...] = ()) -> None:
         from app import model_settings, parse_args
-        from engines import ModelSlot
-        from server import http_server, loaded_app
+        from server import http_server, loaded_app, model_slot
 
         self.port = free_port()
         self.log_path = temp_dir / "app.log"
         self.pid = os.getpid()  # the process whose memory is the server's
-        self.slot = ModelSlot()
+        self.slot = None
         self._environment = {"GRADIO_TEMP_DIR": str(temp_dir / "gradio"), "ANYCHAT_DATA_DIR": str(temp_dir / "data")}
         self._outside = {name: os.environ.get(name) for name in self._environment}
         os.environ.update(self._environment)
@@ -41,6 +40,7 @@ class AppInProcess:
             # What the app prints, as it starts, is its log: the same lines as a process's.
             with open(self.log_path, "w") as log, redirect_stdout(log):
                 args = parse_args(["--port", str(self.port), *extra_args])
+                self.slot = model_slot(args)
                 app = self._running.enter_context(loaded_app(self.slot, model_settings(args), args))
                 app.add_middleware(OwnEnvironmentOnly, environment=self._environment)
                 self._running.enter_context(serving(http_server(app, args, **QUIET)))

@@ -26,7 +26,7 @@ class Chat(Base):
     title: Mapped[str] = mapped_column(String(200))
     system: Mapped[str] = mapped_column(Text, default="")
     tools: Mapped[str] = mapped_column(Text, default="")
-    # The generation settings the chat was last written with, by name (None: the tab's own).
+    # The settings the chat was last written with, by name: generation, tools run, its model (None: the tab's own).
     generation: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     # The last message of the branch the chat shows (None, or a message since deleted: the newest branch).
     shown: Mapped[int | None] = mapped_column(ROW_ID, nullable=True)

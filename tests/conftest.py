@@ -124,9 +124,9 @@ def models_folder(tmp_path_factory, tiny_vision_model):
 @pytest.fixture(scope="module")
 def app(request, tmp_path_factory, models_folder):
     """``python app.py`` on the default model with ``models_folder``, for one module's page tests;
-    with the module's ``MCP_SERVERS`` (an mcpServers object) where it has them."""
+    with the module's ``MCP_SERVERS`` (an mcpServers object) and ``APP_FLAGS`` where it has them."""
     folder = tmp_path_factory.mktemp("app")
-    flags = ("--models-dir", str(models_folder))
+    flags = ("--models-dir", str(models_folder), *getattr(request.module, "APP_FLAGS", ()))
     if servers := getattr(request.module, "MCP_SERVERS", None):
         flags += ("--mcp-config", str(write_config(folder / "mcp.json", servers)))
     process = AppProcess(folder, flags)

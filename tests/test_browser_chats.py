@@ -11,11 +11,13 @@ import signal
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from PIL import Image
 
 from harness.browser import (
-    CHROMIUM, AppProcess, ask, bot_messages, click_and_wait, free_port, import_conversation, open_chat, open_tab, send, set_number, shown_messages,
+    CHROMIUM, AppProcess, ask, bot_messages, click_and_wait, free_port, import_conversation, load_model, open_chat, open_tab, send, set_number,
+    shown_messages,
     user_messages, wait_until_answered,
 )
 
@@ -25,6 +27,8 @@ expect = playwright_api.expect
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
 
+# Two models may stay loaded (the embedded one, and its copy from the models folder), and the log says which answered.
+APP_FLAGS = ("--models-memory", "16gb", "--log-requests")
 TOOLS = '[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]'
 BUSY = re.compile("A reply is being written: wait for it, or press Stop")
 
@@ -386,3 +390,57 @@ def test_a_reload_mid_reply_keeps_the_message_and_the_reply_so_far(page, app):
     expect(user_messages(page).first).to_contain_text("lighthouse keeper")
     shown = bot_messages(page).first.inner_text()
     assert len(shown) > 20 and (shown[:20] == seen[:20]), f"the reply so far is lost: {shown[:80]!r}, seen {seen[:80]!r}"
+
+
+def pick_model(page, label):
+    """Pick a loaded model for the chat shown (the list is read afresh as it opens)."""
+    page.locator("#chat-model input").click()
+    page.locator("#chat-model").get_by_role("option", name=label, exact=True).click()
+
+
+def asked_model(app, question):
+    """The model the app logged (--log-requests) as asked ``question``."""
+    [line] = [line for line in app.log().splitlines() if " request from " in line and question in line]
+    return line.split(" to ", 1)[1].split(",", 1)[0]
+
+
+def test_each_chat_asks_its_own_model_of_those_loaded(page, app, models_folder):
+    chat_model = page.locator("#chat-model input")
+    expect(chat_model).to_have_value("The default model (SmolLM2-135M-Instruct)")
+    reply_length(page, 4)
+    load_model(page, str(models_folder / "gguf" / "SmolLM2-copy.gguf"), "Also loaded: SmolLM2-135M-Instruct.")
+    try:
+        assert [model["id"] for model in httpx.get(f"{app.url}v1/models", timeout=30).json()["data"]] == ["SmolLM2-copy", "SmolLM2-135M-Instruct"]
+        open_tab(page, "Chat")
+        # Picked for a chat, a model answers it, though another is the default now.
+        pick_model(page, "SmolLM2-135M-Instruct")
+        ask(page, "Name a color.")
+        assert asked_model(app, "Name a color.") == "SmolLM2-135M-Instruct"
+        # A chat left on the default model is answered by it, and keeps it as its own from then on.
+        page.locator("#new-chat-btn").click()
+        expect(user_messages(page)).to_have_count(0)
+        pick_model(page, "The default model (SmolLM2-copy)")
+        ask(page, "Name a fruit.")
+        assert asked_model(app, "Name a fruit.") == "SmolLM2-copy"
+        expect(chat_model).to_have_value("SmolLM2-copy")
+        # Each chat shows its model again, after a switch and after a reload.
+        choose_chat(page, "Name a color.")
+        expect(chat_model).to_have_value("SmolLM2-135M-Instruct")
+        choose_chat(page, "Name a fruit.")
+        expect(chat_model).to_have_value("SmolLM2-copy")
+        page.reload()
+        open_chat(page, app.url)
+        expect(textbox(page, "chat-title")).to_have_value("Name a fruit.")
+        expect(chat_model).to_have_value("SmolLM2-copy")
+    finally:
+        # Unload unloads the default model: the embedded one, the module's default, is the default again.
+        open_tab(page, "Settings")
+        page.locator("#unload-btn").click()
+        expect(page.locator("#model-status")).to_contain_text("Loaded SmolLM2-135M-Instruct (embedded)")
+    # Its model unloaded, the chat says so under the message sent, which stays, with the conversation before it.
+    open_tab(page, "Chat")
+    answered = bot_messages(page).first.inner_text()
+    send(page, "And a vegetable?")
+    expect(bot_messages(page).last).to_contain_text("This chat's model, SmolLM2-copy, is not loaded now (loaded: SmolLM2-135M-Instruct)")
+    expect(user_messages(page)).to_have_text(["Name a fruit.", "And a vegetable?"])
+    expect(bot_messages(page).first).to_have_text(answered)

@@ -21,7 +21,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 
-from engines import ChatError, ChatModel, ConfigError, MediaError, ModelBusyError, ModelLoadError, ModelSlot, UnsupportedError
+from api import add_api
+from engines import ChatError, ChatModel, ConfigError, KeepSettings, MediaError, ModelBusyError, ModelLoadError, ModelSlot, UnsupportedError
 from engines.backends import remote
 from engines.prompt.media import wav_bytes
 from harness.browser import AppProcess, free_port
@@ -391,6 +392,27 @@ async def test_the_page_loads_a_remote_server_and_chats_through_it(address, dire
         assert (session.turns[1].stats.tokens, session.turns[1].stats.backend) == (straight.usage.completion_tokens, "remote")
         refused = handlers.load("remote", address, "auto", remote_api_key="wrong", progress=lambda *a, **k: None)["status"]
         assert "refused the API key" in refused and "wrong" not in refused and f"Loaded {address} on remote" in refused
+    finally:
+        slot.unload()
+
+
+def test_a_remote_model_and_a_local_one_are_served_side_by_side(address, direct):
+    """Several models at once mix backends: the API answers each by its name, the remote one
+    with the server's reply, the local one from this process."""
+    slot = ModelSlot(keep=KeepSettings(models_memory=64 << 30))
+    try:
+        slot.load({"served_model_name": "local"})
+        remote_id = slot.load({"model_name_or_path": address, "remote_api_key": KEY}).model_id
+        with running_server(add_api(FastAPI(), slot)) as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+            assert [card.id for card in client.models.list().data] == [remote_id, "local"]
+            asked = {"messages": QUESTION, "temperature": 0, "max_tokens": 8}
+            through = client.chat.completions.create(model=remote_id, **asked)
+            local = client.chat.completions.create(model="local", **asked)
+        straight = direct.chat.completions.create(model=remote_id, **asked)
+        assert (through.model, local.model) == (remote_id, "local")
+        assert through.choices[0].message.content == straight.choices[0].message.content
+        assert local.usage.completion_tokens == 8 and local.choices[0].message.content
     finally:
         slot.unload()
 

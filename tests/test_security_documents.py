@@ -107,7 +107,7 @@ def test_a_document_bomb_dropped_in_the_message_box_is_stopped_and_the_chat_stay
         assert error(tab.chat("Say hello.")) is None
         path = tab.upload("pages.pdf", shared_stream_pdf(50))
         message = {"text": "Summarise this.", "files": [file_data(path)]}
-        note = tab.call("attachments_note", [None, message, "", "", *NO_TOOLS.values()])
+        note = tab.call("attachments_note", [None, message, "", "", "", *NO_TOOLS.values()])
         assert error(note) is None, note
         refused_in_words(note["output"]["data"][0], "pages.pdf")
         sent = tab.chat("Summarise this.", [file_data(path)])

@@ -68,6 +68,10 @@ class ChatTab:
                     self.undo_btn = gr.Button("↶ Undo", elem_id="undo-btn", size="sm")
                     self.clear_btn = gr.Button("✕ Clear", elem_id="clear-btn", size="sm")
             with gr.Column(scale=1, min_width=280):
+                # Any id, so that a saved chat shows the model it asked even when that is not loaded now.
+                # Shown where the server keeps several models (ChatHandlers.model_choices).
+                self.chat_model = gr.Dropdown([("The default model", "")], value="", label="Model", elem_id="chat-model",
+                                              allow_custom_value=True, info="the loaded model this chat asks", visible=False)
                 self.system = gr.Textbox(
                     "", label="System prompt", elem_id="system-prompt", lines=4,
                     placeholder="You are a helpful assistant.",
@@ -99,8 +103,9 @@ class ChatTab:
         demo.load(**offer)
         self.refresh_tools.click(**offer)
         chat_settings = {"system": self.system, "tools": self.tools, "reply_format": self.reply_format, "reply_schema": self.reply_schema,
-                         **self.run_tools, **generation}
-        chat = {"chatbot": self.chatbot, "message_box": self.message_box}
+                         "chat_model": self.chat_model, **self.run_tools, **generation}
+        chat = {"chatbot": self.chatbot, "message_box": self.message_box, "chat_model": self.chat_model}
+        self.chat_model.focus(handlers.model_choices, None, self.chat_model, queue=False, api_visibility="private")
         # Generation is bounded by the engine's own queue; the page never serialises users.
         streaming: dict[str, Any] = {"concurrency_limit": None, "show_progress": "minimal"}
 
@@ -119,7 +124,8 @@ class ChatTab:
         # Cheap without documents in the box; with them, each is read and counted once (webui/attachments.py).
         # Not one at a time across users: one person's long PDF must not hold up everyone's note.
         note = {"fn": handlers.attachments_note, "inputs": [session, self.message_box], "outputs": self.attachments_note,
-                "inputs_kwargs": {"system": self.system, "tools": self.tools, **self.run_tools}, "show_progress": "hidden", "concurrency_limit": None,
+                "inputs_kwargs": {"system": self.system, "tools": self.tools, "chat_model": self.chat_model, **self.run_tools},
+                "show_progress": "hidden", "concurrency_limit": None,
                 "api_visibility": "private"}
         for reply in self.replies:
             # Queued, so that its answer comes in order in the page's one stream of answers. Answered

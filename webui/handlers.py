@@ -23,7 +23,7 @@ import gradio as gr
 import psutil
 from gradio.utils import get_upload_folder
 
-from engines import ChatError, ConfigError, GenerationArgs, ModelSlot
+from engines import ChatError, ChatModel, ConfigError, GenerationArgs, ModelSlot
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
 from engines.tools import ToolSettings
@@ -36,7 +36,7 @@ from .conversation import Turn, model_request, render, turn_of_message
 from .conversation_file import read_conversation, write_conversation
 from .markdown_export import write_markdown
 from .model_rights import ModelRights
-from .page_reply import PageReply
+from .page_reply import PageReply, chat_model
 from .replying import BUSY, BUSY_CHANGING, one_reply_at_a_time
 from .user_turns import page_user
 from .versions import picked
@@ -113,7 +113,8 @@ class ChatHandlers:
         if not text and not files:
             yield {"chatbot": render(session.tree), "message_box": box(True)}
             return
-        as_images = session.pdfs_as_images and self.slot.loaded and "image" in self.slot.model.media_kinds
+        model = self._loaded(settings.get("chat_model", ""))
+        as_images = session.pdfs_as_images and model is not None and "image" in model.media_kinds
         media, document_files, pdfs = split_files(files, as_images)
         try:
             documents = await asyncio.to_thread(read_documents, document_files, self.limits, page_user(page_request))
@@ -229,17 +230,20 @@ class ChatHandlers:
         of it; later updates leave what is typed there alone. Once the tab has left the chat
         (``session.left``) the reply goes on being saved, but is no longer shown."""
         first = {"message_box": emptied} if emptied else {}
-        async for shown in PageReply(self.slot, session, continuing).written(settings, page_user(page_request)):
+        reply = PageReply(self.slot, session, continuing)
+        async for shown in reply.written(dict(settings), page_user(page_request)):
             if not session.left:
                 yield {"chatbot": shown, **first}
                 first = {}
         if not session.left:
-            yield {"chatbot": render(session.tree)}
+            # Among several models, a chat answered by the default one keeps that model from now on, as its own.
+            picked = {"chat_model": reply.model_id} if self.slot.several and not settings.get("chat_model") and reply.model_id else {}
+            yield {"chatbot": render(session.tree), **picked}
 
     def attachments_note(self, session: ChatSession, message: dict | None, page_request: gr.Request | None = None, **settings: Any) -> str:
         """The note under the box: what its documents take of the loaded model's context, after the
         conversation so far (sent with the chat's ``settings``)."""
-        model = self.slot.model if self.slot.loaded else None
+        model = self._loaded(settings.pop("chat_model", ""))
         as_images = session.pdfs_as_images and model is not None and "image" in model.media_kinds
         _, documents, pdfs = split_files(list((message or {}).get("files") or []), as_images)
         pages = " · ".join(f"{os.path.basename(path)}: sent as page images" for path in pdfs)
@@ -255,6 +259,13 @@ class ChatHandlers:
                 conversation = ""
         note = tokens_note(model, documents, conversation, self.limits, page_user(page_request))
         return f"{note} · {pages}." if pages else note
+
+    def _loaded(self, model_id: str) -> ChatModel | None:
+        """The chat's model (empty: the default model), where it is loaded (as PageReply picks it)."""
+        try:
+            return chat_model(self.slot, model_id)
+        except ChatError:
+            return None
 
     def pdfs_as_images(self, session: ChatSession, chosen: bool) -> None:
         session.pdfs_as_images = bool(chosen)
@@ -315,21 +326,30 @@ class ChatHandlers:
         return self.model_status()
 
     def unload(self, page_request: gr.Request | None = None) -> dict[str, Any]:
+        """Unload the default model (the one the status names first); another loaded becomes the default."""
         self.rights.check_admin(page_request)
-        self.slot.unload()
+        self.slot.unload_default()
         return self.model_status()
 
+    def model_choices(self) -> dict[str, Any]:
+        """The loaded models a chat may ask, and first the default model (empty), whichever it is
+        then; shown only where several models are kept."""
+        models = self.slot.models
+        default = f"The default model ({models[0].model_id})" if models else "The default model"
+        return gr.update(choices=[(default, ""), *((model.model_id, model.model_id) for model in models)], visible=self.slot.several)
+
     def model_status(self) -> dict[str, Any]:
-        """The status line, the message box, and the generation controls' defaults for the loaded model."""
+        """The status line, the message box, the models a chat may ask, and the generation
+        controls' defaults for the default model."""
         if not self.slot.loaded:
             return {"status": f"{self.slot.describe()} {memory_line()}", "pdfs_as_images": gr.update(visible=False),
-                    "message_box": gr.update(placeholder="No model is loaded: load one in the Settings tab.")}
+                    "message_box": gr.update(placeholder="No model is loaded: load one in the Settings tab."), "chat_model": self.model_choices()}
         model = self.slot.model
         kinds = [kind for kind in MEDIA_KINDS if kind in model.media_kinds]
         reads = "text" + "".join(f", {kind}s" for kind in kinds)
         defaults = model.generation_defaults
         return {"status": f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}", "message_box": message_box_for(kinds),
-                "pdfs_as_images": gr.update(visible="image" in kinds),
+                "pdfs_as_images": gr.update(visible="image" in kinds), "chat_model": self.model_choices(),
                 **{name: control_value(defaults, name) for name in self.control_names}}
 
 

@@ -72,17 +72,17 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         gr.Markdown("# anychat\nChat with local models, on any inference backend.", elem_id="title")
         with gr.Tabs():
             chat = ChatTab()
-            settings = SettingsTab(demo, models_dir, rights)
+            settings = SettingsTab(demo, models_dir, rights, lambda: frozenset(model.model_args.model_name_or_path or "" for model in slot.models))
         generation = {**settings.generation, "enable_thinking": chat.enable_thinking}
         handlers = ChatHandlers(slot, tuple(generation), rights, limits)
         chat.wire(demo, handlers, session, generation)
-        # A chat keeps the tools it runs as it keeps its generation settings.
-        sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, {**generation, **chat.run_tools}, replies=chat.replies,
-                     changes=chat.changes, imported=chat.imported)
+        # A chat keeps the tools it runs and the model it asks as it keeps its generation settings.
+        kept = {**generation, **chat.run_tools, "chat_model": chat.chat_model}
+        sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, kept, replies=chat.replies, changes=chat.changes, imported=chat.imported)
         with sidebar.panel:
             presets = ChatPresets()
         presets.wire(sidebar.opened, sidebar.chats, chat.system, generation)
         for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS, APPROVAL_CHOICES, RUN_BUTTONS):
             demo.load(None, js=script)
-        settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, generation)
+        settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, chat.chat_model, generation)
     return demo

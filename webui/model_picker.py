@@ -8,6 +8,7 @@ server would otherwise fetch any address a visitor names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import gradio as gr
@@ -21,34 +22,37 @@ from limits import size_text
 from .model_rights import ModelRights
 
 
-def label(model: FoundModel) -> str:
+def label(model: FoundModel, loaded: bool = False) -> str:
     reads = "" if model.reads is None else " · reads " + ", ".join(("text", *model.reads))
-    return f"{model.name} · {model.where} · {model.format} · {size_text(model.size)}{reads}"
+    return f"{'● ' if loaded else ''}{model.name} · {model.where} · {model.format} · {size_text(model.size)}{reads}"
 
 
-def picker_choices(models_dir: Path | None, admin: bool = True) -> dict:
+def picker_choices(models_dir: Path | None, admin: bool = True, loaded: frozenset[str] = frozenset()) -> dict:
     """The picker rescanned, with nothing chosen: the Model field says what will be loaded.
-    For an ``admin``, each choice is the model's path and the note names the models folder."""
+    For an ``admin``, each choice is the model's path and the note names the models folder.
+    The models ``loaded`` (what their Model field held) are marked ●."""
     where = "From the"
     if models_dir:
         where = f"From {models_dir}/, the" if admin else "From the models folder, the"
     more = " (app.py --models-dir DIR adds a folder of your own)" if admin and not models_dir else ""
     return gr.update(
-        choices=[(label(model), model.value if admin else model.name) for model in find_models(models_dir)], value=None,
-        info=f"{where} Hugging Face cache and the embedded default{more}. Picking one fills the Model field.",
+        choices=[(label(model, model.value in loaded), model.value if admin else model.name) for model in find_models(models_dir)], value=None,
+        info=f"{where} Hugging Face cache and the embedded default{more}. Picking one fills the Model field; ● loaded now.",
     )
 
 
-def model_picker(demo: gr.Blocks, models_dir: Path | None, model_path: gr.Textbox, rights: ModelRights) -> list[gr.components.Component]:
-    """The picker and its rescan button, filled when the page opens; returns both."""
+def model_picker(demo: gr.Blocks, models_dir: Path | None, model_path: gr.Textbox, rights: ModelRights,
+                 loaded: Callable[[], frozenset[str]], status: gr.Markdown) -> list[gr.components.Component]:
+    """The picker and its rescan button, filled when the page opens and as the model ``status``
+    changes; returns both. ``loaded``: what the Model field held for each model loaded now."""
     with gr.Row(equal_height=True):
         picker = gr.Dropdown([], value=None, label="Models on this machine", elem_id="model-picker", scale=4)
         rescan = gr.Button("↻ Rescan", elem_id="rescan-models", size="sm", scale=0, min_width=100)
 
     def choices(page_request: gr.Request) -> dict:
-        return picker_choices(models_dir, rights.is_admin(page_request))
+        return picker_choices(models_dir, rights.is_admin(page_request), loaded())
 
-    gr.on([demo.load, rescan.click], choices, None, picker, api_visibility="private", queue=False)
+    gr.on([demo.load, rescan.click, status.change], choices, None, picker, api_visibility="private", queue=False)
     picker.input(lambda value: value, picker, model_path, api_visibility="private", queue=False)
     # A path typed by hand is no longer the model picked.
     model_path.input(lambda: None, None, picker, api_visibility="private", queue=False)

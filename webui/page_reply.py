@@ -18,7 +18,7 @@ from typing import Any
 
 import gradio as gr
 
-from engines import ChatError, ModelSlot, QueuePlace, ReplyChunk, Response
+from engines import ChatError, ChatModel, ModelSlot, ModelUnloadedError, QueuePlace, ReplyChunk, Response
 from engines.tools import ApprovalAsked, StepLimitReached, ToolResult, ToolSettings, ToolsRunning, reply_with_tools
 
 from .chat_keeper import SAVE_INTERVAL
@@ -52,6 +52,8 @@ class PageReply:
         self.turn = self.asked if continuing else Turn(role="assistant")
         self.earlier = self.turn.model_copy(deep=True)
         self.before = render(tree, shown[:-1] if continuing else shown)
+        # The model that answers, once known.
+        self.model_id: str | None = None
 
     async def written(self, settings: dict[str, Any], user: str | None) -> AsyncIterator[list]:
         """The Chatbot's messages as the reply is written (``user``: whom it counts for in the
@@ -59,7 +61,8 @@ class PageReply:
         A request the model cannot take (no model, bad tools JSON, media it cannot read, too many
         waiting) marks the user's turn with the reason (a continued reply: a warning, the reply as
         it was); the conversation itself stays as it was. ``settings`` hold the chat's
-        ToolSettings besides what model_request takes."""
+        ToolSettings besides what model_request takes, and ``chat_model``: the id of the loaded
+        model the chat asks (empty: the default one)."""
         session = self.session
         session.stop_requested = False
         yield render(session.tree)
@@ -67,7 +70,8 @@ class PageReply:
         self.turn.writing = True
         ended = False
         try:
-            model = self.slot.model  # none loaded, or one loading: a ChatError, said on the user's turn
+            model = chat_model(self.slot, settings.pop("chat_model", ""))  # none: a ChatError, said on the user's turn
+            self.model_id = model.model_id
             tools, settings = ToolSettings.split(settings)
             running = tools.tools()
             if "python" in running:  # run by this tab's browser
@@ -132,6 +136,17 @@ class PageReply:
         if self.new_text():
             self.turn.stats = None  # they would cover less than is written now
         save(self.session)
+
+
+def chat_model(slot: ModelSlot, model_id: str) -> ChatModel:
+    """The loaded model of that id (empty: the default model), or a ChatError that says what to
+    do. Where one model replaces another, every chat goes on with the one loaded."""
+    model = slot.get(model_id or None if slot.several else None)
+    if model is None:
+        loaded = ", ".join(loaded.model_id for loaded in slot.models) or "none"
+        raise ModelUnloadedError(f"This chat's model, {model_id}, is not loaded now (loaded: {loaded}). Pick a loaded model "
+                                 "in the Model list beside the chat, or ask an admin to load it in the Settings tab.")
+    return model
 
 
 def add(turn: Turn, item: Any) -> None:

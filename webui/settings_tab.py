@@ -3,6 +3,7 @@ and the generation controls, which show the loaded model's own defaults."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,8 @@ class SettingsTab:
     """Built inside the page's Tabs; ``wire`` once the handlers exist. ``model``: the controls of
     the ModelArgs settings a load takes, by name; ``generation``: those of GenerationArgs."""
 
-    def __init__(self, demo: gr.Blocks, models_dir: Path | None, rights: ModelRights) -> None:
+    def __init__(self, demo: gr.Blocks, models_dir: Path | None, rights: ModelRights, loaded: Callable[[], frozenset[str]]) -> None:
+        """``loaded``: what the Model field held for each model loaded now, which the picker marks."""
         # Until the page loads and asks the model for its own defaults.
         defaults = GenerationArgs()
         with gr.Tab("Settings", id="settings"):
@@ -49,7 +51,7 @@ class SettingsTab:
                         "model_name_or_path": control(ModelArgs, "model_name_or_path", scale=2),
                         "infer_dtype": control(ModelArgs, "infer_dtype"),
                     }
-                self.picker = model_picker(demo, models_dir, self.model["model_name_or_path"], rights)
+                self.picker = model_picker(demo, models_dir, self.model["model_name_or_path"], rights, loaded, self.status)
             with gr.Accordion("Backend options", open=False, elem_id="backend-options"):
                 gr.Markdown("Empty or 0: the backend's default. A backend refuses the options it does not take, and says which backends do.")
                 for row in BACKEND_OPTION_ROWS:
@@ -68,11 +70,12 @@ class SettingsTab:
             self.generation["skip_special_tokens"] = control(GenerationArgs, "skip_special_tokens", defaults.skip_special_tokens)
 
     def wire(self, demo: gr.Blocks, handlers: ChatHandlers, rights: ModelRights, message_box: gr.MultimodalTextbox,
-             pdfs_as_images: gr.Checkbox, generation: dict[str, gr.components.Component]) -> None:
+             pdfs_as_images: gr.Checkbox, chat_model: gr.Dropdown, generation: dict[str, gr.components.Component]) -> None:
         """Load and unload, and the model's status as the page opens: each shows the status, what
-        ``message_box`` takes, ``pdfs_as_images`` where the model reads images, and the model's
-        defaults in ``generation``, the page's generation controls by setting name."""
-        shown = {"status": self.status, "message_box": message_box, "pdfs_as_images": pdfs_as_images, **generation}
+        ``message_box`` takes, ``pdfs_as_images`` where the model reads images, the loaded models
+        among the ``chat_model`` choices, and the model's defaults in ``generation``, the page's
+        generation controls by setting name."""
+        shown = {"status": self.status, "message_box": message_box, "pdfs_as_images": pdfs_as_images, "chat_model": chat_model, **generation}
         self.load_btn.click(inputs_kwargs=self.model, **by_name(handlers.load, shown), api_name="load", concurrency_limit=1)
         self.unload_btn.click(**by_name(handlers.unload, shown), api_name="unload", concurrency_limit=1)
         # Not queued: the status must show even while the queue is full (it only reads the slot).

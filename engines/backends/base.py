@@ -251,7 +251,7 @@ class BaseEngine(ABC):
         await self._compiled(request)
         with self.line.join(request.user, replies) as places:
             prompt = await self._preparing.run(request.user, self.prompts.prepare, request, generation)
-            REQUEST_LOG.info("from %s, %s: %r", request.user or "-", prompt.generation, prompt.text)
+            REQUEST_LOG.info("from %s to %s, %s: %r", request.user or "-", self.model_id, prompt.generation, prompt.text)
             yield prompt, places
 
     def _run(self, prompt: Prompt, index: int = 0) -> contextlib.aclosing:
