@@ -67,11 +67,11 @@ def timed_direct(chat_model: ChatModel, tokens: int) -> tuple[float, float, int]
     return first - started, (finished[0].response_length - 1) / (ended - first), finished[0].response_length
 
 
-def timed_api(client: openai.OpenAI, model_id: str, tokens: int) -> tuple[float, float, int]:
+def timed_api(client: openai.OpenAI, model_id: str, tokens: int, messages: list[dict] = MESSAGES) -> tuple[float, float, int]:
     started = time.perf_counter()
     first, usage = None, None
     stream = client.chat.completions.create(
-        model=model_id, messages=MESSAGES, temperature=0, max_tokens=tokens, stream=True, stream_options={"include_usage": True}
+        model=model_id, messages=messages, temperature=0, max_tokens=tokens, stream=True, stream_options={"include_usage": True}
     )
     for chunk in stream:
         if first is None and chunk.choices and chunk.choices[0].delta.content:

@@ -6,13 +6,15 @@ the same model asked again and against one model at a time (the other loaded for
 Two `python app.py api` processes on llama.cpp, each with the embedded model and its copy under
 another name in a models folder, loaded on demand (--load-on-demand): ``kept`` keeps both
 (--models-memory), ``one at a time`` replaces one with the other. Each round asks the embedded
-model, then times the copy (a switch) and the copy again (the same model). Reported: the median
-time to first token of each, through the official openai client.
+model, then times the copy (a switch) and the copy again (the same model), each request with a
+question of its own. Reported: the median time to first token of each, through the official
+openai client.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -35,6 +37,12 @@ from harness.browser import AppProcess  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
 
 COPY = "copy"
+
+
+def question(number: int) -> list[dict]:
+    """A question of its own for each request, so that no model reads a prompt it has read before
+    (llama.cpp would reuse it from its cache, and the model asked again would be timed on less work)."""
+    return [{"role": "user", "content": f"Request {number}: name three animals that live in the sea."}]
 WAYS = {"kept": ("--models-memory", "64gb"), "one at a time": ()}
 
 
@@ -57,12 +65,13 @@ def main() -> None:
             clients = {way: openai.OpenAI(base_url=app.url + "v1", api_key="unused", max_retries=0, timeout=600) for way, app in apps.items()}
             for client in clients.values():
                 timed_api(client, COPY, 4)  # warm-up: the copy loaded once (and kept, where it is)
+            asked = (question(number) for number in itertools.count())
             for _ in range(args.rounds):
                 for way, client in clients.items():
-                    timed_api(client, EMBEDDED_MODEL_NAME, 4)
-                    first_token[f"switch ({way})"].append(timed_api(client, COPY, args.tokens)[0])
+                    timed_api(client, EMBEDDED_MODEL_NAME, 4, next(asked))
+                    first_token[f"switch ({way})"].append(timed_api(client, COPY, args.tokens, next(asked))[0])
                     if way == "kept":
-                        first_token["same model (kept)"].append(timed_api(client, COPY, args.tokens)[0])
+                        first_token["same model (kept)"].append(timed_api(client, COPY, args.tokens, next(asked))[0])
         finally:
             for app in apps.values():
                 app.stop()
