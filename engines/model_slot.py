@@ -109,7 +109,7 @@ class ModelSlot:
                 self._used(model_id)
         return model
 
-    def get_or_load(self, model_id: str, progress: Progress | None = None) -> ChatModel | None:
+    def get_or_load(self, model_id: str) -> ChatModel | None:
         """``get``, or where the server lists a model of that name and lets requests load it
         (``keep.load_on_demand``), that model loaded; None where neither. It blocks while it loads."""
         model = self.get(model_id)
@@ -118,7 +118,7 @@ class ModelSlot:
         settings = self._listed(model_id)
         if settings is None:
             return None
-        return self.load(settings, progress, reuse=True)
+        return self.load(settings, reuse=True)
 
     def load(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None, reuse: bool = False) -> ChatModel:
         """Load a model from ``args`` (ChatModel's settings) and make it the default. ``reuse``:
