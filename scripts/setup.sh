@@ -28,7 +28,7 @@ done
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 
-# What only the tests need and .venv does not (Chromium and PostgreSQL from apt-get, .venv-video)
+# What only the tests need and .venv does not (Chromium, PostgreSQL and nginx from apt-get, .venv-video)
 # installs in the background meanwhile: mostly downloads and unpacking, beside llama.cpp's compile.
 background=()
 # Where this script stops early, what it started stops too.
@@ -37,10 +37,12 @@ mkdir -p .cache
 if [ "$want_tests" = 1 ]; then
   (
     # The browser tests drive Debian's Chromium (playwright cannot download its own browser here);
-    # the chat store's tests start a throwaway PostgreSQL server (harness/postgres.py).
+    # the chat store's tests start a throwaway PostgreSQL server (harness/postgres.py), and put
+    # nginx in front of two app processes (harness/nginx_proxy.py).
     missing=()
     [ -x /usr/bin/chromium ] || missing+=(chromium)
     compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || missing+=(postgresql)
+    [ -x /usr/sbin/nginx ] || missing+=(nginx)
     if [ "${#missing[@]}" -gt 0 ]; then
       sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
       $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
