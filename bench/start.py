@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.browser import free_port  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
+from harness.processes import stop_process  # noqa: E402
 
 REPLY_TOKENS = 16
 MESSAGES = [{"role": "user", "content": "Say hello."}]
@@ -74,12 +75,7 @@ def ours(data_dir: Path, cache_dir: str | None = None) -> tuple[float, int]:
             "model": model, "messages": MESSAGES, "max_tokens": REPLY_TOKENS, "temperature": 0}).raise_for_status()
         return served, psutil.Process(process.pid).memory_info().rss
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 30)
 
 
 def bare(gguf: str, context: int) -> tuple[float, int]:

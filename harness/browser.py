@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
+from .processes import stop_process
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -69,12 +71,7 @@ class AppProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, 30)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self._log.close()

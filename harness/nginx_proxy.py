@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .browser import free_port
+from .processes import stop_process
 
 # The access log names the replica each request went to ($upstream_addr: every one tried, in order).
 CONFIG = """
@@ -72,12 +73,7 @@ def nginx_proxy(replicas: list[str], folder: Path) -> Iterator[str]:
             time.sleep(0.05)
         yield f"http://127.0.0.1:{port}/"
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 10)
 
 
 def replicas_used(folder: Path) -> list[str]:
