@@ -38,13 +38,12 @@ def model_slot(args: argparse.Namespace):
     naming a model the page's picker lists loads it with the server-wide settings."""
     from engines import KeepSettings, ModelSlot
     from engines.model_files.catalog import find_models
+    from engines.model_slot import ListedModel
 
-    def listed(name: str) -> dict[str, Any] | None:
-        found = next((model for model in find_models(models_dir(args)) if model.name == name), None)
-        if found is None:
-            return None
-        return {**server_wide(args), "model_name_or_path": found.value or None, "served_model_name": name,
-                "trust_remote_code": args.trust_remote_code}
+    def listed() -> dict[str, ListedModel]:
+        settings = {**server_wide(args), "trust_remote_code": args.trust_remote_code}
+        return {found.name: ListedModel({**settings, "model_name_or_path": found.value or None, "served_model_name": found.name}, found.reads)
+                for found in find_models(models_dir(args))}
 
     return ModelSlot(keep=KeepSettings.build(**{name: getattr(args, name) for name in KeepSettings.model_fields}), listed=listed)
 

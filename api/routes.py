@@ -74,8 +74,12 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
     # share, and a flood of those kept the model list waiting for seconds.
     @router.get("/models")
     async def list_models() -> ModelList:
-        return ModelList(data=[ModelCard(id=model.model_id, created=now(), input_modalities=["text", *sorted(model.media_kinds)],
-                                         max_model_len=model.context_length) for model in slot.models])
+        loaded = [ModelCard(id=model.model_id, created=now(), input_modalities=["text", *sorted(model.media_kinds)],
+                            max_model_len=model.context_length) for model in slot.models]
+        # Those a request may load, after: read from the disk, on a worker thread.
+        offered = await asyncio.to_thread(slot.offered) if slot.keep.load_on_demand else {}
+        return ModelList(data=[*loaded, *(ModelCard(id=name, created=now(), loaded=False, input_modalities=modalities(listed.reads))
+                                          for name, listed in offered.items())])
 
     @router.post("/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
@@ -115,6 +119,11 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         )
 
     return router
+
+
+def modalities(reads: tuple[str, ...] | None) -> list[str] | None:
+    """What a model not loaded reads, as input_modalities name it, where its files say."""
+    return None if reads is None else ["text", *sorted(kind.removesuffix("s") for kind in reads)]
 
 
 def _event_stream(body: AsyncIterator[str] | Response) -> StreamingResponse | Response:

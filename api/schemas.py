@@ -304,8 +304,11 @@ class ModelCard(BaseModel):
     owned_by: str = "anychat"
     # What the model reads ("text", and "image", "video", "audio" where it reads them), as
     # OpenRouter lists it: a client (another anychat's remote backend) knows before it sends a file.
-    input_modalities: list[str] = ["text"]
+    # None for a model not loaded whose files do not say.
+    input_modalities: list[str] | None = ["text"]
     max_model_len: int | None = None
+    # False for a model a request may load (--load-on-demand), listed after those loaded.
+    loaded: bool = True
 
 
 class ModelList(BaseModel):

@@ -7,6 +7,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -39,6 +40,15 @@ class KeepSettings(Settings):
                                                     "with the server's settings, where it is not loaded")
 
 
+@dataclass(frozen=True)
+class ListedModel:
+    """A model the server lets requests load: its load ``settings``, and what it ``reads``
+    besides text where its files say (None where they do not)."""
+
+    settings: dict[str, Any]
+    reads: tuple[str, ...] | None
+
+
 class ModelSlot:
     """The loaded ChatModels by their API id, least recently used first. Loading a model keeps
     the one it replaces (the default model, or one of the same id) serving until the new one is
@@ -49,11 +59,10 @@ class ModelSlot:
     is closed first, and while no model can answer, requests are told that one is loading.
 
     ``default``: the model the page's new chats and requests naming no model get, the one loaded
-    last. ``listed``: for ``keep.load_on_demand``, the load settings of a model the server lists
-    under a name (None: not listed)."""
+    last. ``listed``: for ``keep.load_on_demand``, the models the server lists, by name."""
 
     def __init__(self, model: ChatModel | None = None, keep: KeepSettings = KeepSettings(),
-                 listed: Callable[[str], dict[str, Any] | None] = lambda name: None) -> None:
+                 listed: Callable[[], dict[str, ListedModel]] = dict) -> None:
         """``model``: one loaded already (a ChatModel built in Python), served until another is loaded."""
         self.keep = keep
         self._listed = listed
@@ -115,10 +124,17 @@ class ModelSlot:
         model = self.get(model_id)
         if model is not None or not self.keep.load_on_demand:
             return model
-        settings = self._listed(model_id)
-        if settings is None:
+        listed = self._listed().get(model_id)
+        if listed is None:
             return None
-        return self.load(settings, reuse=True)
+        return self.load(listed.settings, reuse=True)
+
+    def offered(self) -> dict[str, ListedModel]:
+        """The models a request may load (``keep.load_on_demand``) that are not loaded, by name."""
+        if not self.keep.load_on_demand:
+            return {}
+        loaded = {model.model_id for model in self.models}
+        return {name: listed for name, listed in self._listed().items() if name not in loaded}
 
     def load(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None, reuse: bool = False) -> ChatModel:
         """Load a model from ``args`` (ChatModel's settings) and make it the default. ``reuse``:

@@ -9,6 +9,7 @@ import gc
 import threading
 import time
 
+import httpx
 import psutil
 import pytest
 
@@ -58,6 +59,11 @@ class Busy:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(60)
+
+
+def listed(app) -> list[tuple[str, bool, list[str]]]:
+    """/v1/models: each model's id, whether it is loaded, and what it reads."""
+    return [(card["id"], card["loaded"], card["input_modalities"]) for card in httpx.get(f"{app.url}v1/models", timeout=30).json()["data"]]
 
 
 @pytest.mark.slow
@@ -136,12 +142,13 @@ def test_the_api_serves_each_loaded_model_by_name_and_loads_a_listed_one_on_dema
                                   "--load-on-demand", "--models-dir", str(folder)))
     try:
         client = openai.OpenAI(base_url=f"{app.url}v1", api_key="unused", max_retries=0, timeout=300)
-        assert [model.id for model in client.models.list()] == ["SmolLM2-135M-Instruct"]
+        # The models loaded, then those a request may load (the embedded one is loaded already).
+        assert listed(app) == [("SmolLM2-135M-Instruct", True, ["text"]), ("copy", False, ["text"])]
         asked = {"messages": QUESTION, "temperature": 0, "max_tokens": 6}
         # Listed by the server ("copy" in its models folder) and not loaded: loaded for this request, the other kept.
         from_copy = client.chat.completions.create(model="copy", **asked)
         assert from_copy.model == "copy"
-        assert [model.id for model in client.models.list()] == ["copy", "SmolLM2-135M-Instruct"]
+        assert listed(app) == [("copy", True, ["text"]), ("SmolLM2-135M-Instruct", True, ["text"])]
         from_default = client.chat.completions.create(model="SmolLM2-135M-Instruct", **asked)
         assert from_default.model == "SmolLM2-135M-Instruct"
         assert from_default.choices[0].message.content == from_copy.choices[0].message.content, "the same weights, greedy"
@@ -153,6 +160,7 @@ def test_the_api_serves_each_loaded_model_by_name_and_loads_a_listed_one_on_dema
         # Without --load-on-demand, a listed model not loaded is not served.
         app.slot.unload("copy")
         app.slot.keep = app.slot.keep.replace(load_on_demand=False)
+        assert listed(app) == [("SmolLM2-135M-Instruct", True, ["text"])]
         with pytest.raises(openai.NotFoundError, match="'copy' is not served here; this server serves 'SmolLM2-135M-Instruct'"):
             client.chat.completions.create(model="copy", **asked)
     finally:
