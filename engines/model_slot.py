@@ -20,7 +20,8 @@ from .model_files import Progress
 from .model_files.model_args import LoadSettings
 from .settings import Settings
 
-# How often the idle check looks at most, and at least (a short idle time is checked as often as it lasts).
+# The longest the idle check sleeps between looks: an idle model is unloaded at most this late
+# (a shorter idle time is looked at twice in its length).
 IDLE_CHECK_SECONDS = 30.0
 
 
