@@ -185,7 +185,7 @@ def fake_upstream() -> FastAPI:
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": name, "object": "model"} for name in
-                                           ("fine", "cut", "garbage", "silent", "flood", "redirect", "failing", "busy", "parts", "echo")]}
+                                           ("fine", "cut", "empty", "garbage", "silent", "flood", "redirect", "failing", "busy", "parts", "echo")]}
 
     @app.get("/elsewhere/v1/models")
     async def elsewhere():
@@ -216,6 +216,8 @@ def fake_upstream() -> FastAPI:
                 yield _events(_chunk(json.dumps(body["messages"]), "stop"))
             elif fault == "cut":
                 yield _events(_chunk("Hello"), done=False)
+            elif fault == "empty":  # as llama-cpp-python's server, failing on what it was sent after its 200
+                yield _events(_chunk(role="assistant"), done=False)
             elif fault == "garbage":
                 yield "data: <html>not json</html>\n\n"
             elif fault == "silent":
@@ -249,6 +251,7 @@ def small_limits(monkeypatch):
 def test_each_fault_of_the_server_is_a_clear_error_and_the_engine_goes_on(faulty, small_limits):
     expected = {
         "cut": (ChatError, "ended the reply before finishing it"),
+        "empty": (ChatError, "ended the reply without writing any of it: it may not read what was sent"),
         "garbage": (ChatError, "something other than OpenAI's events"),
         "silent": (ChatError, "sent nothing for too long"),
         "flood": (ChatError, "more than 4 MiB"),

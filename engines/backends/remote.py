@@ -307,6 +307,9 @@ class RemoteEngine(BaseEngine):
                             "Try again; if it goes on, check that the server runs.") from error
         finally:
             self._open -= 1
+        if finish_reason is None and not written:
+            raise ChatError(f"The remote server {shown_address(self.address)} ended the reply without writing any of it: it may not "
+                            "read what was sent (media, where its model reads text only); its log says why. Change the message and try again.")
         if finish_reason is None:
             raise ChatError(f"The remote server {shown_address(self.address)} ended the reply before finishing it. Try again.")
         if piece := text.finish():
@@ -333,7 +336,11 @@ class RemoteEngine(BaseEngine):
                     return
                 pause = busy_pause(response, until)
                 if pause is None:
-                    raise await refusal(response)
+                    error = await refusal(response)
+                    body = schema_in_json_object(body, error)
+                    if body is None:
+                        raise error
+                    pause = 0.0
             await asyncio.sleep(pause)
 
     def unfinished_requests(self) -> int:
@@ -344,6 +351,16 @@ class RemoteEngine(BaseEngine):
 
     async def close(self) -> None:
         await self._client.aclose()
+
+
+def schema_in_json_object(body: dict[str, Any], refused: ChatError) -> dict[str, Any] | None:
+    """``body`` with its JSON schema given as llama-cpp-python's server takes one (inside a
+    ``json_object`` response format, enforced by a grammar), where the server refused OpenAI's
+    ``json_schema`` type; None where the refusal was about something else."""
+    response_format = body.get("response_format") or {}
+    if response_format.get("type") != "json_schema" or "json_schema" not in str(refused):
+        return None
+    return {**body, "response_format": {"type": "json_object", "schema": response_format["json_schema"]["schema"]}}
 
 
 def bearer(key: str | None) -> dict[str, str]:

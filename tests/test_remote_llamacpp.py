@@ -1,0 +1,122 @@
+"""The remote backend in front of llama-cpp-python's own OpenAI server (``python -m llama_cpp.server``,
+harness/llamacpp_server.py), as a user runs it: the engine contract through it, and Stop seen in
+the server's own log. Its stream does not count the prompt, so the remote backend estimates it:
+the contract checks the estimate against the server's own count (its answer to the same request
+not streamed)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import importlib.util
+import io
+import time
+
+import httpx
+import pytest
+from PIL import Image
+
+from engines import ChatError, ChatModel, ChatRequest
+from engines.backends.remote import as_sent
+from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract
+from harness.llamacpp_server import MODEL, LlamaCppServer
+
+pytestmark = [pytest.mark.server,
+              pytest.mark.skipif(importlib.util.find_spec("starlette_context") is None,
+                                 reason="needs llama-cpp-python's server: bash scripts/setup.sh --test")]
+KEY = "llamacpp-key-3e71"
+WEATHER = '[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]'
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    started = LlamaCppServer(tmp_path_factory.mktemp("llama-cpp-server") / "server.log", KEY)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def through_llamacpp(server):
+    with ChatModel({"model_name_or_path": f"{server.url}/v1", "remote_api_key": KEY}) as model:
+        yield model
+
+
+class TestRemoteLlamaCppContract(EngineContract):
+    renders_prompts = False
+    continues_replies = False
+
+    @pytest.fixture
+    def model(self, through_llamacpp):
+        return through_llamacpp
+
+    @pytest.fixture(autouse=True)
+    def counting_with(self, server):
+        self.server = server
+
+    def prompt_token_count(self, model, messages, system=None, tools=None, continue_final_message=False) -> int:
+        """The server's own count of the conversation as the remote backend sends it: the usage of
+        its answer, not streamed, of one token."""
+        request = ChatRequest.build(messages, system=system, tools=tools, continue_final_message=continue_final_message)
+        body = {"model": MODEL, "messages": [as_sent(message) for message in request.messages], "max_tokens": 1}
+        if request.tools:
+            body["tools"] = request.tools
+        answer = httpx.post(f"{self.server.url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+        return answer.json()["usage"]["prompt_tokens"]
+
+    def assert_prompt_length(self, reply, counted):
+        # Estimated (RemoteEngine.count_prompt_tokens) from what is sent, so over the count where the
+        # server's template leaves some of it out (SmolLM2's leaves out tools and tool calls).
+        assert counted / 2 <= reply.prompt_length <= counted * 4, f"estimated {reply.prompt_length} tokens, the server counted {counted}"
+
+    def test_tools_reach_the_prompt(self, model):
+        """The tools go as the server takes them: its chat template, SmolLM2's own, leaves them
+        out, so its prompt is the same with them as without."""
+        [reply] = model.chat(QUESTION, temperature=0, max_new_tokens=1, tools=WEATHER)
+        counted = self.prompt_token_count(model, QUESTION, tools=WEATHER)
+        assert counted == self.prompt_token_count(model, QUESTION)
+        self.assert_prompt_length(reply, counted)
+
+    def test_media_for_text_only_model_is_refused(self, model):
+        """The server's model list does not say what a model reads: the image goes, the server
+        fails on it without a word, and the message says what may be wrong."""
+        picture = io.BytesIO()
+        Image.new("RGB", (8, 8), "red").save(picture, format="PNG")
+        with pytest.raises(ChatError, match="ended the reply without writing any of it: it may not read what was sent"):
+            model.chat(QUESTION, images=[picture.getvalue()])
+
+
+
+def test_the_servers_model_under_its_own_name(through_llamacpp):
+    assert through_llamacpp.model_id == MODEL
+
+
+async def test_stop_ends_the_reply_in_the_server(through_llamacpp, server):
+    """A reply stopped after its first words ends in the server too: it says the client left, and
+    the next request is the next generation it finishes (it writes one at a time, so the stopped
+    one, 1,500 tokens, would have ended first had it gone on)."""
+    before = len(server.decoded())
+    stream = through_llamacpp.astream_chat(LONG_REQUEST, temperature=0, max_new_tokens=1500)
+    async for piece in stream:
+        if piece:
+            break
+    await stream.aclose()
+    deadline = time.monotonic() + 20
+    while "Disconnected from client" not in server.log():
+        assert time.monotonic() < deadline, "the server did not see the client leave"
+        await asyncio.sleep(0.2)
+    [reply] = await through_llamacpp.achat(QUESTION, temperature=0, max_new_tokens=4)
+    assert reply.response_length == 4
+    [short] = server.decoded()[before:]
+    assert short <= 4
+
+
+
+def test_a_reply_format_holds_through_the_servers_own_form_of_it(through_llamacpp):
+    """OpenAI's ``json_schema``, which this server refuses, goes again as a ``json_object`` with
+    the schema (its form), and the reply is held to it."""
+    schema = {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}}, "required": ["color"], "additionalProperties": False}
+    response_format = {"type": "json_schema", "json_schema": {"name": "color", "schema": schema, "strict": True}}
+    [reply] = through_llamacpp.chat(QUESTION, temperature=0, max_new_tokens=32, response_format=response_format)
+    assert json.loads(reply.response_text)["color"] in ("red", "green", "blue")
