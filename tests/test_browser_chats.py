@@ -412,22 +412,28 @@ def test_each_chat_asks_its_own_model_of_those_loaded(page, app, models_folder):
     try:
         assert [model["id"] for model in httpx.get(f"{app.url}v1/models", timeout=30).json()["data"]] == ["SmolLM2-copy", "SmolLM2-135M-Instruct"]
         open_tab(page, "Chat")
-        # Picked for a chat, a model answers it, though another is the default now.
+        # Picked for a chat, a model answers it, though another is the default now, and brings its
+        # own generation defaults (the embedded model's temperature, 0.2; the copy has none: 0.7).
+        expect(page.locator("#temperature input[type=number]")).to_have_value("0.7")
         pick_model(page, "SmolLM2-135M-Instruct")
+        expect(page.locator("#temperature input[type=number]")).to_have_value("0.2")
         ask(page, "Name a color.")
         assert asked_model(app, "Name a color.") == "SmolLM2-135M-Instruct"
         # A chat left on the default model is answered by it, and keeps it as its own from then on.
         page.locator("#new-chat-btn").click()
         expect(user_messages(page)).to_have_count(0)
         pick_model(page, "The default model (SmolLM2-copy)")
+        expect(page.locator("#temperature input[type=number]")).to_have_value("0.7")
         ask(page, "Name a fruit.")
         assert asked_model(app, "Name a fruit.") == "SmolLM2-copy"
         expect(chat_model).to_have_value("SmolLM2-copy")
         # Each chat shows its model again, after a switch and after a reload.
         choose_chat(page, "Name a color.")
         expect(chat_model).to_have_value("SmolLM2-135M-Instruct")
+        expect(page.locator("#temperature input[type=number]")).to_have_value("0.2")
         choose_chat(page, "Name a fruit.")
         expect(chat_model).to_have_value("SmolLM2-copy")
+        expect(page.locator("#temperature input[type=number]")).to_have_value("0.7")
         page.reload()
         open_chat(page, app.url)
         expect(textbox(page, "chat-title")).to_have_value("Name a fruit.")

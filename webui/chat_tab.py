@@ -106,6 +106,10 @@ class ChatTab:
                          "chat_model": self.chat_model, **self.run_tools, **generation}
         chat = {"chatbot": self.chatbot, "message_box": self.message_box, "chat_model": self.chat_model}
         self.chat_model.focus(handlers.model_choices, None, self.chat_model, queue=False, api_visibility="private")
+        # Picked by the user, a model brings its own defaults, as a load does; a switch of chats,
+        # which sets the list too, brings back the chat's own settings instead (it is not an input).
+        self.chat_model.input(inputs=[self.chat_model], **by_name(handlers.picked_model_defaults, generation), queue=False,
+                              api_visibility="private")
         # Generation is bounded by the engine's own queue; the page never serialises users.
         streaming: dict[str, Any] = {"concurrency_limit": None, "show_progress": "minimal"}
 

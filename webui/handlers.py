@@ -347,10 +347,18 @@ class ChatHandlers:
         model = self.slot.model
         kinds = [kind for kind in MEDIA_KINDS if kind in model.media_kinds]
         reads = "text" + "".join(f", {kind}s" for kind in kinds)
-        defaults = model.generation_defaults
         return {"status": f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}", "message_box": message_box_for(kinds),
-                "pdfs_as_images": gr.update(visible="image" in kinds), "chat_model": self.model_choices(),
-                **{name: control_value(defaults, name) for name in self.control_names}}
+                "pdfs_as_images": gr.update(visible="image" in kinds), "chat_model": self.model_choices(), **self.model_defaults(model)}
+
+    def picked_model_defaults(self, model_id: str) -> dict[str, Any]:
+        """The generation controls at the defaults of the model a chat picked (empty: the default
+        model), as a load shows them; none changed where it is not loaded."""
+        model = self._loaded(model_id)
+        return {} if model is None else self.model_defaults(model)
+
+    def model_defaults(self, model: ChatModel) -> dict[str, Any]:
+        defaults = model.generation_defaults
+        return {name: control_value(defaults, name) for name in self.control_names}
 
 
 def message_box_for(kinds: list[str]) -> dict[str, Any]:
