@@ -72,11 +72,8 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=8)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as temp:
-        server = VllmServer(Path(temp) / "vllm.log", KEY, max_num_seqs=args.users)
-        try:
+        with VllmServer(Path(temp) / "vllm.log", KEY, max_num_seqs=args.users) as server:
             results = asyncio.run(measure(args, server))
-        finally:
-            server.stop()
     rate = {way: statistics.median(tokens / wall for wall, _, tokens in runs) for way, runs in results.items()}
     first = {way: statistics.median(ttft for _, ttft, _ in runs) for way, runs in results.items()}
     print(f"{args.users} chats at once, {args.tokens} tokens each, greedy, {args.rounds} rounds, medians")

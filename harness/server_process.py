@@ -1,6 +1,6 @@
 """An OpenAI-compatible server that tests and benchmarks start on the embedded model (`vllm serve`,
 llama-cpp-python's own server): a process group of its own, its output in a log file, waited for
-until it answers and stopped whatever state it is in."""
+until it answers and stopped whatever state it is in (at the end of its ``with``)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,12 @@ class ServerProcess:
                 pass
             time.sleep(0.5)
         raise TimeoutError(f"{name} did not start in {timeout} s:\n{self.log()[-3000:]}")
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
