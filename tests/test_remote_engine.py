@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from api import add_api
 from engines import ChatError, ChatModel, ConfigError, KeepSettings, MediaError, ModelBusyError, ModelLoadError, ModelSlot, UnsupportedError
 from engines.backends import remote
+from engines.model_files.model_args import ModelArgs
 from engines.prompt.media import wav_bytes
 from harness.browser import AppProcess, free_port
 from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract
@@ -317,6 +318,26 @@ def test_a_hundred_faults_leave_no_thread_task_or_connection_behind(faulty, smal
 
 async def _tasks_besides_this_one() -> int:
     return len(asyncio.all_tasks()) - 1
+
+
+async def test_a_remote_server_is_sent_many_requests_at_once_unless_told_otherwise(faulty, monkeypatch):
+    """The server batches: by default 16 requests go to it at once (a local model takes one),
+    seen as two replies the fake server holds open both under way; --max-concurrent (or
+    MAX_CONCURRENT) still says how many."""
+    monkeypatch.delenv("MAX_CONCURRENT", raising=False)
+    assert ModelArgs(model_name_or_path=f"{faulty}/v1").max_concurrent == 16 and ModelArgs().max_concurrent == 1
+    assert ModelArgs(model_name_or_path=f"{faulty}/v1", max_concurrent=2).max_concurrent == 2
+    monkeypatch.setenv("MAX_CONCURRENT", "3")
+    assert ModelArgs(model_name_or_path=f"{faulty}/v1").max_concurrent == 3
+    monkeypatch.delenv("MAX_CONCURRENT")
+    with ChatModel({"model_name_or_path": f"{faulty}/v1", "remote_model": "silent"}) as model:
+        streams = [model.astream_chat(QUESTION, max_new_tokens=8) for _ in range(2)]
+        try:
+            firsts = await asyncio.wait_for(asyncio.gather(*(anext(stream) for stream in streams)), 30)
+            assert firsts == ["Hello", "Hello"] and model.engine.unfinished_requests() == 2
+        finally:
+            for stream in streams:
+                await stream.aclose()
 
 
 def test_reasoning_and_tool_calls_sent_as_parts_are_read_as_on_a_local_model(faulty):

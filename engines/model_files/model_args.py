@@ -21,6 +21,11 @@ Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 
+# Requests sent to a remote server at once where nothing says how many: the server batches them
+# (and has its own line), so one at a time would only make its users wait on this one.
+REMOTE_MAX_CONCURRENT = 16
+
+
 def _default_max_concurrent() -> int:
     return int(os.environ.get("MAX_CONCURRENT", "1"))
 
@@ -84,7 +89,8 @@ class ModelArgs(MediaSettings):
     trust_remote_code: bool = Field(False, description="run code shipped with the model; the app takes it from its command line only, "
                                                        "for every model it loads (the page and requests cannot ask for it)")
     max_concurrent: int = Field(default_factory=_default_max_concurrent, ge=1, le=1024,
-                                description="requests generating at once; more wait in line (default: env MAX_CONCURRENT, else 1)",
+                                description="requests generating at once; more wait in line (default: env MAX_CONCURRENT, else 1, "
+                                            f"and {REMOTE_MAX_CONCURRENT} for a remote server, which batches them)",
                                 json_schema_extra=page_control("Max concurrent requests"))
     max_waiting: int = Field(default_factory=_default_max_waiting, ge=0, le=100_000,
                              description="requests waiting for a free slot at most; more are refused, with 503 and Retry-After on /v1 "
@@ -173,6 +179,15 @@ class ModelArgs(MediaSettings):
         if problems:
             raise ValueError("has " + "; ".join(problems))
         return adapters
+
+    @model_validator(mode="before")
+    @classmethod
+    def _remote_servers_batch(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or data.get("max_concurrent") is not None or "MAX_CONCURRENT" in os.environ:
+            return data
+        if choose_backend(data.get("infer_backend", AUTO), data.get("model_name_or_path"))[0] != "remote":
+            return data
+        return {**data, "max_concurrent": REMOTE_MAX_CONCURRENT}
 
     @model_validator(mode="after")
     def _choose_backend(self) -> ModelArgs:
