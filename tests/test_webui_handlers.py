@@ -25,6 +25,7 @@ from tests.hub_cache import cache_model
 from tests.page_input import CONTROLS, message, run, settings, written_imports
 from store import MessageTree
 from webui.chat_session import ChatSession
+from webui import replying
 from webui.conversation import SavedToolCall, Turn, model_request, render, turn_of_message
 from webui.handlers import ChatHandlers, backend_options, message_box_for
 from webui.user_turns import page_user
@@ -251,6 +252,15 @@ async def test_regenerate_undo_clear_and_edit(handlers):
     assert undone["message_box"]["value"] == {"text": "Count to two.", "files": []}
     session.add(Turn(role="user", content="x"))
     assert handlers.clear(session)["chatbot"] == [] and session.turns == []
+
+
+def test_stop_is_hidden_after_a_reply_event_and_never_shown_by_one():
+    """The update after each reply event: Stop hidden once no reply is written; while one is, no
+    change (a "shown" worked out then could land after the reply's own end: Stop shown for good)."""
+    session = ChatSession()
+    assert replying.stop_button(session) == gr.update(visible=False)
+    session.answering = True
+    assert replying.stop_button(session) == gr.skip()
 
 
 def test_thinking_and_tool_calls_show_as_collapsible_messages():

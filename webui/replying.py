@@ -47,7 +47,10 @@ def start(session: ChatSession) -> dict[str, Any]:
     return gr.update(visible=True)
 
 
-def stop_button(session: ChatSession) -> dict[str, Any]:
-    """After a reply event: Stop stays only while a reply is still written (a refused send ends
-    while the reply it waited for goes on)."""
-    return gr.update(visible=session.answering)
+def stop_button(session: ChatSession) -> Any:
+    """After a reply event: Stop hidden once no reply is written. While one is (a send refused
+    while a reply goes on; the edit of a document's chip, which ends at once beside the edit of
+    the text that is answered), Stop is left as that reply set it: a "shown" worked out then
+    could reach the page after the reply's own end, as it did under a CPU hog, and keep Stop
+    shown for good."""
+    return gr.skip() if session.answering else gr.update(visible=False)
