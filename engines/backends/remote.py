@@ -43,6 +43,10 @@ from .remote_media import with_media_parts
 # and gives its place in line back.
 CONNECT_SECONDS = 10.0
 SILENCE_SECONDS = 300.0
+# How long an idle connection to the server is kept for the next request: under the 5 s after
+# which uvicorn (vLLM's, SGLang's, llama-cpp-python's and anychat's server) closes it. At httpx's
+# own default, 5 s, a request sent on a connection the server was closing failed with a ReadError.
+KEEPALIVE_SECONDS = 2.0
 # What one reply may send: a line of its event stream, and all of it (a server sending without
 # end would otherwise fill this one's memory).
 MAX_LINE_BYTES = 1 << 20
@@ -234,7 +238,8 @@ class RemoteEngine(BaseEngine):
         self._client = httpx.AsyncClient(
             base_url=self.address, headers=bearer(key), follow_redirects=False,
             timeout=httpx.Timeout(SILENCE_SECONDS, connect=CONNECT_SECONDS),
-            limits=httpx.Limits(max_connections=model_args.max_concurrent, max_keepalive_connections=model_args.max_concurrent),
+            limits=httpx.Limits(max_connections=model_args.max_concurrent, max_keepalive_connections=model_args.max_concurrent,
+                                keepalive_expiry=KEEPALIVE_SECONDS),
         )
         self._open = 0
         report(1.0, f"{shown} serves {self.upstream_model}.")
