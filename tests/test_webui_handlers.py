@@ -263,6 +263,21 @@ def test_stop_is_hidden_after_a_reply_event_and_never_shown_by_one():
     assert replying.stop_button(session) == gr.skip()
 
 
+def test_the_follow_ups_of_a_reply_are_never_dropped_by_the_page(tmp_path):
+    """Each reply event's follow-ups (Stop hidden, the documents' note counted again) run after the
+    reply whatever is pending: at Gradio's default ("once") the page drops a follow-up triggered
+    while the same one is pending, as the edit of a document's chip left its own pending when the
+    text's reply ended, and Stop stayed shown for good (the third loaded run of a1153f1)."""
+    from store.database import open_store
+    from webui.layout import build_demo
+
+    demo = build_demo(ModelSlot(), store=open_store(data=tmp_path))
+    follow_ups = [block for block in demo.fns.values() if getattr(block.fn, "__name__", "") in ("stop_button", "attachments_note")]
+    stop_buttons = [block for block in follow_ups if block.fn is replying.stop_button]
+    assert len(stop_buttons) == 4, "one after each way to ask for a reply: send, regenerate, continue, edit"
+    assert {block.trigger_mode for block in follow_ups} == {"always_last"}
+
+
 def test_thinking_and_tool_calls_show_as_collapsible_messages():
     reply = Turn(role="assistant", reasoning="Let me check.", content="Checking now.",
                  tool_calls=[SavedToolCall(id="call_1", name="get_weather", arguments='{"city": "Oslo"}')])

@@ -129,14 +129,19 @@ class ChatTab:
         # Not one at a time across users: one person's long PDF must not hold up everyone's note.
         note = {"fn": handlers.attachments_note, "inputs": [session, self.message_box], "outputs": self.attachments_note,
                 "inputs_kwargs": {"system": self.system, "tools": self.tools, "chat_model": self.chat_model, **self.run_tools},
-                "show_progress": "hidden", "concurrency_limit": None,
+                "show_progress": "hidden", "concurrency_limit": None, "trigger_mode": "always_last",
                 "api_visibility": "private"}
         for reply in self.replies:
             # Queued, so that its answer comes in order in the page's one stream of answers. Answered
             # apart (queue=False), one that a busy machine delayed could land after a later one: the
             # edit of a document's chip ends at once, while the edit of the text beside it answers, and
             # its Stop-shown came in after the reply's own Stop-hidden, leaving Stop shown for good.
-            reply.then(replying.stop_button, [session], self.stop_btn, concurrency_limit=None, show_progress="hidden", api_visibility="private")
+            # always_last: the page drops a follow-up triggered while the same one is pending ("once",
+            # Gradio's default), and the chip's, slow on a busy machine, was still pending as the
+            # text's reply ended: the one that would have hidden Stop never ran. Deferred instead, it
+            # runs after, and sees the reply ended.
+            reply.then(replying.stop_button, [session], self.stop_btn, concurrency_limit=None, show_progress="hidden",
+                       trigger_mode="always_last", api_visibility="private")
             # Counted again once the reply is in: the conversation the documents join has grown. This also
             # clears a note that landed stale: the box's change as a message is sent and its change as the send
             # empties it run at once when the second comes before Gradio has sent the first (always_last
@@ -148,7 +153,7 @@ class ChatTab:
         self.browser_result.change(python_in_browser.finished, [session, self.browser_result], None, queue=False, api_visibility="private")
         self.pdfs_as_images.change(handlers.pdfs_as_images, [session, self.pdfs_as_images], None, queue=False, api_visibility="private")
         self.pdfs_as_images.change(**note)
-        self.message_box.change(**note, trigger_mode="always_last")
+        self.message_box.change(**note)
         self.version_pick.change(inputs=[session, self.version_pick], **by_name(handlers.switch_version, {"chatbot": self.chatbot}),
                                  api_name="switch_version")
         self.changes = [
