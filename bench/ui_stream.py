@@ -1,6 +1,6 @@
 """What a person sees in the page against ChatModel directly, side by side in one run.
 
-    python bench/ui_stream.py [--rounds 3] [--tokens 128] [--history 200] [--model PATH] [--no-browser]
+    python bench/ui_stream.py [--rounds 3] [--tokens 128] [--history 200] [--model PATH] [--remote] [--no-browser]
 
 The page runs as `python app.py` in its own process (as users run it) and is read two ways: in
 Chromium (the reply's text as the browser shows it, timed by a MutationObserver in the page), and
@@ -10,6 +10,10 @@ request every way, rotating which goes first; then again after importing a conve
 --history messages into the page (and giving ChatModel the same messages). Reported: time to
 first visible token, decode tokens/s after it (tokens shown over the time from the first shown
 to the last), the ratios to direct, and how many updates the page sent.
+
+With --remote the model runs in a server of its own (`python app.py api`, as a remote server
+would), the page reaches it through the remote backend, and direct is the official openai client
+talking to that server (the same messages): what the page adds in front of a remote model.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import openai  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
 
+from bench.api_stream import timed_api  # noqa: E402
 from engines import ChatModel, Response  # noqa: E402
 from harness.browser import (  # noqa: E402
     WATCH_REPLY, AppProcess, bot_messages, chromium, import_conversation, open_chat, open_tab, send, set_number, wait_until_answered,
@@ -110,61 +116,71 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--history", type=int, default=200, help="messages in the long conversation")
     parser.add_argument("--model", default=None, help="model path (default: the embedded SmolLM2)")
-    parser.add_argument("--no-browser", action="store_true", help="leave Chromium out (gradio_client and ChatModel only)")
+    parser.add_argument("--remote", action="store_true", help="the model in a server of its own, the page in front of it through the remote backend")
+    parser.add_argument("--no-browser", action="store_true", help="leave Chromium out (gradio_client and direct only)")
     args = parser.parse_args()
 
-    scratch = tempfile.TemporaryDirectory(prefix="anychat-bench-")
-    folder = scratch.name
-    server = AppProcess(Path(folder), ("--model", args.model) if args.model else ())
+    model_args = ("--model", args.model) if args.model else ()
+    direct_way = "openai → server" if args.remote else "ChatModel"
     rows = {}
-    try:
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="anychat-bench-"))
+        upstream = None
+        if args.remote:
+            (Path(folder) / "upstream").mkdir()
+            upstream = AppProcess(Path(folder) / "upstream", ("api", *model_args))
+            stack.callback(upstream.stop)
+            model_args = ("--model", upstream.url + "v1")
+        server = AppProcess(Path(folder), model_args)
+        stack.callback(server.stop)
         # Closed before the app is stopped: the app waits for the client's heartbeat stream to end
         # before it exits (closed, the stream ends at its next beat).
-        with contextlib.closing(Client(server.url, verbose=False)) as client, \
-                ChatModel({"model_name_or_path": args.model} if args.model else None) as chat_model, \
-                contextlib.ExitStack() as browsers:
-            ways = {
-                "ChatModel": lambda history, saved, tokens: timed_direct(chat_model, history, tokens),
-                "gradio_client": lambda history, saved, tokens: timed_page(client, saved, chat_model, tokens),
-            }
-            if not args.no_browser:
-                page = browsers.enter_context(chromium(120_000)).new_page()
-                open_chat(page, server.url)
-                open_tab(page, "Settings")
-                set_number(page, "temperature", 0)
-                open_tab(page, "Chat")
-                settings = {"tokens": None}
+        client = stack.enter_context(contextlib.closing(Client(server.url, verbose=False)))
+        # Also the tokenizer that counts the page's tokens where the model is remote.
+        chat_model = stack.enter_context(ChatModel({"model_name_or_path": args.model} if args.model else None))
+        if upstream is None:
+            ways = {direct_way: lambda history, saved, tokens: timed_direct(chat_model, history, tokens)}
+        else:
+            upstream_client = openai.OpenAI(base_url=upstream.url + "v1", api_key="unused", max_retries=0, timeout=600)
+            model_id = upstream_client.models.list().data[0].id
+            ways = {direct_way: lambda history, saved, tokens: (
+                *timed_api(upstream_client, model_id, tokens, [*history, {"role": "user", "content": QUESTION}])[:2], 0)}
+        ways["gradio_client"] = lambda history, saved, tokens: timed_page(client, saved, chat_model, tokens)
+        if not args.no_browser:
+            page = stack.enter_context(chromium(120_000)).new_page()
+            open_chat(page, server.url)
+            open_tab(page, "Settings")
+            set_number(page, "temperature", 0)
+            open_tab(page, "Chat")
+            settings = {"tokens": None}
 
-                def browser_way(history, saved, tokens):
-                    if settings["tokens"] != tokens:
-                        open_tab(page, "Settings")
-                        set_number(page, "max-new-tokens", tokens)
-                        open_tab(page, "Chat")
-                        settings["tokens"] = tokens
-                    return timed_browser(page, saved, history, chat_model)
+            def browser_way(history, saved, tokens):
+                if settings["tokens"] != tokens:
+                    open_tab(page, "Settings")
+                    set_number(page, "max-new-tokens", tokens)
+                    open_tab(page, "Chat")
+                    settings["tokens"] = tokens
+                return timed_browser(page, saved, history, chat_model)
 
-                ways["Chromium"] = browser_way
-            for history in ([], history_of(args.history)):
-                saved = conversation_file(history, folder)
-                for way in ways.values():  # warm-up
-                    way(history, saved, 8)
-                results = {name: [] for name in ways}
-                for round_index in range(args.rounds):
-                    order = list(ways.items())
-                    shift = round_index % len(order)
-                    for name, way in order[shift:] + order[:shift]:
-                        results[name].append(way(history, saved, args.tokens))
-                rows[len(history)] = {name: [statistics.median(r[i] for r in runs) for i in range(3)] for name, runs in results.items()}
-    finally:
-        server.stop()
-        scratch.cleanup()
+            ways["Chromium"] = browser_way
+        for history in ([], history_of(args.history)):
+            saved = conversation_file(history, folder)
+            for way in ways.values():  # warm-up
+                way(history, saved, 8)
+            results = {name: [] for name in ways}
+            for round_index in range(args.rounds):
+                order = list(ways.items())
+                shift = round_index % len(order)
+                for name, way in order[shift:] + order[:shift]:
+                    results[name].append(way(history, saved, args.tokens))
+            rows[len(history)] = {name: [statistics.median(r[i] for r in runs) for i in range(3)] for name, runs in results.items()}
 
     print(f"{args.rounds} rounds, {args.tokens} tokens each, greedy, medians, load average {os.getloadavg()[0]:.1f}")
     lines = []
     for length, row in rows.items():
-        direct_rate = row["ChatModel"][1]
+        direct_rate = row[direct_way][1]
         for name, (ttft, rate, updates) in row.items():
-            lines.append([length, name, f"{ttft * 1000:.0f} ms", f"{rate:.1f}", f"{rate / direct_rate:.2f}", "" if name == "ChatModel" else f"{updates:.0f}"])
+            lines.append([length, name, f"{ttft * 1000:.0f} ms", f"{rate:.1f}", f"{rate / direct_rate:.2f}", "" if name == direct_way else f"{updates:.0f}"])
     print(markdown_table(["history", "way", "first token", "tokens/s", "vs direct", "updates"], lines))
 
 

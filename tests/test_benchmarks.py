@@ -27,6 +27,8 @@ SMOKE_RUNS = [
     pytest.param("api_stream.py", ["--tokens", "4", "--rounds", "1"], ["figure"], id="api_stream"),
     pytest.param("remote_stream.py", ["--tokens", "4", "--rounds", "1"], ["way"], id="remote_stream"),
     pytest.param("ui_stream.py", ["--tokens", "4", "--rounds", "1", "--history", "4"], ["history"], id="ui_stream"),
+    pytest.param("ui_stream.py", ["--tokens", "4", "--rounds", "1", "--history", "4", "--remote", "--no-browser"], ["history"],
+                 id="ui_stream_remote"),
     pytest.param("cpu_decode.py", ["--tokens", "4", "--rounds", "1"], ["way"], id="cpu_decode", marks=NEEDS_LLAMACPP),
     pytest.param("logprobs.py", ["--tokens", "4", "--rounds", "1", "--backends", "huggingface", *(["llamacpp"] if HAS_LLAMACPP else [])],
                  ["backend"], id="logprobs"),
