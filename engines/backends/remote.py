@@ -45,9 +45,7 @@ CONNECT_SECONDS = 10.0
 SILENCE_SECONDS = 300.0
 # How long an idle connection to the server is kept for the next request: under the 5 s after
 # which uvicorn (vLLM's, SGLang's, llama-cpp-python's and anychat's server) closes it. At httpx's
-# own default, 5 s, a request could go out on a connection the server was closing. (The ReadError
-# seen after a Stop against llama-cpp-python's server under load came back with 2 s: that cause
-# is still open, see the notes of issue 30.)
+# own default, 5 s, a request could go out on a connection the server was closing.
 KEEPALIVE_SECONDS = 2.0
 # What one reply may send: a line of its event stream, and all of it (a server sending without
 # end would otherwise fill this one's memory).
@@ -310,7 +308,7 @@ class RemoteEngine(BaseEngine):
             raise ChatError(f"The remote server {shown_address(self.address)} sent nothing for too long ({type(error).__name__}); "
                             "it may be overloaded or stuck. Try again, or ask its operator.") from error
         except httpx.HTTPError as error:
-            raise ChatError(f"The remote server {shown_address(self.address)} could not be reached or cut the reply off: {error}. "
+            raise ChatError(f"The remote server {shown_address(self.address)} could not be reached or cut the reply off: {str(error) or type(error).__name__}. "
                             "Try again; if it goes on, check that the server runs.") from error
         finally:
             self._open -= 1
@@ -337,7 +335,8 @@ class RemoteEngine(BaseEngine):
         a ChatError where it refuses or fails."""
         until = time.monotonic() + BUSY_WAIT_SECONDS
         while True:
-            async with self._client.stream("POST", path.lstrip("/"), json=body) as response:
+            response = await self._sent(path, body)
+            try:
                 if response.status_code == 200:
                     yield response
                     return
@@ -348,7 +347,22 @@ class RemoteEngine(BaseEngine):
                     if body is None:
                         raise error
                     pause = 0.0
+            finally:
+                await response.aclose()
             await asyncio.sleep(pause)
+
+    async def _sent(self, path: str, body: dict[str, Any]) -> Any:
+        """The server's response to ``body``, its headers read, sent once more where the connection
+        closed before any of them came: one kept from an earlier request may be closing as this one
+        goes out on it (llama-cpp-python's server closes it just after a reply it failed, and the
+        next request often goes out first)."""
+        import httpx
+
+        request = self._client.build_request("POST", path.lstrip("/"), json=body)
+        try:
+            return await self._client.send(request, stream=True)
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+            return await self._client.send(request, stream=True)
 
     def unfinished_requests(self) -> int:
         # Requests whose HTTP connection is open: closing one is how the server is told to stop.
