@@ -81,7 +81,9 @@ def web_app(slot, args: argparse.Namespace):
     from webui.file_cache import FileCache
     from webui.layout import PAGE_KWARGS, build_demo
     from webui.event_inputs import refuse_events_short_of_inputs
-    from webui.idle_frames import StatusTimerAtItsResolution
+    from webui.edited_responses import EditedResponses
+    from webui.idle_frames import with_status_timer_script
+    from webui.status_pushes import changed_statuses_pushed, is_blocks_script
 
     users = page_users(args)
     rights = page_rights(args, users)
@@ -109,7 +111,8 @@ def web_app(slot, args: argparse.Namespace):
     gradio_app = next(route.app for route in page.routes if isinstance(route, Mount) and isinstance(route.app, App))
     # Gradio's heartbeat streams (one per open page) end only when its app is told the server stops.
     page.state.page_streams_stop = gradio_app.stop_event
-    page.add_middleware(StatusTimerAtItsResolution)
+    page.add_middleware(EditedResponses, covers=lambda path: path == "/", edit=with_status_timer_script)
+    page.add_middleware(EditedResponses, covers=is_blocks_script, edit=changed_statuses_pushed)
     if logins:
         owners = SessionOwners()
         keep_sessions_to_their_logins(demo, owners)

@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 
 from engines.model_files.paths import default_gguf
 from harness.browser import (
-    CHROMIUM, ROOT, ask, bot_messages, click_and_wait, is_local, load_model, open_chat, open_tab, replies, send, set_number, shown_messages,
+    CHROMIUM, ROOT, WATCH_REPLY, ask, bot_messages, click_and_wait, is_local, load_model, open_chat, open_tab, replies, send, set_number, shown_messages,
     user_messages, wait_until_answered,
 )
 from harness.mcp_config import demo_entry
@@ -444,6 +444,36 @@ def test_an_open_page_that_waits_draws_few_frames(app, browser):
         time.sleep(5)
         per_second = (page.evaluate("window.framesAsked") - before) / (time.monotonic() - started)
         assert per_second < 20, f"the waiting page asked for {per_second:.0f} frames a second"
+    finally:
+        context.close()
+
+
+def test_a_streamed_reply_pushes_only_the_statuses_that_changed(app, browser):
+    """Gradio 6.31 pushes every component's loading status again on every message of every event,
+    a deep copy of each one's props each time (webui/status_pushes.py serves it pushing changes
+    only). Counted as the copies the page makes per update of a streamed reply of 200 tokens:
+    140-180 with the changes pushed, 1,400 with every status (this page's 60 or so components have
+    one). A reply gets at most ten updates a second, so 15 or more here on any machine."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        # Counts the page's deep copies (Svelte's snapshots use structuredClone), from before Gradio's scripts run.
+        context.add_init_script("""(() => {
+            window.copies = 0;
+            const copy = window.structuredClone;
+            window.structuredClone = (...args) => { window.copies++; return copy(...args); };
+        })()""")
+        page = context.new_page()
+        open_chat(page, app.url)
+        open_tab(page, "Settings")
+        set_number(page, "max-new-tokens", 200)
+        open_tab(page, "Chat")
+        page.evaluate(WATCH_REPLY)
+        before = page.evaluate("window.copies")
+        ask(page, "Write the numbers from 1 to 1000, separated by commas.")
+        copies = page.evaluate("window.copies") - before
+        _, count, reply = next(entry for entry in reversed(page.evaluate("window.shown")) if entry[2])
+        updates = len({text for _, shown_count, text in page.evaluate("window.shown") if shown_count == count and text})
+        assert copies / updates < 800, f"{copies} copies for {updates} updates of the reply {reply!r}"
     finally:
         context.close()
 

@@ -13,9 +13,6 @@ page's head (``head=``), so the script goes into the page's HTML, ahead of Gradi
 
 from __future__ import annotations
 
-from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 # The tracker's callback as Gradio 6.31 builds it: ()=>{set(elapsed,(performance.now()-get(start))/1e3),running&&loop()}.
 # Where a later Gradio writes it otherwise nothing matches, every loop runs as before, and
 # tests/test_browser.py, which counts an idle page's frames, says so.
@@ -34,37 +31,9 @@ STATUS_TIMER_AT_ITS_RESOLUTION = rb"""<script>
 </script>"""
 
 
-class StatusTimerAtItsResolution:
-    """ASGI middleware putting STATUS_TIMER_AT_ITS_RESOLUTION first in the head of the page (the
-    HTML that Gradio answers ``GET /`` with)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "GET" or scope["path"] != "/":
-            await self.app(scope, receive, send)
-            return
-        start: Message | None = None
-        body: list[bytes] = []
-
-        async def with_script(message: Message) -> None:
-            nonlocal start
-            if message["type"] == "http.response.start":
-                start = message
-                return
-            if message["type"] != "http.response.body":
-                await send(message)
-                return
-            body.append(message.get("body", b""))
-            if message.get("more_body"):
-                return
-            page = b"".join(body)
-            headers = MutableHeaders(scope=start)
-            if headers.get("content-type", "").startswith("text/html") and "content-encoding" not in headers:
-                page = page.replace(b"<head>", b"<head>" + STATUS_TIMER_AT_ITS_RESOLUTION, 1)
-                headers["content-length"] = str(len(page))
-            await send(start)
-            await send({"type": "http.response.body", "body": page})
-
-        await self.app(scope, receive, with_script)
+def with_status_timer_script(page: bytes, content_type: str) -> bytes:
+    """The page (the HTML that Gradio answers ``GET /`` with) with STATUS_TIMER_AT_ITS_RESOLUTION
+    first in its head."""
+    if not content_type.startswith("text/html"):
+        return page
+    return page.replace(b"<head>", b"<head>" + STATUS_TIMER_AT_ITS_RESOLUTION, 1)

@@ -1,0 +1,34 @@
+"""The page's script served pushing only the loading statuses that changed (webui/status_pushes.py),
+checked on the Blocks script of the Gradio installed here. What the browser then does is counted
+in tests/test_browser.py (test_a_streamed_reply_pushes_only_the_statuses_that_changed)."""
+
+from pathlib import Path
+
+import gradio
+
+from webui.status_pushes import CHANGED_STATUSES_PUSHED, EVERY_STATUS_PUSHED, changed_statuses_pushed, is_blocks_script
+
+ASSETS = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
+
+
+def blocks_script() -> bytes:
+    [path] = [path for path in ASSETS.glob("Blocks-*.js")]
+    return path.read_bytes()
+
+
+def test_the_installed_gradio_pushes_every_status_where_the_page_changes_it():
+    script = blocks_script()
+    assert len(EVERY_STATUS_PUSHED.findall(script)) == 1, "Gradio's update_loading_stati_state is no longer written as webui/status_pushes.py expects"
+    served = changed_statuses_pushed(script, "application/javascript")
+    assert served.count(CHANGED_STATUSES_PUSHED) == 1
+    assert not EVERY_STATUS_PUSHED.search(served)
+    assert len(served) == len(script) + len(CHANGED_STATUSES_PUSHED) - len(EVERY_STATUS_PUSHED.search(script).group())
+
+
+def test_only_the_blocks_script_is_edited():
+    name = next(ASSETS.glob("Blocks-*.js")).name
+    assert is_blocks_script(f"/assets/{name}")
+    assert not is_blocks_script(f"/assets/{name.removesuffix('.js')}.css")
+    assert not is_blocks_script("/assets/index-DphvyggB.js")
+    assert not is_blocks_script("/gradio_api/file=/tmp/Blocks-x.js/evil")
+    assert changed_statuses_pushed(b"console.log(1)") == b"console.log(1)"

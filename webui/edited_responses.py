@@ -1,0 +1,49 @@
+"""ASGI middleware that edits the body of some of Gradio's answers before they leave the server:
+where Gradio 6.31's page wastes the browser's time, and the fix has to be in what it serves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class EditedResponses:
+    """Answers to ``GET`` requests whose path ``covers`` pass through ``edit(body, content_type)``,
+    which returns the body to send. The request goes in without Accept-Encoding, so that the body
+    comes back as text (Gradio serves its scripts compressed to browsers that accept it)."""
+
+    def __init__(self, app: ASGIApp, covers: Callable[[str], bool], edit: Callable[[bytes, str], bytes]) -> None:
+        self.app = app
+        self.covers = covers
+        self.edit = edit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET" or not self.covers(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        scope = {**scope, "headers": [(name, value) for name, value in scope["headers"] if name.lower() != b"accept-encoding"]}
+        start: Message | None = None
+        body: list[bytes] = []
+
+        async def edited(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            body.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            whole = b"".join(body)
+            headers = MutableHeaders(scope=start)
+            if start["status"] == 200 and "content-encoding" not in headers:
+                whole = self.edit(whole, headers.get("content-type", ""))
+                headers["content-length"] = str(len(whole))
+            await send(start)
+            await send({"type": "http.response.body", "body": whole})
+
+        await self.app(scope, receive, edited)
