@@ -33,6 +33,7 @@ from bench.api_stream import timed_api, timed_direct  # noqa: E402
 from engines import ChatModel  # noqa: E402
 from harness.browser import AppProcess  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
+from harness.paired_rounds import spread  # noqa: E402
 
 
 def main() -> None:
@@ -82,14 +83,9 @@ def main() -> None:
 
 def later_than_direct(runs: list[tuple[float, float, int]], direct: list[tuple[float, float, int]]) -> list[str]:
     """How much later each round's first token came than direct's in the same round: the median
-    and the middle half of those differences. Paired by round, the machine's drift between rounds
-    (tens of ms on 2 shared cores) cancels out, which a difference of two medians keeps."""
-    differences = sorted((run[0] - reference[0]) * 1000 for run, reference in zip(runs, direct))
-    if len(differences) < 2:
-        return [f"{differences[0]:+.0f} ms", ""]
-    low, _, high = statistics.quantiles(differences, n=4)
-    return [f"{statistics.median(differences):+.0f} ms", f"{low:+.0f} to {high:+.0f} ms"]
-
+    and the middle half of those differences."""
+    median, low, high = spread([(run[0] - reference[0]) * 1000 for run, reference in zip(runs, direct)])
+    return [f"{median:+.0f} ms", f"{low:+.0f} to {high:+.0f} ms"]
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,10 @@ them). ChatModel runs in this process, on the same model. Each round sends the s
 request every way, rotating which goes first; then again after importing a conversation of
 --history messages into the page (and giving ChatModel the same messages). Reported: time to
 first visible token, decode tokens/s after it (tokens shown over the time from the first shown
-to the last), the ratios to direct, and how many updates the page sent.
+to the last), the ratios to direct (each round's against direct's in the same round: their median
+and middle half), how many updates the page sent, and the rate the page shows against the rate its
+engine wrote at in the same reply (the stats line under the reply): the page keeping up with its
+engine, apart from the engine sharing the cores with the browser and the server.
 
 With --remote the model runs in a server of its own (`python app.py api`, as a remote server
 would), the page reaches it through the remote backend, and direct is the official openai client
@@ -22,11 +25,13 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -44,8 +49,10 @@ from harness.browser import (  # noqa: E402
     WATCH_REPLY, AppProcess, bot_messages, chromium, import_conversation, open_chat, open_tab, send, set_number, wait_until_answered,
 )
 from harness.markdown_table import markdown_table  # noqa: E402
+from harness.paired_rounds import spread  # noqa: E402
 
 QUESTION = "Write the numbers from 1 to 1000, separated by commas."
+ENGINE_RATE = re.compile(r"([0-9.]+) tokens/s")
 
 
 def history_of(length: int) -> list[dict[str, str]]:
@@ -54,7 +61,23 @@ def history_of(length: int) -> list[dict[str, str]]:
     return [{"role": ("user", "assistant")[i % 2], "content": f"Note {i}."} for i in range(length)]
 
 
-def timed_direct(chat_model: ChatModel, history: list[dict], tokens: int) -> tuple[float, float, int]:
+class Timed(NamedTuple):
+    """One reply of one way. ``engine_rate``: the rate the engine wrote at, as the page's stats
+    line says (None for direct, which is the engine)."""
+
+    first_token: float
+    rate: float
+    updates: int
+    engine_rate: float | None = None
+
+
+def engine_rate(stats_line: str) -> float:
+    """The rate in a reply's stats line (a reply of one token has none)."""
+    found = ENGINE_RATE.search(stats_line)
+    return float(found.group(1)) if found else float("nan")
+
+
+def timed_direct(chat_model: ChatModel, history: list[dict], tokens: int) -> Timed:
     finished: list[Response] = []
     started = time.perf_counter()
     first = None
@@ -63,17 +86,19 @@ def timed_direct(chat_model: ChatModel, history: list[dict], tokens: int) -> tup
         if first is None and piece:
             first = time.perf_counter()
     ended = time.perf_counter()
-    return first - started, (finished[0].response_length - 1) / (ended - first), 0
+    return Timed(first - started, (finished[0].response_length - 1) / (ended - first), 0)
 
 
-def timed_page(client: Client, conversation_file: str, chat_model: ChatModel, tokens: int) -> tuple[float, float, int]:
+def timed_page(client: Client, conversation_file: str, chat_model: ChatModel, tokens: int) -> Timed:
     """One fresh conversation (the imported history) and the question, through /chat."""
     client.predict(handle_file(conversation_file), api_name="/import_conversation")
     started = time.perf_counter()
-    first, updates, reply = None, 0, ""
+    first, updates, reply, stats_line = None, 0, "", ""
     job = client.submit({"text": QUESTION, "files": []}, temperature=0, max_new_tokens=tokens, seed=None, api_name="/chat")
     for chatbot, *_ in job:
         updates += 1
+        stats_line = next((text for message in reversed(chatbot) for part in message["content"]
+                           if "reply-stats" in (text := part.get("text") or "")), stats_line)
         last = chatbot[-1] if chatbot else None
         if last and last["role"] == "assistant" and last["content"] and last["content"][0].get("text"):
             reply = last["content"][0]["text"]
@@ -81,10 +106,10 @@ def timed_page(client: Client, conversation_file: str, chat_model: ChatModel, to
                 first = time.perf_counter()
     ended = time.perf_counter()
     reply_tokens = len(chat_model.engine.tokenizer(reply, add_special_tokens=False).input_ids)
-    return first - started, (reply_tokens - 1) / (ended - first), updates
+    return Timed(first - started, (reply_tokens - 1) / (ended - first), updates, engine_rate(stats_line))
 
 
-def timed_browser(page, conversation_file: str, history: list[dict], chat_model: ChatModel) -> tuple[float, float, int]:
+def timed_browser(page, conversation_file: str, history: list[dict], chat_model: ChatModel) -> Timed:
     """One fresh conversation (the imported history) and the question, typed into the page."""
     from playwright.sync_api import expect
 
@@ -100,7 +125,9 @@ def timed_browser(page, conversation_file: str, history: list[dict], chat_model:
     reply_tokens = len(chat_model.engine.tokenizer(reply, add_special_tokens=False).input_ids)
     showing = (last - writing[0]) / 1000
     # A short reply may be shown whole in one update: no rate to tell.
-    return (writing[0] - started) / 1000, (reply_tokens - 1) / showing if showing else float("nan"), len(writing)
+    updates = len({text for _, count, text in shown if count == replies and text})
+    return Timed((writing[0] - started) / 1000, (reply_tokens - 1) / showing if showing else float("nan"), updates,
+                 engine_rate(page.locator("#chatbot .reply-stats").last.inner_text()))
 
 
 def conversation_file(history: list[dict], folder: str) -> str:
@@ -143,7 +170,7 @@ def main() -> None:
         else:
             upstream_client = openai.OpenAI(base_url=upstream.url + "v1", api_key="unused", max_retries=0, timeout=600)
             model_id = upstream_client.models.list().data[0].id
-            ways = {direct_way: lambda history, saved, tokens: (
+            ways = {direct_way: lambda history, saved, tokens: Timed(
                 *timed_api(upstream_client, model_id, tokens, [*history, {"role": "user", "content": QUESTION}])[:2], 0)}
         ways["gradio_client"] = lambda history, saved, tokens: timed_page(client, saved, chat_model, tokens)
         if not args.no_browser:
@@ -173,15 +200,20 @@ def main() -> None:
                 shift = round_index % len(order)
                 for name, way in order[shift:] + order[:shift]:
                     results[name].append(way(history, saved, args.tokens))
-            rows[len(history)] = {name: [statistics.median(r[i] for r in runs) for i in range(3)] for name, runs in results.items()}
+            rows[len(history)] = results
 
     print(f"{args.rounds} rounds, {args.tokens} tokens each, greedy, medians, load average {os.getloadavg()[0]:.1f}")
     lines = []
-    for length, row in rows.items():
-        direct_rate = row[direct_way][1]
-        for name, (ttft, rate, updates) in row.items():
-            lines.append([length, name, f"{ttft * 1000:.0f} ms", f"{rate:.1f}", f"{rate / direct_rate:.2f}", "" if name == direct_way else f"{updates:.0f}"])
-    print(markdown_table(["history", "way", "first token", "tokens/s", "vs direct", "updates"], lines))
+    for length, results in rows.items():
+        for name, runs in results.items():
+            versus_direct = spread([run.rate / direct.rate for run, direct in zip(runs, results[direct_way])])
+            versus_engine = "" if name == direct_way else f"{spread([run.rate / run.engine_rate for run in runs])[0]:.2f}"
+            lines.append([
+                length, name, f"{statistics.median(run.first_token for run in runs) * 1000:.0f} ms",
+                f"{statistics.median(run.rate for run in runs):.1f}", f"{versus_direct[0]:.2f}", f"{versus_direct[1]:.2f}-{versus_direct[2]:.2f}",
+                versus_engine, "" if name == direct_way else f"{statistics.median(run.updates for run in runs):.0f}",
+            ])
+    print(markdown_table(["history", "way", "first token", "tokens/s", "vs direct", "middle half", "vs its engine", "updates"], lines))
 
 
 if __name__ == "__main__":

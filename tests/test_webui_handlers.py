@@ -235,6 +235,26 @@ async def test_updates_are_spaced_out_when_the_page_is_slow_to_handle_them():
         assert gap >= 0.9 * work / PAGE_SHARE, (work, gap)
 
 
+async def test_a_long_conversation_gets_its_reply_in_fewer_updates(handlers):
+    """The browser redraws every message of the Chatbot at each update, so under a long
+    conversation updates come further apart: the browser's work stays a small share of the machine."""
+    from webui.streaming import UPDATE_INTERVAL, update_interval
+
+    session = ChatSession()
+    for index in range(200):
+        session.add(Turn(role=("user", "assistant")[index % 2], content=f"Note {index}."))
+    interval = update_interval(len(render(session.tree)) + 1)  # the history and the message sent
+    assert interval >= 2.5 * UPDATE_INTERVAL
+    arrived = []
+    async for _ in handlers.send(session, message("Count from one to fifty in words."), **settings(24)):
+        arrived.append(time.monotonic())
+    assert session.turns[-1].stats.tokens == 24
+    # The first update shows the message, the last the stats line, the one before it the reply's
+    # end as soon as it came; those between carry the reply as it is written.
+    gaps = [later - earlier for earlier, later in zip(arrived[1:-2], arrived[2:-2])]
+    assert len(gaps) >= 2 and min(gaps) >= 0.9 * interval, (interval, gaps)
+
+
 async def test_regenerate_undo_clear_and_edit(handlers):
     session = ChatSession()
     await run(handlers.send(session, message("Count to five."), **settings(12)))

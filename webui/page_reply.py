@@ -26,7 +26,7 @@ from .chat_session import ChatSession, kept, save
 from .conversation import SavedToolCall, ToolStep, Turn, kept_media, model_request, render, render_turn
 from .reply_stats import ReplyClock
 from .python_in_browser import browser_python
-from .streaming import throttled
+from .streaming import throttled, update_interval
 from .tool_approval import PageApproval
 
 
@@ -85,7 +85,7 @@ class PageReply:
                 self.place = session.add(self.turn)
             stream = reply_with_tools(model, request, running, tools.tool_steps, queue_places=True,
                                       approval=PageApproval(session, tools.ask_every_call))
-            async for items in throttled(stream, lambda: session.stop_requested, arrived=clock.note):
+            async for items in throttled(stream, lambda: session.stop_requested, update_interval(len(self.before)), arrived=clock.note):
                 for item in items:
                     add(self.turn, item)
                 yield self.before + render_turn(self.tree, self.place)
