@@ -472,8 +472,9 @@ def test_a_streamed_reply_pushes_only_the_statuses_that_changed(app, browser):
         before = page.evaluate("window.copies")
         ask(page, "Write the numbers from 1 to 1000, separated by commas.")
         copies = page.evaluate("window.copies") - before
-        _, count, reply = next(entry for entry in reversed(page.evaluate("window.shown")) if entry[2])
-        updates = len({text for _, shown_count, text in page.evaluate("window.shown") if shown_count == count and text})
+        shown = page.evaluate("window.shown")
+        _, count, reply = next(entry for entry in reversed(shown) if entry[2])
+        updates = len({text for _, shown_count, text in shown if shown_count == count and text})
         assert copies / updates < 800, f"{copies} copies for {updates} updates of the reply {reply!r}"
     finally:
         context.close()

@@ -11,13 +11,13 @@ from webui.status_pushes import CHANGED_STATUSES_PUSHED, EVERY_STATUS_PUSHED, ch
 ASSETS = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
 
 
-def blocks_script() -> bytes:
-    [path] = [path for path in ASSETS.glob("Blocks-*.js")]
-    return path.read_bytes()
+def blocks_script() -> Path:
+    [path] = ASSETS.glob("Blocks-*.js")
+    return path
 
 
 def test_the_installed_gradio_pushes_every_status_where_the_page_changes_it():
-    script = blocks_script()
+    script = blocks_script().read_bytes()
     assert len(EVERY_STATUS_PUSHED.findall(script)) == 1, "Gradio's update_loading_stati_state is no longer written as webui/status_pushes.py expects"
     served = changed_statuses_pushed(script, "application/javascript")
     assert served.count(CHANGED_STATUSES_PUSHED) == 1
@@ -26,7 +26,7 @@ def test_the_installed_gradio_pushes_every_status_where_the_page_changes_it():
 
 
 def test_only_the_blocks_script_is_edited():
-    name = next(ASSETS.glob("Blocks-*.js")).name
+    name = blocks_script().name
     assert is_blocks_script(f"/assets/{name}")
     assert not is_blocks_script(f"/assets/{name.removesuffix('.js')}.css")
     assert not is_blocks_script("/assets/index-DphvyggB.js")
