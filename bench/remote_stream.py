@@ -87,5 +87,6 @@ def later_than_direct(runs: list[tuple[float, float, int]], direct: list[tuple[f
     median, low, high = spread([(run[0] - reference[0]) * 1000 for run, reference in zip(runs, direct)])
     return [f"{median:+.0f} ms", f"{low:+.0f} to {high:+.0f} ms"]
 
+
 if __name__ == "__main__":
     main()
