@@ -19,7 +19,7 @@ import gradio as gr
 import openai
 import psutil
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 
 from api import add_api
@@ -182,11 +182,17 @@ def _chunk(content=None, finish=None, **delta):
 def fake_upstream() -> FastAPI:
     """FAKE_UPSTREAM: an OpenAI-shaped server whose model names the fault it shows."""
     app = FastAPI()
+    # As llama-cpp-python's server: after a reply it failed, the next request is dropped after its
+    # 200 (there it is the one sent on the failed reply's connection; here whichever comes next, so
+    # that the test does not hang on the connection being kept alive between two calls).
+    failed_replies: list[int] = []
+    dropped_on: list[int] = []
 
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": name, "object": "model"} for name in
-                                           ("fine", "cut", "empty", "garbage", "silent", "flood", "redirect", "failing", "busy", "parts", "echo")]}
+                                           ("fine", "cut", "empty", "garbage", "silent", "flood", "redirect", "failing", "busy", "parts", "echo",
+                                            "flaky", "dropped", "broken")]}
 
     @app.get("/elsewhere/v1/models")
     async def elsewhere():
@@ -197,8 +203,9 @@ def fake_upstream() -> FastAPI:
         return JSONResponse({"data": [{"id": "x" * 1000}] * 2000})
 
     @app.post("/v1/chat/completions")
-    async def chat(body: dict):
+    async def chat(body: dict, request: Request):
         fault = body["model"]
+        port = request.client.port
         if fault == "redirect":
             return RedirectResponse("http://example.com/v1/chat/completions", status_code=307)
         if fault == "failing":
@@ -224,6 +231,19 @@ def fake_upstream() -> FastAPI:
             elif fault == "silent":
                 yield _events(_chunk("Hello"), done=False)
                 await asyncio.sleep(3600)
+            elif fault == "dropped" or (fault == "flaky" and failed_replies):
+                failed_replies.clear()
+                dropped_on.append(port)
+                # After its 200, before any event: uvicorn closes the connection on this error.
+                raise RuntimeError("FAKE_UPSTREAM drops this reply after its headers")
+            elif fault == "flaky" and body["messages"][-1]["content"] == "Fail.":
+                failed_replies.append(port)
+                yield _events(_chunk(role="assistant"), done=False)
+            elif fault == "flaky":  # the connection it came on, and those dropped
+                yield _events(_chunk(json.dumps({"connection": port, "dropped": dropped_on}), "stop"))
+            elif fault == "broken":
+                yield _events(_chunk("Hello"), done=False)
+                raise RuntimeError("FAKE_UPSTREAM breaks this reply after its first event")
             elif fault == "flood":
                 piece = _events(_chunk("x" * 60_000), done=False)
                 while True:
@@ -257,6 +277,7 @@ def test_each_fault_of_the_server_is_a_clear_error_and_the_engine_goes_on(faulty
         "silent": (ChatError, "sent nothing for too long"),
         "flood": (ChatError, "more than 4 MiB"),
         "redirect": (ChatError, "redirects are not followed"),
+        "dropped": (ChatError, "could not be reached or cut the reply off: peer closed connection"),
         "failing": (ChatError, r"failed \(500\): the GPU fell over"),
         "busy": (ModelBusyError, r"busy \(429\), still after 1 s: too many requests"),
     }
@@ -314,6 +335,31 @@ def test_a_hundred_faults_leave_no_thread_task_or_connection_behind(faulty, smal
     finally:
         for model in models.values():
             model.close()
+
+
+def test_a_reply_cut_before_its_first_event_is_asked_again_on_another_connection(faulty):
+    """As llama-cpp-python's server does to the request after a reply it failed, sent on its kept
+    connection (``flaky``): its 200, then the connection closed. It is asked again, on another
+    connection, and answered, whole or streamed. One cut after its first word is not asked again
+    (the word would be written twice): it is an error, as is one cut each time (``dropped``, among
+    the faults above)."""
+    fail = [{"role": "user", "content": "Fail."}]
+    with ChatModel({"model_name_or_path": f"{faulty}/v1", "remote_model": "flaky"}) as model:
+        with pytest.raises(ChatError, match="without writing any of it"):
+            model.chat(fail, max_new_tokens=8)
+        [whole] = model.chat(QUESTION, max_new_tokens=8)
+        with pytest.raises(ChatError, match="without writing any of it"):
+            model.chat(fail, max_new_tokens=8)
+        streamed = "".join(model.stream_chat(QUESTION, max_new_tokens=8))
+    whole, streamed = json.loads(whole.response_text), json.loads(streamed)
+    assert whole["dropped"][-1] != whole["connection"] and streamed["dropped"][-1] != streamed["connection"]
+    assert streamed["dropped"][:-1] == whole["dropped"]
+    with ChatModel({"model_name_or_path": f"{faulty}/v1", "remote_model": "broken"}) as model:
+        written = []
+        with pytest.raises(ChatError, match="cut the reply off: peer closed connection"):
+            for piece in model.stream_chat(QUESTION, max_new_tokens=8):
+                written.append(piece)
+        assert written == ["Hello"]
 
 
 async def _tasks_besides_this_one() -> int:

@@ -290,8 +290,8 @@ class RemoteEngine(BaseEngine):
         written = 0
         self._open += 1
         try:
-            async with self._answer(prompt.path, body) as response:
-                async for event in events(response):
+            async with contextlib.aclosing(self._events(prompt.path, body)) as answer:
+                async for event in answer:
                     if event.get("usage"):
                         usage = event["usage"]
                     for choice in event.get("choices") or ():
@@ -329,13 +329,35 @@ class RemoteEngine(BaseEngine):
             logprobs=None if logprobs is None else tuple(logprobs),
         )
 
+    async def _events(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The events of the server's streamed answer to ``body``, asked once more where the
+        connection broke before the first of them came (before its headers or after): nothing of
+        the reply was read, so nothing is written twice, and httpx drops a broken connection, so the
+        second request goes out on another. llama-cpp-python's server needs it: a reply it fails (an
+        image its text model cannot read) it ends as an empty stream and only then, as the error
+        reaches uvicorn, closes the connection; the next request, sent on it as soon as that stream
+        ended, dies there, before its 200 or after it (24 and 10 of 40 such requests here)."""
+        import httpx
+
+        for last_try in (False, True):
+            received = False
+            try:
+                async with self._answer(path, body) as response:
+                    async for event in events(response):
+                        received = True
+                        yield event
+                return
+            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+                if received or last_try:
+                    raise
+
     @contextlib.asynccontextmanager
     async def _answer(self, path: str, body: dict[str, Any]) -> AsyncIterator[Any]:
         """The server's streamed answer to ``body``, asked again for a while where it is busy;
         a ChatError where it refuses or fails."""
         until = time.monotonic() + BUSY_WAIT_SECONDS
         while True:
-            response = await self._sent(path, body)
+            response = await self._client.send(self._client.build_request("POST", path.lstrip("/"), json=body), stream=True)
             try:
                 if response.status_code == 200:
                     yield response
@@ -350,19 +372,6 @@ class RemoteEngine(BaseEngine):
             finally:
                 await response.aclose()
             await asyncio.sleep(pause)
-
-    async def _sent(self, path: str, body: dict[str, Any]) -> Any:
-        """The server's response to ``body``, its headers read, sent once more where the connection
-        closed before any of them came: one kept from an earlier request may be closing as this one
-        goes out on it (llama-cpp-python's server closes it just after a reply it failed, and the
-        next request often goes out first)."""
-        import httpx
-
-        request = self._client.build_request("POST", path.lstrip("/"), json=body)
-        try:
-            return await self._client.send(request, stream=True)
-        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
-            return await self._client.send(request, stream=True)
 
     def unfinished_requests(self) -> int:
         # Requests whose HTTP connection is open: closing one is how the server is told to stop.
