@@ -3,6 +3,8 @@
     python app.py                 # the web page on http://127.0.0.1:7860 (embedded SmolLM2)
     python app.py chat            # chat in the terminal
     python app.py api             # the OpenAI-compatible API alone, no page
+
+(anychat, where the project was installed with pip, is python app.py.)
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def _shown_default(field: FieldInfo) -> str | None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="app.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # prog is what the user typed: app.py, or anychat where the project was installed with pip.
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", nargs="?", choices=("web", "chat", "api"), default="web")
     model = parser.add_argument_group("model")
     add_flags(model, ModelArgs, MODEL_FLAGS)
