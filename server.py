@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engines.backends.registry import AUTO, choose_backend
 from engines.model_files.model_args import MediaSettings
 from limits import Limits
 
@@ -144,8 +145,12 @@ def gradio_login(gradio_app, request) -> str | None:
 
 
 def load_slot(slot, settings: dict[str, Any]) -> None:
-    """Load the model into ``slot``, with its progress in the terminal."""
-    print(f"Loading {settings.get('model_name_or_path') or 'the embedded default model'}…", flush=True)
+    """Load the model into ``slot``, with its progress in the terminal. The backend comes first:
+    where llama.cpp is missing, a GGUF file runs on transformers several times slower, and the
+    command that fixes it is worth reading before the load's own lines."""
+    backend, why = choose_backend(settings.get("infer_backend") or AUTO, settings.get("model_name_or_path"))
+    print(f"Loading {settings.get('model_name_or_path') or 'the embedded default model'} on {backend}"
+          f"{f' ({why})' if why else ''}…", flush=True)
     slot.load(settings, progress=lambda fraction, message: print(f"  {fraction:4.0%} {message}", flush=True))
     print(slot.describe(), flush=True)
 

@@ -19,21 +19,13 @@ from pathlib import Path
 import llama_cpp
 import llama_cpp.mtmd_cpp as mtmd
 
+from engines.backends.llamacpp_build import cpu_has_amx
+
 CHUNK_KINDS = {mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT: "text", mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE: "image", mtmd.MTMD_INPUT_CHUNK_TYPE_AUDIO: "audio"}
 
 
 def default_marker() -> str:
     return mtmd.mtmd_default_marker().decode()
-
-
-def cpu_has_amx() -> bool:
-    """llama.cpp's extra (repacking) weight buffers crashed on CPUs with AMX; the engine turns them
-    off there, and so does this reference by default."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return " amx_tile" in f.read()
-    except OSError:
-        return False
 
 
 # libmtmd's (and clip's) log: kept, so that a refused projector says why; WARN and ERROR also go to stderr when verbose.

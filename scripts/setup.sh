@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up .venv for anychat. Safe to run again: it installs only what is missing.
 #   bash scripts/setup.sh               # the app on llama.cpp and transformers (embedded SmolLM2 included;
-#                                       # compiles llama.cpp once, beside the installs: minutes)
+#                                       # compiles llama.cpp once for this CPU, beside the installs: minutes;
+#                                       # exits 1 where it does not compile, after installing the rest)
 #   bash scripts/setup.sh --no-llamacpp # without llama.cpp: the app runs on transformers
 #   bash scripts/setup.sh --vllm        # plus the vLLM backend (CPU build)
 #   bash scripts/setup.sh --test        # plus everything the test suite needs (vLLM included)
@@ -34,6 +35,14 @@ background=()
 # Where this script stops early, what it started stops too.
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 mkdir -p .cache
+# llama-cpp-python's source package, fetched once: its wheel is compiled from it, and the tests run
+# llama.cpp's GGUF converter from it and compile its CPU backend for other CPUs (test_llamacpp_build.py).
+LLAMACPP_VERSION=0.3.36
+llamacpp_sdist=.cache/llama-cpp-sdist/llama_cpp_python-$LLAMACPP_VERSION.tar.gz
+if { [ "$want_llamacpp" = 1 ] || [ "$want_tests" = 1 ]; } && [ ! -f "$llamacpp_sdist" ]; then
+  .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-binary :all: --no-deps \
+    -d .cache/llama-cpp-sdist "llama-cpp-python==$LLAMACPP_VERSION"
+fi
 if [ "$want_tests" = 1 ]; then
   (
     # The browser tests drive Debian's Chromium (playwright cannot download its own browser here);
@@ -61,13 +70,10 @@ if [ "$want_tests" = 1 ]; then
     # The tiny multimodal GGUF fixtures (harness/tiny_gguf.py) are written by llama.cpp's own converter,
     # at the version of the installed llama-cpp-python: its sdist holds it, with its gguf-py.
     if [ ! -f .cache/llama-cpp-src/convert_hf_to_gguf.py ]; then
-      sdist_dir=$(mktemp -d)
-      .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-binary :all: --no-deps \
-        -d "$sdist_dir" llama-cpp-python==0.3.36
-      .venv/bin/python - "$sdist_dir"/llama_cpp_python-0.3.36.tar.gz .cache/llama-cpp-src <<'PY'
+      .venv/bin/python - "$llamacpp_sdist" .cache/llama-cpp-src <<'PY'
 import pathlib, shutil, sys, tarfile
 sdist, dest = sys.argv[1], pathlib.Path(sys.argv[2])
-prefix = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
+prefix = pathlib.Path(sdist).name.removesuffix(".tar.gz") + "/vendor/llama.cpp/"
 wanted = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "models/templates/")
 staging = dest.with_name(dest.name + ".partial")
 shutil.rmtree(staging, ignore_errors=True)
@@ -81,7 +87,6 @@ with tarfile.open(sdist) as tar:
 shutil.rmtree(dest, ignore_errors=True)
 staging.rename(dest)
 PY
-      rm -rf "$sdist_dir"
     fi
   ) > .cache/setup-downloads.log 2>&1 &
   background+=("$!:.cache/setup-downloads.log")
@@ -93,50 +98,37 @@ fi
 install=(bash scripts/uv_pip.sh .venv install)
 has_module() { .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)"; }
 
-# What the installed llama-cpp-python was built with: none, text (no libmtmd), mtmd, or cuda.
-llamacpp_build() {
-  .venv/bin/python - <<'PY'
-import importlib.util, pathlib
-spec = importlib.util.find_spec("llama_cpp")
-names = [path.name for path in (pathlib.Path(spec.origin).parent / "lib").iterdir()] if spec else []
-has = lambda prefix: any(name.startswith(prefix) for name in names)
-print("none" if spec is None else "cuda" if has("libggml-cuda") else "mtmd" if has("libmtmd") else "text")
-PY
-}
-
 # llama.cpp's compile is most of a first setup's time: it starts first, as a wheel of its own in
-# the background, beside every install below, and is installed at the end.
-build=$(llamacpp_build)
-llamacpp_wheels=.cache/llama-cpp-wheel
+# the background, beside every install below, and is installed at the end. It is compiled for this
+# CPU (-march=native), so its wheel is kept under a key of this CPU's instruction sets, compiler and
+# build (engines/backends/llamacpp_build.py), outside pip's cache, which would hand it to any CPU:
+# another CPU, or a copy of this environment on one, builds its own.
+build_info() { .venv/bin/python engines/backends/llamacpp_build.py "$@"; }
 llamacpp_job=""
-if [ "$want_llamacpp" = 1 ] && { [ "$build" = none ] || [ "$build" = text ] || { [ "$want_cuda" = 1 ] && [ "$build" != cuda ]; }; }; then
-  # ggml's own thread pool rather than OpenMP: with OMP_WAIT_POLICY=PASSIVE, which torch needs on a
-  # few cores, OpenMP's llama.cpp decodes three times slower. On the CPU, a unity build of only what
-  # the wheel ships (llamacpp_build.cmake); a CUDA build as llama.cpp's own, the way it is tested upstream.
-  cmake_args="-DGGML_OPENMP=OFF"
+llamacpp_failed=""
+if [ "$want_llamacpp" = 1 ]; then
+  # A CUDA build stays one until --no-llamacpp: the README's plain setup.sh must not undo --cuda.
+  [ "$(build_info stamped kind)" = cuda ] && want_cuda=1
   if [ "$want_cuda" = 1 ]; then
-    cmake_args="$cmake_args -DGGML_CUDA=on"
+    # As llama.cpp's own CUDA build, the way it is tested upstream.
+    kind=cuda cmake_args="-DGGML_CUDA=on -DGGML_OPENMP=OFF"
   else
-    cmake_args="$cmake_args -DCMAKE_PROJECT_INCLUDE=$PWD/scripts/llamacpp_build.cmake"
+    # Every choice of the CPU build is in llamacpp_build.cmake.
+    kind=cpu cmake_args="-DCMAKE_PROJECT_INCLUDE=$PWD/scripts/llamacpp_build.cmake"
   fi
-  if ! command -v c++ >/dev/null && ! command -v g++ >/dev/null; then
-    echo "No C++ compiler here, so llama.cpp is left out and the app runs on transformers (about 5 times slower on CPU)." >&2
-    echo "To add it: install one (Debian/Ubuntu: apt-get install build-essential), then run this script again." >&2
-    if [ "$want_tests" = 1 ]; then exit 1; fi
+  llamacpp_key=$(build_info key "$kind" scripts/llamacpp_build.cmake)
+  llamacpp_wheels=${ANYCHAT_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/anychat/llama-cpp-wheels}/$llamacpp_key
+  if [ "$(build_info stamped key)" = "$llamacpp_key" ] && has_module llama_cpp; then
+    llamacpp_wheels=""
+  elif compgen -G "$llamacpp_wheels/*.whl" >/dev/null; then
+    echo "llama-cpp-python: the wheel built earlier for this CPU, from $llamacpp_wheels"
+  elif ! command -v c++ >/dev/null && ! command -v g++ >/dev/null; then
+    llamacpp_failed="There is no C++ compiler here to build llama.cpp (Debian/Ubuntu: apt-get install build-essential)."
+    llamacpp_wheels=""
   else
-    echo "Building llama-cpp-python ($cmake_args) beside the other installs: it compiles llama.cpp with libmtmd (images and audio), a few minutes on 2 cores, once (pip keeps the wheel)…"
-    if [ "$build" != none ]; then
-      # pip's wheel cache is keyed by the source package, not by CMAKE_ARGS: drop the wheel built
-      # the other way (an earlier text-only or CPU build) so that this build is the one installed.
-      .venv/bin/python -m pip cache remove --quiet 'llama_cpp_python*' >/dev/null 2>&1 || true
-    fi
-    rm -rf "$llamacpp_wheels"
-    (
-      started=$SECONDS
-      CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/python -m pip wheel --quiet \
-        --disable-pip-version-check --no-deps -w "$llamacpp_wheels" llama-cpp-python==0.3.36
-      echo "llama-cpp-python built in $((SECONDS - started)) s."
-    ) > .cache/setup-llamacpp.log 2>&1 &
+    echo "Building llama-cpp-python ($kind) beside the other installs: it compiles llama.cpp with libmtmd (images and audio) for this CPU, a few minutes on 2 cores, once…"
+    bash scripts/llamacpp_wheel.sh "$llamacpp_sdist" "$llamacpp_wheels" .cache/setup-llamacpp.log "$cmake_args" \
+      > .cache/setup-llamacpp.said 2>&1 &
     llamacpp_job=$!
   fi
 fi
@@ -173,17 +165,15 @@ background+=("$!:.cache/setup-compile.log")
 if [ "$want_tests" = 1 ]; then
   "${install[@]}" -r requirements-test.txt
 fi
-if [ -n "$llamacpp_job" ]; then
-  if wait "$llamacpp_job"; then
-    cat .cache/setup-llamacpp.log
-    reinstall=()
-    [ "$build" != none ] && reinstall=(--reinstall-package llama-cpp-python --no-deps)
-    "${install[@]}" "${reinstall[@]}" --find-links "$llamacpp_wheels" llama-cpp-python==0.3.36
-  else
-    cat .cache/setup-llamacpp.log >&2
-    echo "llama-cpp-python did not build (the lines above say why), so the app runs on transformers; run this script again to retry." >&2
-    if [ "$want_tests" = 1 ]; then exit 1; fi
-  fi
+if [ -n "$llamacpp_job" ] && wait "$llamacpp_job"; then
+  cat .cache/setup-llamacpp.said
+elif [ -n "$llamacpp_job" ]; then
+  llamacpp_failed=$(cat .cache/setup-llamacpp.said)
+  llamacpp_wheels=""
+fi
+if [ -n "$llamacpp_wheels" ]; then
+  "${install[@]}" --reinstall-package llama-cpp-python --find-links "$llamacpp_wheels" "llama-cpp-python==$LLAMACPP_VERSION"
+  build_info stamp "$llamacpp_key" "$kind"
 fi
 for job in "${background[@]}"; do
   if ! wait "${job%%:*}"; then
@@ -193,4 +183,11 @@ for job in "${background[@]}"; do
   fi
 done
 bash scripts/compile_venv.sh .venv >> .cache/setup-compile.log 2>&1
+if [ -n "$llamacpp_failed" ]; then
+  # Everything else is installed, so the app runs, on transformers: a red setup all the same, since
+  # a GGUF file then runs several times slower, unless that was asked for.
+  echo "$llamacpp_failed" >&2
+  echo "setup incomplete: .venv runs the app on transformers alone, about 5 times slower on GGUF files. Fix the cause above and run this script again, or set up without llama.cpp on purpose: bash scripts/setup.sh --no-llamacpp" >&2
+  exit 1
+fi
 echo "setup done: .venv"

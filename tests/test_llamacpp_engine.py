@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib.util
+import json
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import pytest
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh builds it)", exc_type=ImportError)
 
-from engines import ChatModel, ConfigError, MediaError, ModelBusyError, ModelLoadError, ModelSlot  # noqa: E402
+from engines import BackendUnavailableError, ChatModel, ConfigError, MediaError, ModelBusyError, ModelLoadError, ModelSlot  # noqa: E402
 from engines.backends.free_cores import WINDOW  # noqa: E402
 from engines.model_files.paths import default_gguf  # noqa: E402
 from harness.engine_contract import LONG_PROMPT, LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract, weights_question  # noqa: E402
@@ -475,6 +476,39 @@ def test_auto_chooses_llamacpp_for_a_gguf_where_installed_and_says_why(monkeypat
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real_find_spec(name, *a))
     without = ModelArgs.build()
     assert without.backend == "huggingface" and "bash scripts/setup.sh (with a C++ compiler" in without.backend_reason
+
+
+def test_a_build_for_another_cpu_is_refused_before_it_can_crash(monkeypatch, tmp_path):
+    """A .venv copied from a newer CPU holds a llama.cpp that would die with 'Illegal instruction':
+    auto runs the GGUF on transformers and says why, and asking for llama.cpp says what to run."""
+    from engines.backends import llamacpp_build
+    from engines.model_files.model_args import ModelArgs
+
+    stamp = tmp_path / "llama-cpp-build.json"
+    monkeypatch.setattr(llamacpp_build, "STAMP", stamp)
+    llamacpp_build.write_stamp("this-cpu", "cpu")
+    assert ModelArgs.build().backend == "llamacpp", "a build stamped with this CPU's own instruction sets runs here"
+    stamp.write_text(json.dumps({"key": "newer-cpu", "kind": "cpu",
+                                 "instruction_sets": sorted(llamacpp_build.instruction_sets() | {"avx10_2"})}))
+    moved = ModelArgs.build()
+    assert moved.backend == "huggingface"
+    assert "compiled for another CPU, with avx10_2, which this one lacks" in moved.backend_reason
+    assert "bash scripts/setup.sh builds it for this CPU" in moved.backend_reason
+    with pytest.raises(BackendUnavailableError, match="avx10_2.*bash scripts/setup.sh builds it for this CPU"):
+        ChatModel(LLAMACPP)
+
+
+def test_the_first_load_reports_its_stages_in_order_going_forward(monkeypatch, tmp_path):
+    """With an empty cache the GGUF's tokenizer is read once before llama.cpp opens the file: each
+    stage's line comes once, in order, and the fraction done never goes back."""
+    monkeypatch.setenv("ANYCHAT_CACHE_DIR", str(tmp_path))
+    reported = []
+    with ChatModel(LLAMACPP, progress=lambda fraction, message: reported.append((fraction, message))):
+        pass
+    fractions = [fraction for fraction, _ in reported]
+    assert fractions == sorted(fractions) and 0 <= fractions[0] and fractions[-1] <= 1, reported
+    stages = ["Reading SmolLM2-135M-Instruct.Q4_1.gguf's tokenizer", "Wrote ", "Opening SmolLM2-135M-Instruct.Q4_1.gguf"]
+    assert [next(i for i, (_, message) in enumerate(reported) if message.startswith(stage)) for stage in stages] == [0, 1, 2], reported
 
 
 # ---- through the API

@@ -19,7 +19,8 @@ SHARED_ENGINE = {"test_vllm_api": "vllm", "test_vllm_engine": "vllm"}
 # order only balances the workers: a module missing here runs after these; add one that grows slow.
 SLOWEST_FIRST = (
     "test_isolation", "test_soak", "test_benchmarks", "vllm", "test_llamacpp_engine", "test_browser", "test_structured_output",
-    "test_api_reliability", "test_browser_chats", "test_huggingface_engine", "test_llamacpp_media",
+    "test_api_reliability", "test_browser_chats", "test_huggingface_engine", "test_llamacpp_media", "test_llamacpp_build",
+    "test_package_install",
     # The slowest of those that `scripts/test.sh --quick` runs, so that its last module is a short one.
     "test_api", "test_webui_handlers", "test_api_text_completions", "test_tools", "test_saved_chats", "test_page_bad_input",
 )

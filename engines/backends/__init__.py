@@ -8,7 +8,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ..errors import BackendUnavailableError
-from .registry import BACKENDS, missing_packages
+from .registry import BACKENDS, unavailable_reason
 
 if TYPE_CHECKING:
     from .base import BaseEngine
@@ -17,11 +17,7 @@ if TYPE_CHECKING:
 def engine_class(name: str) -> type[BaseEngine]:
     """The engine class of backend ``name`` (a ModelArgs-checked name), imported now, or a clear
     error saying what to install."""
-    backend = BACKENDS[name]
-    missing = missing_packages(name)
-    if missing:
-        raise BackendUnavailableError(
-            f"The {name} backend needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
-            f"not installed here. Install with: {backend.install}"
-        )
-    return getattr(importlib.import_module(f"{__name__}.{name}"), backend.class_name)
+    unavailable = unavailable_reason(name)
+    if unavailable is not None:
+        raise BackendUnavailableError(unavailable[0].upper() + unavailable[1:] + ".")
+    return getattr(importlib.import_module(f"{__name__}.{name}"), BACKENDS[name].class_name)

@@ -27,7 +27,7 @@ from transformers.generation.streamers import BaseStreamer
 from ..errors import ModelLoadError
 from ..generation_args import GenerationArgs
 from ..logprobs import RawLogprobs, TokenLogprobs, log_softmax, top_logprobs
-from ..model_files import Progress
+from ..model_files import Progress, within
 from ..model_files.model_args import ModelArgs
 from ..model_files.paths import resolve_model_path
 from ..prompt.builder import LOAD_HINT, Prompt, PromptBuilder
@@ -51,7 +51,7 @@ class HuggingFaceEngine(BaseEngine):
     def __init__(self, model_args: ModelArgs, generation: dict[str, Any] | None = None, progress: Progress | None = None) -> None:
         report = progress or (lambda fraction, message: None)
         self.model_args = model_args
-        self.model_path = path = resolve_model_path(model_args.model_name_or_path, progress)
+        self.model_path = path = resolve_model_path(model_args.model_name_or_path, within(progress, 0.0, 0.8))
         report(0.85, f"Loading {model_args.display_name}…")
         self.prompts = PromptBuilder.from_pretrained(path, model_args, generation)
         model_class = (

@@ -42,7 +42,7 @@ import psutil
 from ..errors import BackendUnavailableError, ConfigError, MediaError, ModelLoadError
 from ..generation_args import GenerationArgs
 from ..logprobs import RawLogprobs, TokenLogprobs
-from ..model_files import Progress
+from ..model_files import Progress, within
 from ..model_files.gguf import gguf_metadata_dir
 from ..model_files.gguf_header import GgufModel
 from ..model_files.model_args import ModelArgs
@@ -55,6 +55,7 @@ from ..request import ChatRequest
 from .base import BaseEngine, Response
 from .grammar_sandbox import compile_bounded
 from .llamacpp_batcher import Batcher, Job, StepThreads
+from .llamacpp_build import cpu_has_amx
 from .llamacpp_grammar import gbnf
 from .llamacpp_media import MediaEncoder, mtmd
 from .registry import BACKENDS
@@ -127,7 +128,7 @@ class LlamaCppEngine(BaseEngine):
         self.model_path = gguf = gguf_file(model_args.model_name_or_path)
         embedded = DEFAULT_MODEL_GENERATION if model_args.model_name_or_path is None else None
         self.shape = GgufModel.read(gguf)
-        metadata = gguf_metadata_dir(gguf, progress, embedded)
+        metadata = gguf_metadata_dir(gguf, within(progress, 0.0, 0.6), embedded)
         self.prompts = PromptBuilder.from_gguf_metadata(str(metadata), model_args, generation, self.shape.context_length)
         projector = find_projector(gguf, model_args.mmproj, self.shape.embedding_width)
         report(0.7, f"Opening {gguf.name} with llama.cpp…")
@@ -285,7 +286,7 @@ def open_llama(path: str, settings: dict[str, Any], sequences: int = 1) -> llama
     it opens. A cache of its own keeps a sequence's attention summed in the same order whatever
     runs beside it (in one shared cache, its tokens sit among the others' and the sums round
     differently), so a reply is the same alone or in a batch."""
-    with (_load_lock, _patched_defaults("llama_model_default_params", use_extra_bufts=not _cpu_has_amx()),
+    with (_load_lock, _patched_defaults("llama_model_default_params", use_extra_bufts=not cpu_has_amx()),
           _patched_defaults("llama_context_default_params", n_seq_max=sequences, kv_unified=False)):
         try:
             return llama_cpp.Llama(model_path=path, **settings)
@@ -317,13 +318,6 @@ def default_threads() -> int:
     threads wrote 19 tok/s beside one busy process, 1 thread 68."""
     return max(1, (psutil.cpu_count(logical=False) or 1) - 1)
 
-
-def _cpu_has_amx() -> bool:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return " amx_tile" in f.read()
-    except OSError:
-        return False
 
 
 def _fitting_context(shape: GgufModel, sequences: int) -> int:

@@ -8,6 +8,7 @@ import importlib.util
 from dataclasses import dataclass
 
 from ..model_files.server_address import is_server_address
+from .llamacpp_build import unfit_for_this_cpu
 
 # Let the app choose: llama.cpp for a GGUF file where it is installed, transformers otherwise.
 AUTO = "auto"
@@ -46,7 +47,8 @@ BACKENDS = {
                 "(it brings kt-kernel and sglang-kt, KTransformers' fork of SGLang, which replaces plain sglang)",
                 _SGLANG_SETTINGS),
         Backend("llamacpp", "LlamaCppEngine", ("llama_cpp",),
-                "bash scripts/setup.sh (with a C++ compiler, it compiles llama-cpp-python: about 3 to 4 minutes on 2 cores, once)",
+                "bash scripts/setup.sh (with a C++ compiler, it compiles llama-cpp-python: about 4 to 5 minutes on 2 cores, once; "
+                "where anychat was installed with pip: CMAKE_ARGS=-DGGML_OPENMP=OFF pip install llama-cpp-python==0.3.36)",
                 frozenset({"max_model_len", "threads", "batch_size", "gpu_layers", "mmproj"})),
         Backend("remote", "RemoteEngine", ("httpx",),
                 "pip install httpx (the remote backend reaches another server's OpenAI-compatible API over HTTP)",
@@ -76,13 +78,19 @@ def choose_backend(infer_backend: str, model_name_or_path: str | None) -> tuple[
         return "remote", "auto: the address of a server"
     if model_name_or_path is not None and not model_name_or_path.lower().endswith(".gguf"):
         return "huggingface", "auto: not a GGUF file"
-    if not missing_packages("llamacpp"):
+    unavailable = unavailable_reason("llamacpp")
+    if unavailable is None:
         return "llamacpp", "auto: a GGUF file, and llama.cpp is installed"
-    return "huggingface", (
-        f"auto: llama.cpp is not installed; {BACKENDS['llamacpp'].install} adds the llamacpp backend, "
-        "several times faster on CPU for GGUF files"
-    )
+    return "huggingface", f"auto: {unavailable}; the llamacpp backend runs GGUF files several times faster on CPU"
 
 
-def missing_packages(name: str) -> list[str]:
-    return [package for package in BACKENDS[name].requires if importlib.util.find_spec(package) is None]
+def unavailable_reason(name: str) -> str | None:
+    """Why backend ``name`` cannot run here, with what to run to fix it, or None."""
+    backend = BACKENDS[name]
+    missing = [package for package in backend.requires if importlib.util.find_spec(package) is None]
+    if missing:
+        return (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed, which the {name} backend "
+                f"needs; install with: {backend.install}")
+    if name == "llamacpp":
+        return unfit_for_this_cpu()
+    return None

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import BackendUnavailableError, ConfigError, MediaError, ModelLoadError, ModelUnloadedError
 from ..generation_args import GenerationArgs
 from ..logprobs import RawLogprobs, TokenLogprobs
-from ..model_files import Progress
+from ..model_files import Progress, within
 from ..model_files.model_args import ModelArgs, adapter_name
 from ..model_files.paths import resolve_model_path
 from ..prompt.builder import Prompt, PromptBuilder
@@ -61,7 +61,7 @@ class VllmEngine(BaseEngine):
         report = progress or (lambda fraction, message: None)
         self.model_args = model_args
         # vLLM cannot run a GGUF file on CPU; the converted safetensors directory serves everywhere.
-        self.model_path = path = resolve_model_path(model_args.model_name_or_path, progress)
+        self.model_path = path = resolve_model_path(model_args.model_name_or_path, within(progress, 0.0, 0.8))
         # Our prompt path shapes the prompt, says which media the model takes and regularises
         # them; vLLM runs its own processing of the media.
         self.prompts = PromptBuilder.from_pretrained(path, model_args, generation)
