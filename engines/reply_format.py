@@ -44,7 +44,8 @@ _REPEATS = ("minItems", "maxItems", "minLength", "maxLength")
 # patterns such as ^[a-z]{1,1000}$ and (\d{3}-){100}; the bound holds for a schema's patterns
 # together too, as xgrammar's time grows with each (a hundred bounded ones kept it busy for minutes).
 MAX_PATTERN_SIZE = 5_000
-_QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+# {m}, {m,}, {m,n}, and {,n}, which Python's engine reads as {0,n}.
+_QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}|\{,(\d+)\}")
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,7 @@ def pattern_size(pattern: str) -> int:
     while index < len(pattern):
         char = pattern[index]
         if char == "{" and (quantifier := _QUANTIFIER.match(pattern, index)):
-            bound = quantifier[2] or quantifier[1]
+            bound = quantifier[2] or quantifier[1] or quantifier[3]
             times = int(bound) if len(bound) <= 9 else 10**9
             groups[-1] += last * (times - 1)
             last = min(last * times, MAX_PATTERN_SIZE + 1)

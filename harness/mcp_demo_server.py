@@ -1,16 +1,19 @@
 """A real MCP server for the tests and benchmarks (the SDK's own MCPServer), over stdio, or
 Streamable HTTP with ``--http PORT``: tools that read (add, an HTTP request's header), write (write_note), take long (wait),
-die mid-call (crash), and add a tool of their own (grow) and say so (harness/mcp_config.py
-names it in a config)."""
+die mid-call (crash), add a tool of their own (grow) and say so, and take an argument whose
+schema's pattern backtracks (spell_a: ``^(a|a)*$`` on aaa…b takes twice as long for each a
+more) (harness/mcp_config.py names it in a config)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
+from pydantic import Field
 
 server = MCPServer("demo")
 notes: list[str] = []
@@ -47,6 +50,12 @@ def header(name: str, ctx: Context) -> str:
     """The HTTP request's header of this name (over Streamable HTTP)."""
     request = ctx.request_context.request
     return request.headers.get(name, "(none)") if request is not None else "(not HTTP)"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def spell_a(word: Annotated[str, Field(pattern="^(a|a)*$")]) -> str:
+    """Say a word made of the letter a."""
+    return word
 
 
 @server.tool()

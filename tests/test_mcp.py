@@ -60,7 +60,7 @@ def servers():
 def test_each_server_is_ready_or_failed_with_why(servers):
     statuses = {status.name: status for status in servers.statuses()}
     assert statuses["demo"].state == "ready"
-    assert statuses["demo"].tools == ("demo__add", "demo__write_note", "demo__wait", "demo__crash", "demo__header", "demo__grow")
+    assert statuses["demo"].tools == ("demo__add", "demo__write_note", "demo__wait", "demo__crash", "demo__header", "demo__spell_a", "demo__grow")
     assert statuses["missing"].summary() == "failed (its command was not found: no-such-command-here)"
     assert statuses["silent"].summary() == "failed (it did not answer within 2 s of starting)"
     assert statuses["babbling"].summary() == "failed (it did not answer within 2 s of starting)"
@@ -81,7 +81,7 @@ def test_the_servers_hints_say_which_tools_only_read_and_the_operator_may_say_ot
     finally:
         servers.close()
     assert read_only == {"demo__add": True, "demo__write_note": False, "demo__wait": True, "demo__crash": False, "demo__header": False,
-                         "demo__grow": False}
+                         "demo__spell_a": True, "demo__grow": False}
 
 
 def test_the_tools_a_server_adds_are_offered_once_it_says_so(servers):

@@ -27,6 +27,7 @@ QUESTION = [{"role": "user", "content": "Hi"}]
     ({"type": "string", "pattern": "^a+$", "maxLength": 3}, "both a pattern and a length"),
     # 107 bytes that took the server up by 800 MiB before the grammar's own size was checked.
     ({"type": "string", "pattern": "^a{300000000}$"}, "schema.pattern writes out more than 5,000 pieces"),
+    ({"type": "string", "pattern": "^a{,300000000}$"}, "schema.pattern writes out more than 5,000 pieces"),
     ({"type": "object", "properties": {"id": {"type": "string", "pattern": "^(a{100}){100}$"}}}, "schema.properties.id.pattern writes out more"),
     ({"type": "string", "pattern": "^a{" + "9" * 5000 + "}$"}, "schema holds a number thousands of digits long"),
     # Each pattern within the bound, a hundred of them: xgrammar took minutes over such a schema.

@@ -1,7 +1,8 @@
 """Tools the model calls that run here: the built-in ones (builtin.py: a calculator, the time),
-how one call runs (toolbox.py), the loop that runs a reply's calls and has the model go on with
-their results (agent_loop.py), the MCP servers' (mcp_servers.py), every tool that may run
-(catalog.py), and which of them a chat runs (settings.py)."""
+how one call runs (toolbox.py), with its work off the event loop in a bounded child process
+(bounded_work.py), the loop that runs a reply's calls and has the model go on with their results
+(agent_loop.py), the MCP servers' (mcp_servers.py), every tool that may run (catalog.py), and which
+of them a chat runs (settings.py)."""
 
 from .agent_loop import DENIED, STEP_LIMIT, Approval, ApprovalAsked, StepLimitReached, ToolsRunning, reply_with_tools
 from .builtin import BUILTIN_TOOLS

@@ -8,12 +8,16 @@ import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from .bounded_work import run_bounded
 from .calculator import LONGEST_EXPRESSION, calculate
 from .toolbox import Tool
 
 
 async def _calculator(arguments: dict[str, Any]) -> str:
-    return calculate(arguments["expression"])
+    import simpleeval  # noqa: F401 (imported here: an import in a fork may wait forever on a lock another thread held)
+
+    expression = arguments["expression"]
+    return await run_bounded(calculate, expression, what=f"the calculation {expression[:100]!r}")
 
 
 async def _current_time(arguments: dict[str, Any]) -> str:
@@ -21,7 +25,8 @@ async def _current_time(arguments: dict[str, Any]) -> str:
     try:
         # A zone's file is read from disk the first time it is named.
         zone = await asyncio.to_thread(ZoneInfo, zone_name) if zone_name else None
-    except (ZoneInfoNotFoundError, ValueError):
+    # OSError: a name of a folder of zones, like Europe, whose message has the server's path.
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ValueError(f"{zone_name!r} is not a time zone this server knows: name one as the IANA database does, "
                          "like Europe/Paris or America/New_York, or leave it out for the server's own") from None
     now = datetime.datetime.now(zone) if zone else datetime.datetime.now().astimezone()

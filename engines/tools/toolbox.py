@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..prompt.reply_parser import ToolCall
+from .bounded_work import run_bounded
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ async def run_call(tool: Tool, call: ToolCall) -> ToolResult:
     """Run ``call`` of ``tool`` once its arguments fit the tool's schema."""
     started = time.perf_counter()
     try:
-        arguments = _arguments(tool, call)
+        arguments = await _arguments(tool, call)
         content = await tool.run(arguments)
     except asyncio.CancelledError:
         raise
@@ -66,9 +67,11 @@ async def run_call(tool: Tool, call: ToolCall) -> ToolResult:
     return ToolResult(call, content, None, time.perf_counter() - started)
 
 
-def _arguments(tool: Tool, call: ToolCall) -> dict[str, Any]:
-    """The call's arguments once they fit the tool's schema; else a ValueError that says where they do not."""
-    import jsonschema
+async def _arguments(tool: Tool, call: ToolCall) -> dict[str, Any]:
+    """The call's arguments once they fit the tool's schema; else a ValueError that says where they
+    do not. The check runs in a bounded child: an MCP server's schema may hold a pattern that
+    backtracks (``^(a|a)*$`` takes seconds on 26 characters, twice as long for each one more)."""
+    import jsonschema  # noqa: F401 (imported here: an import in a fork may wait forever on a lock another thread held)
 
     try:
         arguments = json.loads(call.arguments or "{}")
@@ -76,8 +79,17 @@ def _arguments(tool: Tool, call: ToolCall) -> dict[str, Any]:
         raise ValueError(f"the arguments are not JSON ({error.msg}): {call.arguments[:200]!r}") from None
     if not isinstance(arguments, dict):
         raise ValueError(f"the arguments must be a JSON object of the tool's parameters, not {call.arguments[:200]!r}")
-    problem = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(tool.parameters).iter_errors(arguments))
+    await run_bounded(_check_arguments, tool.name, tool.parameters, arguments,
+                      what=f"checking the arguments against the patterns and rules of {tool.name}'s parameters")
+    return arguments
+
+
+def _check_arguments(name: str, parameters: dict[str, Any], arguments: dict[str, Any]) -> str:
+    """Nothing where ``arguments`` fit ``parameters``; else a ValueError that says where they do not."""
+    import jsonschema
+
+    problem = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(parameters).iter_errors(arguments))
     if problem is not None:
         where = "/".join(str(part) for part in problem.absolute_path) or "the arguments"
-        raise ValueError(f"the arguments do not fit {tool.name}'s parameters: {where}: {problem.message}")
-    return arguments
+        raise ValueError(f"the arguments do not fit {name}'s parameters: {where}: {problem.message}")
+    return ""

@@ -1,0 +1,219 @@
+"""Tools that would freeze every user (issue 60, items 1 and 5): a calculation and an MCP server's
+argument schema that hold the event loop, which serves every page event and every ``/v1``
+request.
+
+A reply's tool calls run on that loop (webui's reply handler awaits agent_loop.reply_with_tools,
+which awaits toolbox.run_call); the model only chooses the arguments. So each attack is the call
+itself, awaited by a request handler on a server's one loop, as uvicorn serves the app, while
+another user asks that server for ``/v1/models``; the server's memory is sampled meanwhile. The
+server is a process of its own: a client in its process would wait for the GIL that a calculation
+holds before it even starts its clock, and measure nothing. Before the fix, ``round(1, -10**7)``
+held the other user 12.2 s, two 300 MB string formats grew the server from 367 to 1,509 MiB, and
+``^(a|a)*$`` on 26 characters held others 4.2 s, twice as long for each character more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from fastapi import FastAPI, Request
+
+from engines.prompt.reply_parser import ToolCall
+from engines.tools import BUILTIN_TOOLS, McpServers, Tool, run_call
+from engines.tools.bounded_work import WORK_SECONDS, WorkLimits, WorkRefused, run_bounded
+from engines.tools.mcp_servers import ServerConfig
+from harness.browser import free_port
+from harness.mcp_config import demo_entry
+
+pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install -r requirements.txt)")
+# A server process of its own (a stand-in for the app's loop), so out of scripts/test.sh --quick.
+pytestmark = pytest.mark.server
+
+# Another user's request is answered within this while a tool's work runs (on 2 busy cores).
+ANSWERED_WITHIN = 3
+MEMORY_SHARE = 0.10
+# Before the fix, 26 a's held the loop 4.2 s; 30 a's and a b take minutes of backtracking.
+BACKTRACKING_WORD = "a" * 30 + "b"
+# What the server says as a call reaches it: the other user asks only once the attack runs.
+CALL_ARRIVED = "call arrived"
+
+
+def serve_tools(port: int) -> None:
+    """The server of these tests: one loop that answers ``/v1/models`` and runs a tool call (the
+    built-in ones and the demo MCP server's), as the app's does."""
+    import uvicorn
+
+    servers = McpServers({"demo": ServerConfig.model_validate(demo_entry())})
+    servers.start()
+    servers.wait_started(timeout=60)
+    tools = {**BUILTIN_TOOLS, **servers.tools()}
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": "model", "object": "model"}]}
+
+    @app.post("/call/{name}")
+    async def call(name: str, request: Request) -> dict:
+        arguments = (await request.body()).decode()
+        print(CALL_ARRIVED, flush=True)
+        result = await run_call(tools[name], ToolCall(id="call-1", name=name, arguments=arguments))
+        return {"content": result.content, "error": result.error}
+
+    try:
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    finally:
+        servers.close()
+
+
+@dataclass
+class ToolServer:
+    url: str
+    process: subprocess.Popen
+
+
+@pytest.fixture(scope="module")
+def tool_server():
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-c", f"from tests.test_security_tools import serve_tools; serve_tools({port})"],
+                               cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE, bufsize=0)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, "the tools' server did not start"
+            try:
+                httpx.get(f"{url}/v1/models", timeout=5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        yield ToolServer(url, process)
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def demo_server():
+    servers = McpServers({"demo": ServerConfig.model_validate(demo_entry())})
+    servers.start()
+    servers.wait_started(timeout=60)
+    yield servers
+    servers.close()
+
+
+@dataclass
+class Attack:
+    result: dict
+    seconds: float
+    other_user_seconds: float
+    rss_before: int
+    rss_peak: int
+    rss_after: int
+
+
+def attack_while_another_asks(server: ToolServer, tool: str, arguments: dict) -> Attack:
+    """The call of ``tool`` with ``arguments``, and a fifth of a second into it another user's ``/v1/models``."""
+    said = server.process.stdout.fileno()
+    while select.select([said], [], [], 0)[0]:  # what the server said of earlier calls
+        os.read(said, 4096)
+    process = psutil.Process(server.process.pid)
+    rss_before = process.memory_info().rss
+    samples = [rss_before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            samples.append(process.memory_info().rss)
+
+    attack: dict = {}
+
+    def attacker() -> None:
+        started = time.monotonic()
+        attack["result"] = httpx.post(f"{server.url}/call/{tool}", content=json.dumps(arguments), timeout=600).json()
+        attack["seconds"] = time.monotonic() - started
+
+    threading.Thread(target=sample, daemon=True).start()
+    thread = threading.Thread(target=attacker)
+    thread.start()
+    try:
+        assert select.select([said], [], [], 60)[0] and os.read(said, 4096).strip() == CALL_ARRIVED.encode(), "the call did not reach the server"
+        time.sleep(0.2)
+        started = time.monotonic()
+        assert httpx.get(f"{server.url}/v1/models", timeout=600).status_code == 200
+        other_user_seconds = time.monotonic() - started
+    finally:
+        thread.join(600)
+        done.set()
+    return Attack(attack["result"], attack["seconds"], other_user_seconds, rss_before, max(samples), process.memory_info().rss)
+
+
+def assert_nobody_else_held(attack: Attack) -> None:
+    assert attack.other_user_seconds < ANSWERED_WITHIN, f"another user waited {attack.other_user_seconds:.1f} s"
+    for rss in (attack.rss_peak, attack.rss_after):
+        assert rss < attack.rss_before * (1 + MEMORY_SHARE), f"the server grew from {attack.rss_before / 2**20:.0f} to {rss / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("expression, why", [
+    ("round(1, -10**7)", "round takes a whole number of digits from -4000 to 4000, not -10000000"),
+    ("('%0300000000d' % 1) + ('%0300000000d' % 1)", "'%0300000000d' is not a real number: this calculator takes real numbers only"),
+    ("f'{1:0300000000d}'", "JoinedStr is not available"),
+])
+def test_a_calculation_that_would_hold_the_server_is_refused_at_its_cause_while_others_are_answered(tool_server, expression, why):
+    attack = attack_while_another_asks(tool_server, "calculator", {"expression": expression})
+    assert_nobody_else_held(attack)
+    assert attack.result["error"] and why in attack.result["error"] and attack.result["content"] == f"Error: {attack.result['error']}"
+    assert attack.seconds < ANSWERED_WITHIN
+
+
+def test_an_mcp_schema_pattern_that_backtracks_is_stopped_at_its_time_limit_while_others_are_answered(tool_server):
+    attack = attack_while_another_asks(tool_server, "demo__spell_a", {"word": BACKTRACKING_WORD})
+    assert_nobody_else_held(attack)
+    assert attack.result["error"] == (
+        f"checking the arguments against the patterns and rules of demo__spell_a's parameters took more than this server gives a "
+        f"tool's work ({WORK_SECONDS} s of CPU time, 256 MB of memory), so it was stopped")
+    fitting = httpx.post(f"{tool_server.url}/call/demo__spell_a", content='{"word": "aaaa"}', timeout=60).json()
+    assert fitting == {"content": "aaaa", "error": None}
+
+
+async def test_work_past_its_cpu_time_or_memory_is_stopped_and_said():
+    def spin() -> str:
+        while True:
+            pass
+
+    def hoard() -> str:
+        return str(len(bytearray(2**30)))
+
+    for job in (spin, hoard):
+        with pytest.raises(WorkRefused, match=r"^the test's work took more than this server gives a tool's work \(1 s of CPU time, 64 MB"):
+            await run_bounded(job, what="the test's work", limits=WorkLimits(seconds=1, memory=64 * 2**20))
+
+
+async def test_stop_ends_a_call_and_its_work_at_once(demo_server):
+    """Stop cancels the reply, and with it the call: the child checking its arguments is killed."""
+    tool: Tool = demo_server.tools()["demo__spell_a"]
+    before = {child.pid for child in psutil.Process().children()}
+    call = asyncio.create_task(run_call(tool, ToolCall(id="call-1", name=tool.name, arguments=json.dumps({"word": BACKTRACKING_WORD}))))
+    deadline = time.monotonic() + 10
+    while not (working := {child.pid for child in psutil.Process().children()} - before):
+        assert time.monotonic() < deadline, "the arguments' check did not start"
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    stopped = time.monotonic()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert time.monotonic() - stopped < 1
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in working)
