@@ -76,7 +76,7 @@ def web_app(slot, args: argparse.Namespace):
 
     from starlette.routing import Mount
 
-    from access.session_owners import SessionOwnerCheck, SessionOwners, keep_sessions_to_their_logins
+    from access.session_owners import SessionOwnerCheck, SessionOwners, keep_sessions_to_their_logins, state_dropper
     from api.body_limit import BodyLimit, is_api_path
     from store import Quota, StoreError, open_store, shown_url
     from webui.file_cache import FileCache
@@ -115,9 +115,10 @@ def web_app(slot, args: argparse.Namespace):
     page.add_middleware(EditedResponses, covers=lambda path: path == "/", edit=with_status_timer_script)
     page.add_middleware(EditedResponses, covers=is_blocks_script, edit=changed_statuses_pushed)
     if logins:
-        owners = SessionOwners()
+        owners = SessionOwners(end_session=state_dropper(demo))
         keep_sessions_to_their_logins(demo, owners)
-        page.add_middleware(SessionOwnerCheck, owners=owners, login_of=lambda request: gradio_login(gradio_app, request))
+        # On Gradio's own app: inside the page's body limit, which bounds the bodies the check reads.
+        gradio_app.add_middleware(SessionOwnerCheck, owners=owners, login_of=lambda request: gradio_login(gradio_app, request))
     return page
 
 

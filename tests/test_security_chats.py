@@ -4,6 +4,7 @@ id in every field that takes one, against the app of `python app.py --auth alice
 on the real default model (served in the test process: harness/app_in_process.py); and,
 without logins, one browser's chats out of another browser's reach."""
 
+import ctypes
 import gc
 import json
 import re
@@ -16,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from access.session_owners import NOT_YOURS
+from access.session_owners import NOT_A_SESSION, NOT_YOURS, SessionOwners
 from harness.app_in_process import AppInProcess
 from store import open_store
 from tests.page_client import PageClient, browser_kept, error, file_data, shown
@@ -145,8 +146,139 @@ def test_another_logins_session_hash_opens_nothing(app, tabs):
             refused = client.post("/gradio_api/cancel", json=cancel)
             assert refused.status_code == 403 and refused.json()["detail"] == NOT_YOURS, refused.text
     assert alice.http.post("/gradio_api/cancel", json=cancel).status_code == 200
+    # Gradio's /run runs an event outside the queue: before, Bob stopped her reply and answered her tool approval with it.
+    for listener, data in (("stop", [None]), ("answer", [None, "allow 0000000000000000"])):
+        refused = run_directly(bob, alice, listener, data)
+        assert refused.status_code == 403 and refused.json()["detail"] == NOT_YOURS, refused.text
+    assert run_directly(alice, alice, "stop", [None]).status_code == 200
+    # A component's server function runs on the session's state (none of the page's has one: Gradio answers 404).
+    server_function = {"data": None, "component_id": 1, "fn_name": "ls", "session_hash": alice.session}
+    refused = bob.http.post("/gradio_api/component_server", json=server_function)
+    assert refused.status_code == 403 and refused.json()["detail"] == NOT_YOURS, refused.text
+    assert bob.http.post("/gradio_api/component_server", data=server_function, files={"file": ("x", b"x")}).status_code == 400
     assert rows(app, secret_chat) == before
     assert chat_ids(alice, "locker") == [secret_chat]
+
+
+def run_directly(sender, tab, listener, data, session_hash=None) -> httpx.Response:
+    """``sender``'s answer to ``listener``'s event run directly (POST /gradio_api/run/…), in ``tab``'s session unless told."""
+    return sender.http.post(f"/gradio_api/run/{listener}", json={"data": data, "fn_index": tab.listeners[listener],
+                                                                "session_hash": session_hash or tab.session})
+
+
+def joined(tab, listener, data, session_hash):
+    """``listener``'s event joining the queue under ``session_hash``, its answer not waited for."""
+    return tab.http.post("/gradio_api/queue/join", json={"data": data, "event_data": None, "fn_index": tab.listeners[listener],
+                                                         "trigger_id": None, "session_hash": session_hash})
+
+
+def answered_meanwhile(tab, attack) -> float:
+    """The seconds ``tab``'s ordinary calls take while ``attack`` runs on a thread; ``attack`` has run to its end after."""
+    attacking = threading.Thread(target=attack)
+    attacking.start()
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert error(tab.call("search_chats", [None, ""])) is None and error(tab.call("list_presets", [None])) is None
+        return time.monotonic() - started
+    finally:
+        attacking.join(300)
+
+
+def test_a_session_hash_of_no_shape_gradio_makes_is_refused_unread_and_nothing_is_kept_of_it(app, tabs):
+    """Before: every hash seen was kept, of any length, on every /gradio_api URL that named one
+    and every event that joined: 40 refused joins with 4 MB hashes kept +160 MiB. Now a hash not
+    in the shape Gradio's clients make is refused (400) before it is read, and another user is
+    answered meanwhile."""
+    bob, alice = tabs("bob"), tabs("alice")
+    opened(alice)
+    huge, long = "a" * 4 * 2**20, "b" * 60_000  # the longest query httpx sends
+    refusals = []
+
+    def refused(answer: httpx.Response) -> None:
+        # Its status and detail only: the response holds its request, a 4 MB body in this process, the server's.
+        refusals.append((answer.status_code, answer.json()["detail"]))
+
+    def attack():
+        for _ in range(40):
+            refused(joined(bob, "search_chats", [None, ""], huge))
+        for path, params in (("/gradio_api/queue/data", {"session_hash": long}), (f"/gradio_api/heartbeat/{long}", {}),
+                             ("/gradio_api/deep_link", {"session_hash": long})):
+            for _ in range(10):
+                refused(bob.http.get(path, params=params))
+        refused(run_directly(bob, bob, "stop", [None], session_hash=long))
+        refused(bob.http.post("/gradio_api/cancel", json={"session_hash": "../" + "c" * 30, "fn_index": 0, "event_id": "0" * 32}))
+
+    before = kept_memory(app)
+    answered = answered_meanwhile(alice, attack)
+    after = kept_memory(app)
+    print(f"\nalice answered in {answered:.1f} s during the attack; server RSS {before / 2**20:.0f} -> {after / 2**20:.0f} MiB")
+    assert refusals == [(400, NOT_A_SESSION)] * 72
+    assert after < before * 1.1
+    assert answered < 5, f"another user's calls took {answered:.1f} s during the attack"
+    # The check reads an event's body inside the page's body limit.
+    too_large = run_directly(bob, bob, "stop", ["x" * 9 * 2**20])
+    assert too_large.status_code == 413 and "--max-page-request-size" in too_large.json()["detail"], too_large.text[:300]
+
+
+def test_a_session_hash_is_recorded_only_for_an_event_a_route_accepted(app, tabs):
+    """Before: a hash in any /gradio_api URL, real route or not, and in a refused event, became
+    the sender's; here Alice may still open her tab under each."""
+    bob = tabs("bob")
+    named_in_nothing, refused_event, run_by_no_route = "nothing0route", "refused0event", "no0such0listener"
+    assert bob.http.get("/gradio_api/no_such_route", params={"session_hash": named_in_nothing}).status_code == 404
+    assert joined(bob, "search_chats", [None], refused_event).status_code == 400  # short of its inputs
+    assert bob.http.post("/gradio_api/run/no_such_listener", json={"data": [], "session_hash": run_by_no_route}).status_code != 200
+    for session_hash in (named_in_nothing, refused_event, run_by_no_route):
+        alice = tabs("alice")
+        alice.session = session_hash
+        opened(alice)
+
+
+def test_a_flood_of_made_up_session_hashes_from_one_login_leaves_another_logins_tab_theirs(app, tabs):
+    """Before: the owner table forgot the oldest of 100,000 hashes, whoever's: a flood of made-up
+    ones pushed out an idle tab's, which could then be claimed. Now each login keeps its own most
+    recent hashes: Bob's flood forgets only his own oldest, Alice's idle tab stays hers, and she is
+    answered meanwhile."""
+    alice, bob = tabs("alice"), tabs("bob")
+    opened(alice)
+    flood = [f"flood{n:04d}" for n in range(SessionOwners().per_login + 44)]
+    statuses = []
+
+    def attack():
+        statuses.extend(run_directly(bob, bob, "stop", [None], session_hash).status_code for session_hash in flood)
+
+    before = kept_memory(app)
+    answered = answered_meanwhile(alice, attack)
+    after = kept_memory(app)
+    print(f"\nalice answered in {answered:.1f} s during a flood of {len(flood)} sessions; server RSS {before / 2**20:.0f} -> "
+          f"{after / 2**20:.0f} MiB")
+    assert statuses == [200] * len(flood)
+    assert answered < 5, f"another user's calls took {answered:.1f} s during the flood"
+    refused = run_directly(bob, alice, "stop", [None])
+    assert refused.status_code == 403 and refused.json()["detail"] == NOT_YOURS, refused.text
+    assert error(alice.call("search_chats", [None, ""])) is None, "her tab keeps its state"
+    # Bob's oldest hash was forgotten, with its session: whoever presents it starts an empty one. His newest stays his.
+    assert run_directly(alice, alice, "stop", [None], session_hash=flood[0]).status_code == 200
+    assert run_directly(alice, alice, "stop", [None], session_hash=flood[-1]).status_code == 403
+    assert after < before * 1.1
+
+
+def test_a_login_past_its_sessions_forgets_its_own_oldest_and_ends_it():
+    ended = []
+    owners = SessionOwners(per_login=3, end_session=ended.append)
+    assert owners.claim("alices0tab", "alice")
+    made_up = [f"made0up{n}" for n in range(10)]
+    for session_hash in made_up:
+        assert owners.claim(session_hash, "bob")
+    assert owners.owner_of("alices0tab") == "alice" and not owners.admits("alices0tab", "bob") and not owners.claim("alices0tab", "bob")
+    assert ended == made_up[:7]
+    assert [owners.owner_of(session_hash) for session_hash in made_up] == [None] * 7 + ["bob"] * 3
+    # A hash used again is kept over one used longer ago.
+    assert owners.admits("made0up7", "bob") and owners.claim("made0up10", "bob")
+    assert ended[-1] == "made0up8" and owners.owner_of("made0up7") == "bob"
+    # Without a login nothing is recorded: Gradio refuses the event.
+    assert owners.claim("anonymous", None) and owners.owner_of("anonymous") is None
 
 
 def test_before_the_page_has_opened_every_chat_listener_refuses(app, tabs):
@@ -181,6 +313,15 @@ def test_without_logins_each_browser_has_its_own_chats(tmp_path_factory):
 def server_memory(app: AppInProcess) -> int:
     """The server's resident memory once what the last requests left is collected."""
     gc.collect()
+    return psutil.Process(app.pid).memory_info().rss
+
+
+def kept_memory(app: AppInProcess) -> int:
+    """The server's resident memory less what glibc holds freed: a run of multi-megabyte bodies, read
+    and dropped, leaves its heaps about 100 MiB larger (the same after 40 bodies as after 120), which
+    would hide whether anything of them is kept."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     return psutil.Process(app.pid).memory_info().rss
 
 
