@@ -178,10 +178,14 @@ class ChatHandlers:
         tree.add(turn.model_copy(update={"content": edited_text(edit.value), "error": None}, deep=True), tree.parents[place])
         # Stop is shown by this handler itself: the edit's data reaches only the listener the edit
         # triggers, so no start can run before it in one chain, and a listener of its own beside it
-        # could land after a short reply had ended, leaving Stop shown for good.
-        yield {"stop_btn": gr.update(visible=True)}
+        # could land after a short reply had ended, leaving Stop shown for good. Every update shows
+        # it: Gradio sends each update of a stream as a diff from the one before, which its client
+        # applies in place to that one, and where the page had not applied it yet (on a loaded
+        # machine the stream brought an edit's first updates before the page had read the event's
+        # id, and the client handed them over together), an update leaving Stop out took the "shown"
+        # out of the first: the reply, however long, was written with no Stop to press.
         async for update in self._answer(session, settings, page_request):
-            yield update
+            yield {**update, "stop_btn": gr.update(visible=True)}
 
     def stop(self, session: ChatSession) -> None:
         session.stop_requested = True
