@@ -89,8 +89,8 @@ def unavailable_reason(name: str) -> str | None:
     backend = BACKENDS[name]
     missing = [package for package in backend.requires if importlib.util.find_spec(package) is None]
     if missing:
-        return (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed, which the {name} backend "
-                f"needs; install with: {backend.install}")
+        return (f"the {name} backend needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+                f"not installed here; install with: {backend.install}")
     if name == "llamacpp":
         return unfit_for_this_cpu()
     return None
