@@ -13,12 +13,13 @@ from .login_throttle import LoginThrottle, TooManyFailedLogins
 from .logins import ClientAddress, Logins
 
 
-def guard(app: FastAPI, allowed_hosts: AllowedHosts, refuse: Refusal = plain_refusal) -> None:
+def guard(app: FastAPI, allowed_hosts: AllowedHosts, refuse: Refusal = plain_refusal, read_by_any_page: tuple[str, ...] = ()) -> None:
     """Check every request to ``app``, the page mounted on it included, before anything reads it;
-    ``refuse`` answers those refused."""
+    ``refuse`` answers those refused; under ``read_by_any_page``, reading is any page's."""
     app.add_middleware(ClientAddress)
     app.add_middleware(ContentSecurityPolicy)
-    app.add_middleware(HostAndOriginCheck, allowed=allowed_hosts, refuse=refuse)  # added last: the outermost
+    # Added last: the outermost.
+    app.add_middleware(HostAndOriginCheck, allowed=allowed_hosts, refuse=refuse, read_by_any_page=read_by_any_page)
 
 
 __all__ = [

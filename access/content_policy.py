@@ -3,7 +3,9 @@
 The chat renders Markdown, so a reply holding ![](https://elsewhere/?q=…) would have the browser
 fetch that URL the moment it is shown, and a prompt-injected reply can put the conversation into
 it. With this policy the browser refuses every fetch that is not from this server (images, media,
-styles, fonts, scripts, connections, frames, form posts), and no other site may frame the page.
+styles, fonts, scripts, connections, frames), no form is ever posted (the login signs in by a
+script's fetch: a form a reply slipped in could only post someone else's login), and no other
+site may frame the page.
 
 What the page itself needs: Gradio's inline config script and event handlers run as inline
 scripts and through the AsyncFunction constructor ('unsafe-inline', 'unsafe-eval': they do not
@@ -26,7 +28,7 @@ POLICY = "; ".join((
     "worker-src 'self' blob:",
     "object-src 'none'",
     "base-uri 'self'",
-    "form-action 'self'",
+    "form-action 'none'",
     "frame-ancestors 'self'",
 ))
 

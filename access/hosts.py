@@ -124,12 +124,15 @@ def plain_refusal(path: str, status: int, message: str, code: str) -> Response:
 class HostAndOriginCheck:
     """ASGI middleware refusing requests whose Host is not one of ``allowed`` (400) and those a
     page of another origin sends (403), before anything else reads them, answered by ``refuse``
-    (the API answers in its own error shape under its own paths)."""
+    (the API answers in its own error shape under its own paths). Under ``read_by_any_page``
+    (path prefixes), reading (GET, HEAD) is any page's: files that hold nothing of anyone's, which
+    the page's sandboxed frames (an opaque origin, sent as Origin: null) fetch."""
 
-    def __init__(self, app: ASGIApp, allowed: AllowedHosts, refuse: Refusal = plain_refusal) -> None:
+    def __init__(self, app: ASGIApp, allowed: AllowedHosts, refuse: Refusal = plain_refusal, read_by_any_page: tuple[str, ...] = ()) -> None:
         self.app = app
         self.allowed = allowed
         self.refuse = refuse
+        self.read_by_any_page = read_by_any_page
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -138,7 +141,8 @@ class HostAndOriginCheck:
         headers = Headers(scope=scope)
         host, origin = headers.get("host"), headers.get("origin")
         status, problem = 400, self.allowed.host_problem(host)
-        if problem is None and origin is not None:
+        read_by_any_page = scope.get("method") in ("GET", "HEAD") and scope["path"].startswith(self.read_by_any_page)
+        if problem is None and origin is not None and not read_by_any_page:
             status, problem = 403, self.allowed.origin_problem(origin, host, scope["scheme"])
         if problem is None:
             await self.app(scope, receive, send)

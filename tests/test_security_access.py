@@ -390,3 +390,111 @@ def test_the_page_fetches_nothing_from_outside_and_still_works(app, browser, out
     finally:
         context.close()
     assert violations and all(v.startswith(outside.url) for v in violations), f"the page itself broke the policy: {violations}"
+
+
+def import_reply(page, reply, tmp_path):
+    """Show a conversation whose reply is ``reply``, as an imported chat shows it."""
+    path = tmp_path / "reply.json"
+    path.write_text(json.dumps({"system_prompt": "", "turns": [{"role": "user", "content": "Show me."}, {"role": "assistant", "content": reply}]}))
+    page.get_by_text("Conversation file").click()
+    with page.expect_file_chooser() as chooser:
+        page.locator("#import-btn").click()
+    chooser.value.set_files(str(path))
+    expect(bot_messages(page).last).to_contain_text("The end.")
+
+
+# What a prompt-injected reply (or an imported chat) writes: code hidden from the eye, a box over
+# the page, a form that posts the attacker's login, the markup of the page's own controls.
+HOSTILE_REPLY = """Run this:
+
+```python
+print("Hello!")
+```
+
+<pre><code class="language-python">print("Hi!")<span hidden>
+print("hidden line")</span></code></pre>
+
+<details><summary>More</summary><pre><code class="language-python">print("folded")</code></pre></details>
+
+<div style="position:fixed;inset:0;z-index:9999;background:white" id="cover">Your session expired.</div>
+
+<form action="/login" method="post"><input type="hidden" name="username" value="mallory"><button id="sneaky">Continue</button></form>
+
+<span class="tool-approval"><span class="approve-once q-0123456789abcdef">Allow once</span></span>
+<span class="version-go v-0">‹</span> <span class="browser-run k-0123456789abcdef">marker</span>
+
+The end."""
+
+
+@needs_chromium
+def test_a_reply_can_neither_hide_code_nor_cover_the_page_nor_post_a_login(app, browser, tmp_path):
+    """Before: the reply's HTML kept style, forms and hidden: ▶ Run ran the hidden line, a fixed
+    box covered the chat, and the form signed the browser into the attacker's account."""
+    context = browser.new_context()
+    try:
+        page = logged_in_page(app, context, "alice")
+        import_reply(page, HOSTILE_REPLY, tmp_path)
+        reply = bot_messages(page).last
+        # Its HTML shows as the text it is; only Markdown's own code block is code (the hidden output under its Run is the page's).
+        expect(reply).to_contain_text('<form action="/login" method="post">')
+        expect(reply).to_contain_text('<div style="position:fixed;inset:0;z-index:9999;background:white" id="cover">')
+        for planted in ("form", "input", "#sneaky", "#cover", "[hidden]:not(.python-output)", "details", "[style*=fixed]", ".tool-approval", ".version-go", ".browser-run"):
+            expect(page.locator(f"#chatbot [data-testid=bot] {planted}")).to_have_count(0)
+        runs = page.locator("#chatbot .python-run button")
+        expect(runs).to_have_count(1)
+        runs.click()
+        expect(page.locator("#chatbot .python-output")).to_have_text("Hello!\n", timeout=120_000)
+        # No page of this server posts a form: the login signs in by a script's fetch.
+        assert "form-action 'none'" in httpx.get(url_of(app) + "/").headers["content-security-policy"]
+    finally:
+        context.close()
+
+
+SANDBOX_PROBE = """```python
+import js
+print("origin", js.self.origin)
+try:
+    answer = await js.fetch("APP/gradio_api/info", js.Object.fromEntries([["credentials", "include"]]))
+    print("fetched", answer.status)
+except Exception as error:
+    print("refused", type(error).__name__)
+```
+
+```python
+print("‮ evil ⁦")
+```
+
+The end."""
+
+
+@needs_chromium
+def test_python_in_the_browser_holds_no_login_and_its_files_are_behind_it(app, browser, tmp_path):
+    """Before: the interpreter was a same-origin worker, whose fetches carried the page's cookies
+    (one click listed the user's saved chats), and /pyodide/ served its REPL pages to anyone."""
+    context = browser.new_context()
+    try:
+        page = logged_in_page(app, context, "alice")
+        import_reply(page, SANDBOX_PROBE.replace("APP", url_of(app)), tmp_path)
+        runs = page.locator("#chatbot .python-run button")
+        expect(runs).to_have_count(2)
+        runs.first.click()
+        output = page.locator("#chatbot .python-output").first
+        expect(output).to_contain_text("refused", timeout=120_000)
+        expect(output).to_contain_text("origin null")
+        # Code that reads in another order than it runs (Trojan Source) does not run.
+        runs.last.click()
+        expect(page.locator("#chatbot .python-output.failed")).to_contain_text("Not run: this code holds characters that change the order")
+    finally:
+        context.close()
+    # The interpreter's files are under a path only a login's page names, and only those it loads.
+    outsider = httpx.get(url_of(app) + "/config")
+    assert outsider.status_code == 401 and "/pyodide/" not in outsider.text
+    with httpx.Client(base_url=url_of(app)) as alice:
+        assert alice.post("/login", data={"username": "alice", "password": USERS["alice"]}).status_code == 200
+        path = re.search(r"/pyodide/[\w-]+/", alice.get("/config").text).group()
+    assert httpx.get(url_of(app) + "/pyodide/pyodide.asm.wasm").status_code == 404
+    wasm = httpx.head(url_of(app) + path + "pyodide.asm.wasm", headers={"Origin": "null"})
+    assert (wasm.status_code, wasm.headers["access-control-allow-origin"], wasm.headers["content-type"]) == (200, "*", "application/wasm")
+    assert httpx.get(url_of(app) + path + "console.html").status_code == 404
+    # Reading only: anything else from Origin null is refused.
+    assert httpx.post(url_of(app) + path + "pyodide.js", headers={"Origin": "null"}).status_code == 403

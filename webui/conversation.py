@@ -19,6 +19,7 @@ from engines.tools import Tool
 from store import MessageTree
 
 from .attachments import AttachedDocument, chip
+from .inert_markdown import inert
 from .python_in_browser import code_key
 from .reply_stats import ReplyStats
 from .tool_approval import question_key, question_line
@@ -168,15 +169,15 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
     if turn.role == "user":
         content: list[Any] = [{"path": path} for path in turn.files] + [chip(document) for document in turn.documents]
         if turn.content:
-            content.append(turn.content)
-        missing = ", ".join(turn.missing_files)
+            content.append(inert(turn.content))
+        missing = inert(", ".join(turn.missing_files))
         # A message whose only files are gone still needs something to show.
         shown = [{"role": "user", "content": content or [f"📎 {missing}"]}]
         if missing:
             shown.append({"role": "assistant", "content": f"{missing}: no longer on the server, so neither shown nor sent to the model.",
                           "metadata": {"title": "📎 Missing file" + ("s" if len(turn.missing_files) > 1 else "")}})
         if turn.error:
-            shown.append({"role": "assistant", "content": turn.error, "metadata": {"title": "⚠ The model could not answer"}})
+            shown.append({"role": "assistant", "content": inert(turn.error), "metadata": {"title": "⚠ The model could not answer"}})
         return shown
     if turn.waiting:
         return [{"role": "assistant", "content": f"*Waiting for the model: {turn.waiting} ahead…*",
@@ -215,10 +216,10 @@ def _answer(reasoning: str, content: str, thinking: bool) -> list[dict[str, Any]
     """What the model wrote in one answer: its reasoning, collapsed (``thinking``: still being written), and its text."""
     shown = []
     if reasoning:
-        shown.append({"role": "assistant", "content": reasoning.strip() or "…",
+        shown.append({"role": "assistant", "content": inert(reasoning.strip()) or "…",
                       "metadata": {"title": "Thinking", "status": "pending" if thinking else "done"}})
     if content.strip():
-        shown.append({"role": "assistant", "content": content.strip()})
+        shown.append({"role": "assistant", "content": inert(content.strip())})
     return shown
 
 
@@ -228,18 +229,19 @@ def _call_block(call: SavedToolCall, running: bool, asking: bool = False) -> dic
     ``running``: the call is of an answer whose calls run now (one that does not run here, the
     user's to answer, is a call only); ``asking``: it waits for the user's say first."""
     body = _arguments_block(call.arguments)
+    name = inert(call.name)
     took = {"duration": call.seconds} if call.seconds is not None else {}
     if call.error is not None:
         body += f"\n\n**Error**\n\n{fenced(call.error)}"
-        return {"role": "assistant", "content": body, "metadata": {"title": f"⚠ {call.name} failed", "status": "done", **took}}
+        return {"role": "assistant", "content": body, "metadata": {"title": f"⚠ {name} failed", "status": "done", **took}}
     if call.result is not None:
         body += f"\n\n**Result**\n\n{fenced(call.result)}"
-        return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ {call.name}", "status": "done", **took}}
+        return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ {name}", "status": "done", **took}}
     if asking:
-        return {"role": "assistant", "content": body, "metadata": {"title": f"✋ {call.name}: waiting for your say", "status": "pending"}}
+        return {"role": "assistant", "content": body, "metadata": {"title": f"✋ {name}: waiting for your say", "status": "pending"}}
     if running:
-        return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ {call.name}: running…", "status": "pending"}}
-    return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ Tool call: {call.name}", "status": "done"}}
+        return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ {name}: running…", "status": "pending"}}
+    return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ Tool call: {name}", "status": "done"}}
 
 
 def _browser_run(call: SavedToolCall) -> dict[str, Any]:

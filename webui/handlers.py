@@ -34,6 +34,7 @@ from .attachments import is_chip, page_images, read_documents, split_files, toke
 from .chat_session import ChatSession, save
 from .conversation import Turn, model_request, render, turn_of_message
 from .conversation_file import read_conversation, write_conversation
+from .inert_markdown import as_written
 from .markdown_export import write_markdown
 from .model_rights import ModelRights
 from .page_reply import PageReply, chat_model
@@ -380,13 +381,12 @@ def message_box_for(kinds: list[str]) -> dict[str, Any]:
 
 
 def edited_text(value: Any) -> str:
-    """The text of an edited Chatbot message (multipart messages also carry their files)."""
-    if isinstance(value, str):
-        return value
+    """The text of an edited Chatbot message (multipart messages also carry their files), as the
+    user wrote it: the edit starts from the text the Chatbot was given, its HTML made inert."""
     if isinstance(value, list):
-        return "".join(part if isinstance(part, str) else part.get("text", "") for part in value
-                       if isinstance(part, (str, dict)) and not is_chip(part))
-    return str(value or "")
+        value = "".join(part if isinstance(part, str) else part.get("text", "") for part in value
+                        if isinstance(part, (str, dict)) and not is_chip(part))
+    return as_written(value if isinstance(value, str) else str(value or ""))
 
 
 def memory_line() -> str:

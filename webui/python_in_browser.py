@@ -1,14 +1,24 @@
 """Python run in the user's own browser (Pyodide, served by the app from its npm package, which
 setup.sh fetches into .cache/pyodide): a ▶ Run button under each Python code block of a reply
-runs the block in a Web Worker and shows what it printed, as text, under the block. Nothing runs
-on the server; a run that takes longer than RUN_SECONDS is ended with its worker.
+runs the block and shows what it printed, as text, under the block. Nothing runs on the server; a
+run that takes longer than RUN_SECONDS is ended with its interpreter.
+
+The interpreter holds nothing of the user's: it runs in a Web Worker inside an
+``<iframe sandbox="allow-scripts">``, whose origin is opaque, so that code a reply wrote cannot
+use the page's login (its requests carry no cookies, and this server refuses those of Origin
+null), read the page or reach the page's controls. Its files come from a path of this process's
+own (PYODIDE_PATH), which only the page's config names, and Gradio gives that to a login only:
+the sandbox fetches without cookies, so the path is its key. Only what loadPyodide fetches is
+served there.
+
+What runs is what the user sees: reply text reaches the page with its HTML made inert
+(webui/inert_markdown.py), so no markup can hide lines in a block, and code holding characters
+that reorder how it reads (Trojan Source) is not run.
 
 The model's ``python`` tool runs the same way (``browser_python``): while the call waits, the
 reply shows its code in a message marked with the code's key, and when the user presses ▶ Run
 under it, the page's script puts what it printed, with the key, into a hidden field, whose change
-event hands it to the call. The user's press is what runs it, never the marker alone: a reply can
-write such a marker into its own text, and code it wrote would otherwise run in the user's
-browser, beside the page and its login, without the user's say."""
+event hands it to the call. The user's press is what runs it, never the marker alone."""
 
 from __future__ import annotations
 
@@ -16,6 +26,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +35,12 @@ from engines.tools import BUILTIN_TOOLS, Tool
 from .tool_approval import settle
 
 PYODIDE_DIR = Path(__file__).resolve().parent.parent / ".cache" / "pyodide"
-PYODIDE_PATH = "/pyodide/"
+PYODIDE_PREFIX = "/pyodide/"
+PYODIDE_PATH = f"{PYODIDE_PREFIX}{secrets.token_urlsafe(16)}/"
+# What loadPyodide fetches, and their types (its dynamic import is refused a script of another type).
+# The package's REPL pages, type declarations and source maps are not served.
+PYODIDE_FILES = {"pyodide.js": "text/javascript", "pyodide.asm.mjs": "text/javascript", "pyodide.asm.wasm": "application/wasm",
+                 "python_stdlib.zip": "application/zip", "pyodide-lock.json": "application/json"}
 RUN_SECONDS = 30
 # How long a call waits for the user to press Run (and the run to end).
 WAIT_SECONDS = 600
@@ -67,45 +83,97 @@ def finished(session: Any, value: str) -> None:
         settle(waiting, (output, failed))
 
 
+def serve_pyodide(app) -> None:
+    """Pyodide's files at PYODIDE_PATH on ``app``, so that Python runs offline. Without them
+    (setup.sh fetches them), the page's Run button says so. Any origin may read them: the sandbox
+    that fetches them has none."""
+    from starlette.responses import FileResponse, PlainTextResponse
+
+    async def pyodide_file(request):
+        name = request.path_params["name"]
+        if name not in PYODIDE_FILES or not (PYODIDE_DIR / name).is_file():
+            return PlainTextResponse("Not found", status_code=404)
+        return FileResponse(PYODIDE_DIR / name, media_type=PYODIDE_FILES[name],
+                            headers={"Access-Control-Allow-Origin": "*", "Cache-Control": "private, max-age=86400"})
+
+    app.add_route(PYODIDE_PATH + "{name}", pyodide_file, methods=["GET", "HEAD"])
+
+
 # The worker: loads the interpreter once, then runs each block it is sent, its prints gathered.
 # PYODIDE_URL is put in as the page's own address (a worker made from a Blob has no base to take a path from).
 WORKER = """
-import { loadPyodide } from "PYODIDE_URLpyodide.mjs";
+importScripts("PYODIDE_URLpyodide.js");
 const ready = loadPyodide({ indexURL: "PYODIDE_URL" });
 self.onmessage = async (event) => {
+    const { id, code } = event.data;
     const pyodide = await ready;
     let output = "";
     pyodide.setStdout({ batched: (text) => { output += text + "\\n"; } });
     pyodide.setStderr({ batched: (text) => { output += text + "\\n"; } });
     try {
-        const value = await pyodide.runPythonAsync(event.data);
+        const value = await pyodide.runPythonAsync(code);
         if (value !== undefined && value !== null) output += String(value) + "\\n";
-        self.postMessage({ output });
+        self.postMessage({ id, output });
     } catch (error) {
-        self.postMessage({ output: output + String(error.message || error), failed: true });
+        self.postMessage({ id, output: output + String(error.message || error), failed: true });
     }
 };
 """
 
+# The sandboxed frame's document: it starts the worker and passes messages between it and the page.
+# A classic worker: Chromium does not start a module worker from a Blob in an opaque origin.
+SANDBOX = """<!doctype html><script type="module">
+const worker = new Worker(URL.createObjectURL(new Blob([WORKER], { type: "text/javascript" })));
+worker.onmessage = (event) => parent.postMessage(event.data, "*");
+worker.onerror = (event) => parent.postMessage({ broken: event.message || "the interpreter did not load" }, "*");
+self.addEventListener("message", (event) => { if (event.source === parent) worker.postMessage(event.data); });
+</script>"""
+
+# Code holding these reads in another order than it runs (bidirectional embeddings, overrides and isolates).
+REORDERING = "[\\u202A-\\u202E\\u2066-\\u2069]"
+
 # Runs once as the page loads (demo.load's js).
 RUN_BUTTONS = """() => {
-    const WORKER = %(worker)s.replaceAll("PYODIDE_URL", new URL("%(path)s", location.href).href);
-    let worker = null;
-    const run = (code) => new Promise((resolve) => {
-        worker = worker || new Worker(URL.createObjectURL(new Blob([WORKER], { type: "text/javascript" })), { type: "module" });
-        const limit = setTimeout(() => {
-            worker.terminate();
-            worker = null;
-            resolve({ output: "Stopped: it ran longer than %(seconds)d s.", failed: true });
-        }, %(seconds)d * 1000);
-        worker.onmessage = (event) => { clearTimeout(limit); resolve(event.data); };
-        worker.onerror = (event) => {
-            clearTimeout(limit);
-            worker = null;
-            resolve({ output: "Python could not start in this browser: " + (event.message || "the interpreter did not load"), failed: true });
-        };
-        worker.postMessage(code);
+    const SANDBOX = %(sandbox)s.replace("WORKER", () => JSON.stringify(%(worker)s.replaceAll("PYODIDE_URL", new URL("%(path)s", location.href).href)));
+    let frame = null;
+    let runs = 0;
+    const waiting = new Map();
+    const endAll = (output) => {
+        frame?.remove();
+        frame = null;
+        for (const resolve of waiting.values()) resolve({ output, failed: true });
+        waiting.clear();
+    };
+    window.addEventListener("message", (event) => {
+        if (!frame || event.source !== frame.contentWindow) return;
+        if (event.data?.broken) return endAll("Python could not start in this browser: " + event.data.broken);
+        waiting.get(event.data?.id)?.(event.data);
+        waiting.delete(event.data?.id);
     });
+    const sandbox = () => {
+        if (!frame) {
+            frame = document.createElement("iframe");
+            frame.setAttribute("sandbox", "allow-scripts");
+            frame.hidden = true;
+            frame.srcdoc = SANDBOX;
+            frame.loaded = new Promise((resolve) => frame.addEventListener("load", resolve, { once: true }));
+            document.body.append(frame);
+        }
+        return frame;
+    };
+    const run = async (code) => {
+        if (new RegExp("%(reordering)s").test(code)) {
+            return { output: "Not run: this code holds characters that change the order it reads in, so what would run is not what you see.", failed: true };
+        }
+        const running = sandbox();
+        await running.loaded;
+        const id = ++runs;
+        return new Promise((resolve) => {
+            const limit = setTimeout(() => endAll("Stopped: it ran longer than %(seconds)d s."), %(seconds)d * 1000);
+            waiting.set(id, (ran) => { clearTimeout(limit); resolve(ran); });
+            running.contentWindow.postMessage({ id, code }, "*");
+        });
+    };
     // What a run printed, for the model's call whose code it was (a message marked browser-run).
     const answerCall = (code, ran) => {
         const marker = code.closest("[data-testid=bot]").querySelector(".browser-run");
@@ -141,4 +209,5 @@ RUN_BUTTONS = """() => {
         }
     };
     new MutationObserver(addButtons).observe(document.body, { subtree: true, childList: true });
-}""" % {"worker": json.dumps(WORKER), "path": PYODIDE_PATH, "seconds": RUN_SECONDS, "result": RESULT_ID}
+}""" % {"sandbox": json.dumps(SANDBOX), "worker": json.dumps(WORKER), "path": PYODIDE_PATH, "seconds": RUN_SECONDS, "result": RESULT_ID,
+       "reordering": REORDERING}

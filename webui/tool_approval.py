@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,7 +74,7 @@ def question_key(call_ids: Sequence[str]) -> str:
 def question_line(key: str, names: Sequence[str]) -> dict[str, Any]:
     """The Chatbot message that asks about the calls of ``names``, its choices under it."""
     choices = " · ".join(f'<span class="approve-{choice} q-{key}">{label}</span>' for choice, label in CHOICES.items())
-    return {"role": "assistant", "content": f'<span class="tool-approval">✋ Run {", ".join(dict.fromkeys(names))}? {choices}</span>'}
+    return {"role": "assistant", "content": f'<span class="tool-approval">✋ Run {html.escape(", ".join(dict.fromkeys(names)))}? {choices}</span>'}
 
 
 # Runs once as the page loads (demo.load's js).
