@@ -18,6 +18,7 @@ import base64
 import io
 import zipfile
 
+import psutil
 import pytest
 
 from harness.app_in_process import AppInProcess
@@ -122,7 +123,7 @@ def limits_of(pid: int) -> dict[str, list[str]]:
         return {line[:26].strip(): line[26:].split()[:2] for line in list(table)[1:]}
 
 
-def test_the_reading_child_leaves_no_core_dump_of_the_document():
+def test_the_reading_child_leaves_no_core_dump_of_the_document_and_waits_for_idle_cores():
     """Stopped past its CPU time (SIGXCPU), a child allowed core files would write the user's
     document to one. The child lowers its limits once it has read the header: held there (its
     document not sent yet), its limits are read from /proc."""
@@ -144,6 +145,8 @@ def test_the_reading_child_leaves_no_core_dump_of_the_document():
             assert time.monotonic() < deadline and child.poll() is None, "the child did not lower its CPU time limit"
             time.sleep(0.05)
         assert limits_of(child.pid)["Max core file size"] == ["0", "0"]
+        # Documents refused back to back take only the CPU time nothing else wants.
+        assert psutil.Process(child.pid).nice() == 19
     finally:
         child.kill()
         child.wait()

@@ -32,3 +32,22 @@ def test_only_the_blocks_script_is_edited():
     assert not is_blocks_script("/assets/index-DphvyggB.js")
     assert not is_blocks_script("/gradio_api/file=/tmp/Blocks-x.js/evil")
     assert changed_statuses_pushed(b"console.log(1)") == b"console.log(1)"
+
+
+def test_an_edited_answer_is_whole_under_a_tag_of_its_own(tmp_path):
+    """Before: a Range request got the file's bytes unedited, under the file's own ETag."""
+    from starlette.applications import Starlette
+    from starlette.staticfiles import StaticFiles
+    from starlette.testclient import TestClient
+
+    from webui.edited_responses import EditedResponses
+
+    (tmp_path / "script.js").write_text("let shown = 'as served';\n" * 100)
+    app = Starlette()
+    app.mount("/", StaticFiles(directory=tmp_path))
+    app.add_middleware(EditedResponses, covers=lambda path: path.endswith(".js"), edit=lambda body, kind: body.replace(b"as served", b"EDITED"))
+    client = TestClient(app)
+    plain = client.get("/script.js", headers={"Range": "bytes=0-9"})
+    assert plain.status_code == 200 and plain.text == "let shown = 'EDITED';\n" * 100 and "accept-ranges" not in plain.headers
+    assert plain.headers["etag"].endswith('-edited"')
+    assert client.get("/script.js", headers={"If-None-Match": plain.headers["etag"]}).status_code == 304

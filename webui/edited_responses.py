@@ -12,7 +12,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 class EditedResponses:
     """Answers to ``GET`` requests whose path ``covers`` pass through ``edit(body, content_type)``,
     which returns the body to send. The request goes in without Accept-Encoding, so that the body
-    comes back as text (Gradio serves its scripts compressed to browsers that accept it)."""
+    comes back as text (Gradio serves its scripts compressed to browsers that accept it), and
+    without Range: a part of the file is not a part of the edited body. The answer's ETag is the
+    file's, marked as edited (the edit depends on the file alone, so a revalidation the file
+    passes, the edited body passes too)."""
 
     def __init__(self, app: ASGIApp, covers: Callable[[str], bool], edit: Callable[[bytes, str], bytes]) -> None:
         self.app = app
@@ -23,7 +26,8 @@ class EditedResponses:
         if scope["type"] != "http" or scope["method"] != "GET" or not self.covers(scope["path"]):
             await self.app(scope, receive, send)
             return
-        scope = {**scope, "headers": [(name, value) for name, value in scope["headers"] if name.lower() != b"accept-encoding"]}
+        scope = {**scope, "headers": [_as_for_the_file(name, value) for name, value in scope["headers"]
+                                      if name.lower() not in (b"accept-encoding", b"range", b"if-range")]}
         start: Message | None = None
         body: list[bytes] = []
 
@@ -40,10 +44,27 @@ class EditedResponses:
                 return
             whole = b"".join(body)
             headers = MutableHeaders(scope=start)
+            if "etag" in headers:
+                headers["etag"] = _edited_tag(headers["etag"])
             if start["status"] == 200 and "content-encoding" not in headers:
                 whole = self.edit(whole, headers.get("content-type", ""))
                 headers["content-length"] = str(len(whole))
+                del headers["accept-ranges"]
             await send(start)
             await send({"type": "http.response.body", "body": whole})
 
         await self.app(scope, receive, edited)
+
+
+EDITED = "-edited"
+
+
+def _edited_tag(tag: str) -> str:
+    return tag[:-1] + EDITED + '"' if tag.endswith('"') else tag + EDITED
+
+
+def _as_for_the_file(name: bytes, value: bytes) -> tuple[bytes, bytes]:
+    """A revalidation's tags as the file's own."""
+    if name.lower() == b"if-none-match":
+        return name, value.replace(f'{EDITED}"'.encode(), b'"')
+    return name, value

@@ -8,7 +8,8 @@ code) in a child process that lowers its own limits first: past ``max_document_s
 time the kernel stops it, past ``max_document_memory`` its allocations fail, and the reader
 answers with a MediaError naming the file and what to do. The page and the API read through
 here; a user's next document waits until their last is read, so one user's files take one core
-at most.
+at most, and that at the lowest priority: documents sent back to back, each refused at its limit,
+take only the time no reply and no other request wants.
 
 The child's answer comes back as JSON (text only): a child that a hostile file took over could
 otherwise hand the server an object to run.
@@ -106,8 +107,10 @@ def _one_at_a_time(user: str) -> Iterator[None]:
 
 def _read_in_child() -> None:
     """The child: lower its own limits, read the document on stdin, answer in JSON on stdout."""
+    import os
     import resource
 
+    os.nice(19)
     header = json.loads(sys.stdin.buffer.readline())
     limits = ReadingLimits(**header["limits"])
     # Stopped by SIGXCPU, the child would otherwise dump the user's document to a core file.
