@@ -1,6 +1,7 @@
-"""Tools that would freeze every user (issue 60, items 1 and 5): a calculation and an MCP server's
+"""Tools that would freeze every user (issue 60, items 1, 5 and 6): a calculation and an MCP server's
 argument schema that hold the event loop, which serves every page event and every ``/v1``
-request.
+request, and an MCP server that sends without bounds (harness/mcp_hostile_server.py): a result
+of 40 MB, a tool list that never ends, 20,000 tools, schemas of megabytes, a listing never answered.
 
 A reply's tool calls run on that loop (webui's reply handler awaits agent_loop.reply_with_tools,
 which awaits toolbox.run_call); the model only chooses the arguments. So each attack is the call
@@ -9,7 +10,8 @@ another user asks that server for ``/v1/models``; the server's memory is sampled
 server is a process of its own: a client in its process would wait for the GIL that a calculation
 holds before it even starts its clock, and measure nothing. Before the fix, ``round(1, -10**7)``
 held the other user 12.2 s, two 300 MB string formats grew the server from 367 to 1,509 MiB, and
-``^(a|a)*$`` on 26 characters held others 4.2 s, twice as long for each character more.
+``^(a|a)*$`` on 26 characters held others 4.2 s, twice as long for each character more. One 40 MB
+MCP result cost 73 s of CPU and +150 MiB kept; a tool list that never ends grew the app by 23 MB/s.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from engines.prompt.reply_parser import ToolCall
 from engines.tools import BUILTIN_TOOLS, McpServers, Tool, run_call
 from engines.tools.bounded_work import WORK_SECONDS, WorkLimits, WorkRefused, run_bounded
 from engines.tools.mcp_servers import ServerConfig
+from engines.tools.tool_limits import ToolLimits
 from harness.browser import free_port
-from harness.mcp_config import demo_entry
+from harness.mcp_config import HOSTILE_SERVER, demo_entry, hostile_entry
 
 pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install -r requirements.txt)")
 # A server process of its own (a stand-in for the app's loop), so out of scripts/test.sh --quick.
@@ -48,17 +51,20 @@ MEMORY_SHARE = 0.10
 BACKTRACKING_WORD = "a" * 30 + "b"
 # What the server says as a call reaches it: the other user asks only once the attack runs.
 CALL_ARRIVED = "call arrived"
+# How long a listing may take in these tests (ToolLimits.mcp_list_seconds), for the server that never answers one.
+STALLED_LIST_SECONDS = 2
 
 
-def serve_tools(port: int) -> None:
+def serve_tools(port: int, entries: dict | None = None, limits: dict | None = None) -> None:
     """The server of these tests: one loop that answers ``/v1/models`` and runs a tool call (the
-    built-in ones and the demo MCP server's), as the app's does."""
+    built-in ones and those of the MCP servers ``entries``, the demo server's by default, within
+    ``limits``), as the app's does, and says the servers' statuses."""
     import uvicorn
 
-    servers = McpServers({"demo": ServerConfig.model_validate(demo_entry())})
+    entries = entries or {"demo": demo_entry()}
+    servers = McpServers({name: ServerConfig.model_validate(entry) for name, entry in entries.items()}, ToolLimits(**(limits or {})))
     servers.start()
     servers.wait_started(timeout=60)
-    tools = {**BUILTIN_TOOLS, **servers.tools()}
     app = FastAPI()
 
     @app.get("/v1/models")
@@ -69,8 +75,13 @@ def serve_tools(port: int) -> None:
     async def call(name: str, request: Request) -> dict:
         arguments = (await request.body()).decode()
         print(CALL_ARRIVED, flush=True)
-        result = await run_call(tools[name], ToolCall(id="call-1", name=name, arguments=arguments))
+        result = await run_call({**BUILTIN_TOOLS, **servers.tools()}[name], ToolCall(id="call-1", name=name, arguments=arguments))
         return {"content": result.content, "error": result.error}
+
+    @app.get("/status/{name}")
+    async def status(name: str) -> dict:
+        [status] = [status for status in servers.statuses() if status.name == name]
+        return {"state": status.state, "detail": status.detail, "tools": len(status.tools)}
 
     try:
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
@@ -86,8 +97,26 @@ class ToolServer:
 
 @pytest.fixture(scope="module")
 def tool_server():
+    yield from served_tools()
+
+
+@pytest.fixture(scope="module")
+def hostile_servers():
+    """The hostile MCP server twice over stdio (one to end with its result) and once over HTTP."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-c", f"from tests.test_security_tools import serve_tools; serve_tools({port})"],
+    over_http = subprocess.Popen([sys.executable, str(HOSTILE_SERVER), "--http", str(port)])
+    try:
+        yield from served_tools({"dumper": hostile_entry(), "lister": hostile_entry(), "web": {"url": f"http://127.0.0.1:{port}/mcp"}},
+                                {"mcp_list_seconds": STALLED_LIST_SECONDS})
+    finally:
+        over_http.kill()
+        over_http.wait()
+
+
+def served_tools(entries: dict | None = None, limits: dict | None = None):
+    """serve_tools in a process of its own, until the module's tests are done."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-c", f"from tests.test_security_tools import serve_tools; serve_tools({port}, {entries!r}, {limits!r})"],
                                cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE, bufsize=0)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -160,9 +189,9 @@ def attack_while_another_asks(server: ToolServer, tool: str, arguments: dict) ->
     return Attack(attack["result"], attack["seconds"], other_user_seconds, rss_before, max(samples), process.memory_info().rss)
 
 
-def assert_nobody_else_held(attack: Attack) -> None:
+def assert_nobody_else_held(attack: Attack, peak_bounded: bool = True) -> None:
     assert attack.other_user_seconds < ANSWERED_WITHIN, f"another user waited {attack.other_user_seconds:.1f} s"
-    for rss in (attack.rss_peak, attack.rss_after):
+    for rss in (attack.rss_peak, attack.rss_after) if peak_bounded else (attack.rss_after,):
         assert rss < attack.rss_before * (1 + MEMORY_SHARE), f"the server grew from {attack.rss_before / 2**20:.0f} to {rss / 2**20:.0f} MiB"
 
 
@@ -217,3 +246,54 @@ async def test_stop_ends_a_call_and_its_work_at_once(demo_server):
         await call
     assert time.monotonic() - stopped < 1
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in working)
+
+
+@pytest.mark.parametrize("server", ["dumper", "web"])
+def test_an_mcp_result_past_the_message_size_is_refused_as_it_is_read_while_others_are_answered(hostile_servers, server):
+    """40 MB in one message, over stdio (one line: the session ends, the server with it) and over HTTP (one JSON body)."""
+    attack = attack_while_another_asks(hostile_servers, f"{server}__dump", {"characters": 40 * 2**20})
+    print(f"\n{server}: {attack}")
+    assert_nobody_else_held(attack)
+    assert f"the MCP server {server} sent a message of more than 4 MB, this app's limit for one message from an MCP server" in attack.result["error"]
+    assert attack.seconds < ANSWERED_WITHIN
+    if server == "dumper":  # its session ended as its process does, within seconds
+        deadline = time.monotonic() + 10
+        while (status := httpx.get(f"{hostile_servers.url}/status/dumper", timeout=10).json())["state"] != "failed":
+            assert time.monotonic() < deadline, status
+            time.sleep(0.1)
+        assert "more than 4 MB" in status["detail"]
+
+
+@pytest.mark.parametrize("mode, said, offered", [
+    ("endless", "its tool list goes on past 20 pages, this app's limit (ToolLimits.mcp_list_pages): only the first 22 are offered", 22),
+    ("crowd", "it lists more than 256 tools, this app's limit (ToolLimits.mcp_tools_per_server): only the first 256 are offered", 256),
+    ("bulky", "its tools' descriptions and schemas pass 1 MB together, this app's limit (ToolLimits.mcp_schemas_size): only the first", None),
+    ("stall", f"listing its tools again took more than {STALLED_LIST_SECONDS} s, this app's limit (ToolLimits.mcp_list_seconds): "
+              "the tools listed before are offered", 2),
+])
+def test_an_mcp_tool_list_past_its_limits_is_cut_and_said_while_others_are_answered(hostile_servers, mode, said, offered):
+    """The server says its tools changed, then lists them as ``mode`` says; the app lists them
+    again in the background, which another user must not feel."""
+    url = hostile_servers.url
+    assert httpx.post(f"{url}/call/lister__turn", content='{"mode": "plain"}', timeout=60).json()["error"] is None
+    while httpx.get(f"{url}/status/lister", timeout=10).json() != {"state": "ready", "detail": "", "tools": 2}:
+        time.sleep(0.1)
+    process = psutil.Process(hostile_servers.process.pid)
+    rss_before, other_user_seconds = process.memory_info().rss, []
+    samples = [rss_before]
+    assert httpx.post(f"{url}/call/lister__turn", content=json.dumps({"mode": mode}), timeout=60).json()["error"] is None
+    deadline = time.monotonic() + 30
+    while said not in (status := httpx.get(f"{url}/status/lister", timeout=10).json())["detail"]:
+        assert time.monotonic() < deadline, f"the listing was not cut: {status}"
+        asked = time.monotonic()
+        assert httpx.get(f"{url}/v1/models", timeout=60).status_code == 200
+        other_user_seconds.append(time.monotonic() - asked)
+        samples.append(process.memory_info().rss)
+    time.sleep(0.5)  # the listing's freed memory handed back just after it is said
+    attack = Attack(status, 0, max(other_user_seconds, default=0), rss_before, max(samples), process.memory_info().rss)
+    print(f"\n{mode}: {attack}")
+    # A page is parsed whole (within the message size): 20,000 tools in 1.6 MB peak at +45 MiB
+    # while they are read, and only what is offered is kept.
+    assert_nobody_else_held(attack, peak_bounded=False)
+    assert status["state"] == "ready" and status["tools"] == (offered or status["tools"])
+    assert httpx.post(f"{url}/call/lister__dump", content='{"characters": 3}', timeout=60).json() == {"content": "xxx", "error": None}

@@ -10,13 +10,16 @@ with a ``url`` is reached over Streamable HTTP. Each is kept by a task of its ow
 own (a session lives on the loop it was opened on; the tools are called from any): it connects,
 lists its tools, follows the server's word that they changed, and holds the session until the
 servers are closed. A server that fails to start, hangs, dies or sends what is not MCP is marked
-so with why, and the others go on. Its tools are named ``server__tool``.
+so with why, and the others go on. Its tools are named ``server__tool``. What a server sends is
+bounded (tool_limits.py): each message as it is read (mcp_transports.py), its tool list in pages,
+tools, their schemas' size and, when it changes, time; what is left out is said in its status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import re
 import sys
@@ -28,6 +31,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .tool_limits import TOOL_LIMITS, ToolLimits
 from .toolbox import Tool
 
 T = TypeVar("T")
@@ -37,6 +41,8 @@ NAME_OUTSIDE = re.compile(r"[^A-Za-z0-9_-]")
 LONGEST_NAME = 64
 # How long closing waits for a server's session to end before it cuts it off.
 CLOSE_SECONDS = 5
+# How long the ping after a listing waits: it only frees the listing's last page sooner.
+PING_SECONDS = 5
 
 
 class ServerConfig(BaseModel):
@@ -107,8 +113,8 @@ class McpServers:
     """The servers of one config, connected in the background from ``start`` until ``close``.
     ``tools()`` are theirs at the moment: those of a server not ready are not among them."""
 
-    def __init__(self, configs: dict[str, ServerConfig]) -> None:
-        self._servers = {name: _Server(name, config, self._call) for name, config in configs.items()}
+    def __init__(self, configs: dict[str, ServerConfig], limits: ToolLimits = TOOL_LIMITS) -> None:
+        self._servers = {name: _Server(name, config, limits, self._call) for name, config in configs.items()}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-servers", daemon=True)
         self._keeping: list[asyncio.Task] = []
@@ -171,15 +177,18 @@ class McpServers:
 class _Server:
     """One server's session, kept by ``keep`` on the servers' loop."""
 
-    def __init__(self, name: str, config: ServerConfig,
+    def __init__(self, name: str, config: ServerConfig, limits: ToolLimits,
                  run_on_loop: Callable[[Coroutine[Any, Any, str]], Coroutine[Any, Any, str]]) -> None:
         self.name = name
         self.config = config
+        self.limits = limits
         self._run_on_loop = run_on_loop
         self.tools: dict[str, Tool] = {}
         self.state: Literal["starting", "ready", "failed", "closed"] = "starting"
         self.detail = ""
         self.client: Any = None
+        # Why the transport ended the session, for the calls it cut off (they see only that it closed).
+        self.refusal: str | None = None
         self.started = asyncio.Event()
         self.closing = asyncio.Event()
         self._relisting: asyncio.Task | None = None
@@ -198,7 +207,7 @@ class _Server:
                         await self._list_tools()
                 except TimeoutError:
                     raise RuntimeError(f"it did not answer within {self.config.startup_seconds:g} s of starting") from None
-                self.state, self.detail = "ready", ""
+                self.state = "ready"  # its detail: what _list_tools left out
                 self.started.set()
                 async with asyncio.TaskGroup() as watching:
                     watching.create_task(self._follow_changes())
@@ -219,28 +228,75 @@ class _Server:
         self.state, self.detail = state, detail
 
     def _transport(self) -> Any:
-        from mcp.client.stdio import StdioServerParameters, stdio_client
-        from mcp.client.streamable_http import streamable_http_client
+        from mcp.client.stdio import StdioServerParameters
 
-        config = self.config
+        from .mcp_transports import bounded_http_client, bounded_stdio_client
+
+        config, size = self.config, self.limits.mcp_message_size
         if config.url is not None:
-            import httpx2
-
-            # The SDK's own timeouts for a stream; a call's own limit is config.call_seconds.
-            return streamable_http_client(config.url, http_client=httpx2.AsyncClient(headers=config.headers, timeout=httpx2.Timeout(30, read=300)))
+            return bounded_http_client(self.name, config.url, config.headers, size)
         command = StdioServerParameters(command=config.command, args=config.args, env=config.env or None, cwd=config.cwd)
         # What the server says on stderr goes to the app's own (the process's, whatever sys.stderr is now).
-        return stdio_client(command, errlog=sys.__stderr__)
+        return bounded_stdio_client(self.name, command, size, self._refused, errlog=sys.__stderr__)
+
+    def _refused(self, why: str) -> None:
+        self.refusal = why
 
     async def _list_tools(self) -> None:
-        listed, cursor = [], None
-        while True:
-            page = await self.client.list_tools(cursor=cursor, cache_mode="refresh")
-            listed.extend(page.tools)
+        import mcp_types
+        from mcp.shared.exceptions import MCPError
+
+        self.tools, offered, self.detail = await self._listed()
+        # The SDK's session keeps each listed tool's output schema by name, and 20,000 names kept
+        # among the freed pages pin +20 MiB of them: it keeps those of the tools offered only.
+        schemas = self.client.session._tool_output_schemas
+        for name in set(schemas) - offered:
+            del schemas[name]
+        # The pages, parsed, took tens of times their size (20,000 tools in 1.6 MB: +60 MiB). The
+        # SDK's reader holds the last message it read until the next one comes, so a ping's answer
+        # (or its refusal: the 2026 protocol has no ping) takes the last page's place; then what
+        # glibc keeps freed is handed back. Together: +8 MiB after 20,000 tools, against +23.
+        with contextlib.suppress(MCPError, TimeoutError):
+            async with asyncio.timeout(PING_SECONDS):
+                await self.client.session.send_request(mcp_types.PingRequest(), mcp_types.EmptyResult)
+        _return_freed_memory_to_os()
+
+    async def _listed(self) -> tuple[dict[str, Tool], set[str], str]:
+        """Its tools, within the limits' pages, tools and their schemas' size, their names as the
+        server says them, and what was left out past them (the tools before them are offered)."""
+        limits = self.limits
+        tools: dict[str, Tool] = {}
+        offered: set[str] = set()
+        size, cursor, left_out = 0, None, ""
+        for _ in range(limits.mcp_list_pages):
+            page = await self.client.list_tools(cursor=cursor, cache_mode="bypass")  # kept here, within the limits
+            for described in page.tools:
+                tool = self._tool(described)
+                size += len(json.dumps(tool.schema(), ensure_ascii=False).encode())
+                if len(tools) == limits.mcp_tools_per_server:
+                    left_out = f"it lists more than {limits.mcp_tools_per_server} tools, this app's limit (ToolLimits.mcp_tools_per_server)"
+                elif size > limits.mcp_schemas_size:
+                    left_out = (f"its tools' descriptions and schemas pass {limits.mcp_schemas_size / 2**20:g} MB together, this app's "
+                                "limit (ToolLimits.mcp_schemas_size)")
+                if left_out:
+                    break
+                tools[tool.name] = tool
+                offered.add(described.name)
             cursor = page.next_cursor
-            if cursor is None:
+            if left_out or cursor is None:
                 break
-        self.tools = {tool.name: tool for tool in (self._tool(described) for described in listed)}
+        else:
+            left_out = f"its tool list goes on past {limits.mcp_list_pages} pages, this app's limit (ToolLimits.mcp_list_pages)"
+        return tools, offered, f"{left_out}: only the first {len(tools)} are offered" if left_out else ""
+
+    async def _relist_within_time(self) -> None:
+        seconds = self.limits.mcp_list_seconds
+        try:
+            async with asyncio.timeout(seconds):
+                await self._list_tools()
+        except TimeoutError:
+            self.detail = (f"listing its tools again took more than {seconds:g} s, this app's limit (ToolLimits.mcp_list_seconds): "
+                           "the tools listed before are offered")
 
     def _tool(self, described: Any) -> Tool:
         name = NAME_OUTSIDE.sub("_", f"{self.name}{SEPARATOR}{described.name}")[:LONGEST_NAME]
@@ -263,6 +319,10 @@ class _Server:
             raise RuntimeError(f"the MCP server {self.name} did not answer within {self.config.call_seconds:g} s") from None
         except ValidationError as error:
             raise RuntimeError(f"the MCP server {self.name} answered with what is not an MCP result: {_first_line(error)}") from None
+        except Exception:
+            if self.refusal is not None:
+                raise RuntimeError(self.refusal) from None
+            raise
         text = result_text(result)
         if result.is_error:
             raise RuntimeError(text or f"{tool} failed and said nothing")
@@ -289,7 +349,7 @@ class _Server:
 
     def _relist(self) -> None:
         if self._relisting is None or self._relisting.done():
-            self._relisting = asyncio.get_running_loop().create_task(self._list_tools())
+            self._relisting = asyncio.get_running_loop().create_task(self._relist_within_time())
 
 
 def result_text(result: Any) -> str:
@@ -324,6 +384,14 @@ def _why(errors: BaseExceptionGroup) -> str:
     if type(error).__name__ == "SubscriptionLost" or str(error) == "Connection closed":
         return "the connection to it closed (did its process end? the app's log has what it said)"
     return _first_line(error) or type(error).__name__
+
+
+def _return_freed_memory_to_os() -> None:
+    """As engines/chat_model.py does after an unload (glibc's; elsewhere nothing to do)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _first_line(error: BaseException) -> str:
