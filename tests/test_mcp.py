@@ -1,12 +1,16 @@
 """MCP servers' tools (engines/tools/mcp_servers.py) against a real MCP server (the SDK's own,
 harness/mcp_demo_server.py) over stdio and over Streamable HTTP, beside servers that fail in each
 way a server can: a command not found, one that never answers, one that writes what is not
-MCP, one that exits at once, one that dies mid-call. The model's loop over these tools is
-tests/test_tools.py's and the engine contract's; the page's is in tests/test_browser.py."""
+MCP, one that exits at once, one that dies mid-call; an answer of 2,000 calls of its tools, and a
+long result for a model whose context is unknown. The model's loop over these tools is
+tests/test_tools.py's and the engine contract's; the page's is in tests/test_browser.py; what a
+hostile server sends, in tests/test_security_tools.py."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import subprocess
 import sys
 import time
@@ -15,12 +19,15 @@ import httpx
 import psutil
 import pytest
 
+from engines import ChatRequest, Response
 from engines.errors import ConfigError
-from engines.prompt.reply_parser import ToolCall
-from engines.tools import TOOL_CATALOG, McpServers, ToolSettings, run_call
+from engines.generation_args import GenerationArgs
+from engines.prompt.reply_parser import ReplyParts, ToolCall
+from engines.tools import TOOL_CATALOG, McpServers, ToolResult, ToolSettings, reply_with_tools, run_call
 from engines.tools.mcp_servers import ServerConfig, read_config
+from engines.tools.tool_limits import TOOL_LIMITS
 from harness.browser import free_port
-from harness.mcp_config import DEMO_SERVER, demo_entry, write_config
+from harness.mcp_config import DEMO_SERVER, demo_entry, hostile_entry, write_config
 
 pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install -r requirements.txt)")
 
@@ -211,3 +218,72 @@ def test_a_chat_names_the_servers_tools_and_a_tool_gone_says_why():
     finally:
         TOOL_CATALOG.close()
     assert list(TOOL_CATALOG.tools()) == ["calculator", "current_time", "python"]
+
+
+class CallingModel:
+    """A model whose first answer is ``calls`` and whose second says it is done; its context
+    length unknown, as a remote server's that does not say it."""
+
+    context_length = None
+    generation_defaults = GenerationArgs()
+
+    def __init__(self, calls: list[ToolCall]) -> None:
+        self.answers = [ReplyParts(tool_calls=tuple(calls)), ReplyParts(content="done")]
+
+    async def astream_reply(self, request: ChatRequest, queue_places: bool = False):
+        yield Response("", 0, 0, "stop", self.answers.pop(0))
+
+    def held(self):
+        return contextlib.nullcontext()
+
+
+async def replied(model: CallingModel, tools: dict) -> tuple[list, float, int]:
+    """The reply's items, the longest the event loop was held meanwhile (another request's wait),
+    and this process's growth in memory after it."""
+    rss_before = psutil.Process().memory_info().rss
+    longest, running = 0.0, True
+
+    async def another_request() -> None:
+        nonlocal longest
+        while running:
+            asked = time.monotonic()
+            await asyncio.sleep(0.01)
+            longest = max(longest, time.monotonic() - asked)
+
+    waiting = asyncio.create_task(another_request())
+    items = [item async for item in reply_with_tools(model, ChatRequest(messages=[{"role": "user", "content": "go"}]), tools)]
+    running = False
+    await waiting
+    return items, longest, psutil.Process().memory_info().rss - rss_before
+
+
+async def test_an_answer_of_2000_calls_runs_only_the_first_ones_and_tells_the_model_of_the_rest():
+    servers = started(McpServers(configs(demo=demo_entry())))
+    try:
+        tools = servers.tools()
+        calls = [ToolCall("demo__write_note", json.dumps({"text": f"note {n}"})) for n in range(2000)]
+        items, longest, grown = await replied(CallingModel(calls), tools)
+        results = [item for item in items if isinstance(item, ToolResult)]
+        after = await run_call(tools["demo__write_note"], ToolCall("demo__write_note", '{"text": "one more"}'))
+    finally:
+        servers.close()
+    limit = TOOL_LIMITS.calls_per_answer
+    assert len(results) == 2000 and sorted(result.content for result in results[:limit]) == sorted(f"noted ({n} notes)" for n in range(1, limit + 1))
+    assert {result.error for result in results[limit:]} == {
+        f"not run: an answer may call at most {limit} tools, this server's limit (ToolLimits.calls_per_answer); call the rest in your next answer"}
+    assert after.content == f"noted ({limit + 1} notes)", "none of the others ran"
+    assert longest < 1 and grown < 0.1 * psutil.Process().memory_info().rss
+
+
+async def test_a_result_is_cut_at_a_fixed_length_where_the_models_context_is_unknown():
+    servers = started(McpServers(configs(hostile=hostile_entry())))
+    try:
+        items, longest, grown = await replied(CallingModel([ToolCall("hostile__dump", '{"characters": 1000000}')]), servers.tools())
+    finally:
+        servers.close()
+    [result] = [item for item in items if isinstance(item, ToolResult)]
+    kept = TOOL_LIMITS.result_characters_without_context
+    assert result.content == "x" * kept + (
+        f"\n[… cut here: {1_000_000 - kept:,} of the result's 1,000,000 characters were left out, as the model's context length is unknown "
+        f"and a result is kept to its first {kept:,} characters then (ToolLimits.result_characters_without_context)]")
+    assert longest < 1 and grown < 0.1 * psutil.Process().memory_info().rss

@@ -6,7 +6,9 @@ Only calls of the tools handed to the loop run; an answer that calls any other (
 declared and answers by hand) ends the loop, as does an answer cut short. A call the approval
 asks about waits for the user's say, and a call denied does not run: the model is told so. A
 result is fitted to the model's context before it is sent: cut, with a note that says how much
-was left out, where it would not fit. Closing the reply (Stop, a client gone) cancels the running
+was left out, where it would not fit (where the model does not say its context, at a fixed length,
+tool_limits.py). An answer's calls past ToolLimits.calls_per_answer do not run: each one's result
+tells the model so. Closing the reply (Stop, a client gone) cancels the running
 tools with it, and a question still waiting for its answer.
 """
 
@@ -23,6 +25,7 @@ from ..backends.base import Response
 from ..generation_args import GenerationArgs
 from ..prompt.reply_parser import ToolCall
 from ..request import ChatRequest
+from .tool_limits import TOOL_LIMITS, ToolLimits
 from .toolbox import Tool, ToolResult, run_call
 
 STEP_LIMIT = 10
@@ -81,7 +84,8 @@ class StepLimitReached:
 
 
 async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: Mapping[str, Tool], step_limit: int = STEP_LIMIT,
-                           queue_places: bool = False, approval: Approval | None = None) -> AsyncIterator[Any]:
+                           queue_places: bool = False, approval: Approval | None = None,
+                           limits: ToolLimits = TOOL_LIMITS) -> AsyncIterator[Any]:
     """The items of each answer as ChatModel.astream_reply gives them (``queue_places`` as
     there); between two answers, ToolsRunning, ApprovalAsked where ``approval`` asks about some
     of the calls (without one, every call runs), then each call's ToolResult, in the order of the
@@ -100,15 +104,17 @@ async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: M
             yield StepLimitReached(step)
             return
         yield ToolsRunning(calls)
-        allowed = {call.id: True for call in calls}
-        waiting = tuple(call for call in calls if approval is not None and approval.asks(tools[call.name]))
+        running = calls[:limits.calls_per_answer]
+        allowed = {call.id: True for call in running}
+        waiting = tuple(call for call in running if approval is not None and approval.asks(tools[call.name]))
         if waiting:
             yield ApprovalAsked(waiting)
             allowed.update(await approval.decide(waiting))
         # All of them at once; closing the reply (a cancelled await here) cancels those still running.
-        results = await asyncio.gather(*(run_call(tools[call.name], call) if allowed[call.id] else _denied(call) for call in calls))
+        results = await asyncio.gather(*(run_call(tools[call.name], call) if allowed[call.id] else _denied(call) for call in running))
+        results += [_past_the_limit(call, limits.calls_per_answer) for call in calls[limits.calls_per_answer:]]
         asked = _answered(request, response)
-        results = await asyncio.to_thread(fit_results, model, asked, results)
+        results = await asyncio.to_thread(fit_results, model, asked, results, limits)
         for result in results:
             yield result
         request = dataclasses.replace(asked, messages=[*asked.messages, *(result.for_template() for result in results)])
@@ -116,6 +122,12 @@ async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: M
 
 async def _denied(call: ToolCall) -> ToolResult:
     return ToolResult(call, DENIED, "denied by the user")
+
+
+def _past_the_limit(call: ToolCall, limit: int) -> ToolResult:
+    why = (f"not run: an answer may call at most {limit} tools, this server's limit (ToolLimits.calls_per_answer); "
+           "call the rest in your next answer")
+    return ToolResult(call, f"Error: {why}", why)
 
 
 def _answered(request: ChatRequest, response: Response) -> ChatRequest:
@@ -126,13 +138,16 @@ def _answered(request: ChatRequest, response: Response) -> ChatRequest:
     return dataclasses.replace(request, messages=[*request.messages, answer], reply_format=reply_format)
 
 
-def fit_results(model: AnsweringModel, asked: ChatRequest, results: list[ToolResult]) -> list[ToolResult]:
+def fit_results(model: AnsweringModel, asked: ChatRequest, results: list[ToolResult],
+                limits: ToolLimits = TOOL_LIMITS) -> list[ToolResult]:
     """``results`` as the model can read them after ``asked``: each within an equal share of
     the context left once the prompt so far and the next answer's tokens are counted, cut where
-    it is longer, with a note of how much was left out."""
+    it is longer, with a note of how much was left out. Where the model does not say its context,
+    each is cut at ``limits``' fixed length: whole, it would go to the page, the chat store and the
+    model's server, however long."""
     context = model.context_length
     if context is None:
-        return results
+        return [_cut_at(result, limits.result_characters_without_context) for result in results]
     empty = dataclasses.replace(asked, messages=[*asked.messages, *(dataclasses.replace(r, content="").for_template() for r in results)])
     prompt = model.count_prompt_tokens(empty)
     reply = min(asked.generation.get("max_new_tokens", model.generation_defaults.max_new_tokens), context // REPLY_SHARE)
@@ -153,6 +168,15 @@ def _cut(model: AnsweringModel, result: ToolResult, tokens: int) -> ToolResult:
     if len(kept) == len(text):
         return result
     return dataclasses.replace(result, content=kept + _cut_note(len(text) - len(kept), len(text)))
+
+
+def _cut_at(result: ToolResult, characters: int) -> ToolResult:
+    text = result.content
+    if len(text) <= characters:
+        return result
+    return dataclasses.replace(result, content=text[:characters] + (
+        f"\n[… cut here: {len(text) - characters:,} of the result's {len(text):,} characters were left out, as the model's context "
+        f"length is unknown and a result is kept to its first {characters:,} characters then (ToolLimits.result_characters_without_context)]"))
 
 
 def _cut_note(left_out: int, whole: int) -> str:
