@@ -58,6 +58,10 @@ class Limits(BaseModel):
                                                           "refused before any is read), and chats an older version kept in the "
                                                           "browser moved in as the page opens (the newest of them)")
     max_queue_size: int = Field(64, gt=0, description="page requests waiting for their turn; more are told the server is busy")
+    max_model_loads_per_user: int = Field(4, gt=0, description="models one user (the login, else the client's address) may have "
+                                                                "loaded by API requests in a minute (--load-on-demand): each load "
+                                                                "takes the server's cores and memory; more are refused with 429 "
+                                                                "and when to try again")
     max_login_wait: int = Field(30, gt=0, description="longest wait in seconds before the next try after repeated failed logins "
                                                       "(page and API) from one address or for one user name")
 

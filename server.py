@@ -43,7 +43,8 @@ def model_slot(args: argparse.Namespace):
 
     def listed() -> dict[str, ListedModel]:
         settings = {**server_wide(args), "trust_remote_code": args.trust_remote_code}
-        return {found.name: ListedModel({**settings, "model_name_or_path": found.value or None, "served_model_name": found.name}, found.reads)
+        return {found.name: ListedModel({**settings, "model_name_or_path": found.value or None, "served_model_name": found.name}, found.reads,
+                                        found.size)
                 for found in find_models(models_dir(args))}
 
     return ModelSlot(keep=KeepSettings.build(**{name: getattr(args, name) for name in KeepSettings.model_fields}), listed=listed)

@@ -11,14 +11,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
-from engines import ChatError, ModelBusyError, ModelLoadingError, ModelUnloadedError, UnsupportedError
+from engines import ChatError, MemoryBudgetError, ModelBusyError, ModelLoadingError, ModelUnloadedError, UnsupportedError
 
 logger = logging.getLogger(__name__)
 
 API_PREFIX = "/v1"
 # OpenAI's codes for the HTTP errors Starlette and our middleware raise.
 HTTP_ERROR_CODES = {404: "not_found", 413: "request_too_large"}
-# How long a client is asked to wait while a model loads, or while too many requests wait for it.
+# How long a client is asked to wait while a model loads, while too many requests wait for it, or
+# while busy models fill the memory a model it asked for would take.
 RETRY_AFTER_SECONDS = 5
 
 
@@ -51,7 +52,7 @@ def from_exception(error: Exception) -> APIError:
     """The APIError to answer with for anything a request raised."""
     if isinstance(error, APIError):
         return error
-    for transient, code in ((ModelLoadingError, "model_loading"), (ModelBusyError, "model_busy")):
+    for transient, code in ((ModelLoadingError, "model_loading"), (ModelBusyError, "model_busy"), (MemoryBudgetError, "memory_budget_full")):
         if isinstance(error, transient):
             return APIError(503, str(error), type="server_error", code=code, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
     if isinstance(error, ModelUnloadedError):

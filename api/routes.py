@@ -15,6 +15,7 @@ from limits import Limits
 
 from . import completions, text_completions
 from .errors import API_PREFIX, APIError
+from .model_loads import LoadsPerUser
 from .schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, Score, ScoreRequest, ScoreResponse, now
 from .text_completion_schemas import Completion, CompletionRequest
 
@@ -54,16 +55,19 @@ async def _disconnected(http: Request) -> None:
 
 def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: Limits = Limits()) -> APIRouter:
     """``local_media_dir``: the folder whose files content parts may name (none: no local files);
-    ``limits``: what a document sent in a ``file`` part may take.
-    Who may send requests is checked before they get here (ApiAccessCheck)."""
+    ``limits``: what a document sent in a ``file`` part may take, and how many models one user's
+    requests may load. Who may send requests is checked before they get here (ApiAccessCheck)."""
     router = APIRouter(prefix=API_PREFIX)
+    loads = LoadsPerUser(limits.max_model_loads_per_user)
 
-    async def serving(requested: str) -> ChatModel:
+    async def serving(requested: str, http: Request) -> ChatModel:
         """The loaded model a request names, or loaded for it where the server lets requests load
-        the models it lists (a load is slow: on a worker thread, the other requests served meanwhile)."""
+        the models it lists, as many as the user's share (a load is slow: on a worker thread, the
+        other requests served meanwhile)."""
         model = slot.get(requested)
         if model is None and slot.keep.load_on_demand:
-            model = await asyncio.to_thread(slot.get_or_load, requested)
+            user = requester(http)
+            model = await asyncio.to_thread(slot.get_or_load, requested, lambda: loads.take(user))
         if model is not None:
             return model
         served = ", ".join(repr(model.model_id) for model in slot.models) or slot.model.model_id  # none: why none is
@@ -83,7 +87,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
 
     @router.post("/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
-        model = await serving(body.model)
+        model = await serving(body.model, http)
         chat = await asyncio.to_thread(completions.chat_request, body, model, local_media_dir, requester(http), limits)
         if not body.stream:
             return await while_connected(http, completions.complete(body, model, chat))
@@ -92,7 +96,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
 
     @router.post("/completions", response_model=None)
     async def text_completion(body: CompletionRequest, http: Request) -> Completion | StreamingResponse | Response:
-        model = await serving(body.model)
+        model = await serving(body.model, http)
         prompts = text_completions.completion_requests(body, requester(http))
         if not body.stream:
             return await while_connected(http, text_completions.complete(body, model, prompts))
@@ -101,7 +105,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
 
     @router.post("/score")
     async def score(body: ScoreRequest, http: Request) -> ScoreResponse:
-        model = await serving(body.model)
+        model = await serving(body.model, http)
         texts = [body.input] if isinstance(body.input, str) else body.input
         if not texts:
             raise APIError(400, "input must hold at least one text to score.", param="input")

@@ -43,7 +43,8 @@ def question(number: int) -> list[dict]:
     """A question of its own for each request, so that no model reads a prompt it has read before
     (llama.cpp would reuse it from its cache, and the model asked again would be timed on less work)."""
     return [{"role": "user", "content": f"Request {number}: name three animals that live in the sea."}]
-WAYS = {"kept": ("--models-memory", "64gb"), "one at a time": ()}
+# One at a time, every switch is a load: more than one client's share of loads a minute.
+WAYS = {"kept": ("--models-memory", "64gb"), "one at a time": ("--max-model-loads-per-user", "1000")}
 
 
 def main() -> None:

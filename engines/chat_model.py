@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import functools
 import gc
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -84,6 +85,8 @@ class ChatModel:
         self.model_args: ModelArgs = settings.model
         self._generation_settings = settings.generation
         engine_type = engine_class(self.model_args.backend)
+        self._holds = 0
+        self._holds_lock = threading.Lock()
         self._loop = EngineLoop()
         started = time.perf_counter()
         try:
@@ -149,6 +152,25 @@ class ChatModel:
     def line(self) -> WaitingLine:
         """The requests being answered (``line.running``) and those waiting (``line.waiting``)."""
         return self._engine().line
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """The model in use until the block ends, also while no request of it is in its line: a
+        reply that runs tools holds it from its first answer to its last, so that it is never
+        unloaded as idle while a tool runs or a call waits for the user's say (ModelSlot)."""
+        with self._holds_lock:
+            self._holds += 1
+        try:
+            yield
+        finally:
+            with self._holds_lock:
+                self._holds -= 1
+
+    @property
+    def in_use(self) -> bool:
+        """A request being answered or waiting, or a reply holding the model (``held``)."""
+        line = self.line
+        return self._holds > 0 or line.running > 0 or line.waiting > 0
 
     def render_prompt(self, request: ChatRequest | Messages, **options: Any) -> str:
         """The exact prompt text the model would see for this request."""

@@ -50,3 +50,8 @@ class ModelLoadingError(ModelUnloadedError):
 class ModelBusyError(ChatError):
     """Too many requests wait for the model already; this one was refused rather than queued.
     Asking again shortly will work."""
+
+
+class MemoryBudgetError(ChatError):
+    """A model a request asked for does not fit the server's memory budget beside the models that
+    hold it now, none of which can be unloaded yet. Asking again once they are idle will work."""

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from .backends import engine_class
 from .chat_model import ChatModel
-from .errors import ModelLoadingError, ModelUnloadedError
+from .errors import MemoryBudgetError, ModelLoadingError, ModelUnloadedError
 from .model_files import Progress
 from .model_files.model_args import LoadSettings
 from .settings import Settings
@@ -33,21 +33,25 @@ class KeepSettings(Settings):
     models_memory: int | None = Field(
         None, gt=0, json_schema_extra={"unit": "bytes"},
         description="memory the app may hold with several models loaded: loading another model keeps the others while the "
-                    "app's resident memory stays within it, then unloads the least recently used idle ones (default: one "
+                    "app's resident memory stays within it, then unloads the least recently used idle ones; a request's load "
+                    "(--load-on-demand) that would pass it is refused while the models holding it are busy (default: one "
                     "model at a time, loading another replaces it)",
     )
     idle_unload_minutes: float | None = Field(None, gt=0, description="unload a model nobody has used for this long (default: never)")
     load_on_demand: bool = Field(False, description="an API request naming a model the page's picker lists (its name there) loads it, "
-                                                    "with the server's settings, where it is not loaded")
+                                                    "with the server's settings, where it is not loaded; beside the others with "
+                                                    "--models-memory, the default model kept")
 
 
 @dataclass(frozen=True)
 class ListedModel:
-    """A model the server lets requests load: its load ``settings``, and what it ``reads``
-    besides text where its files say (None where they do not)."""
+    """A model the server lets requests load: its load ``settings``, what it ``reads`` besides
+    text where its files say (None where they do not), and the ``size`` of its files, the memory
+    its weights will take once loaded."""
 
     settings: dict[str, Any]
     reads: tuple[str, ...] | None
+    size: int
 
 
 class ModelSlot:
@@ -59,8 +63,10 @@ class ModelSlot:
     unloaded. An engine that cannot live beside another (``BaseEngine.close_before_next_load``)
     is closed first, and while no model can answer, requests are told that one is loading.
 
-    ``default``: the model the page's new chats and requests naming no model get, the one loaded
-    last. ``listed``: for ``keep.load_on_demand``, the models the server lists, by name."""
+    ``default``: the model the page's new chats and requests naming no model get, the one the
+    operator loaded last. ``listed``: for ``keep.load_on_demand``, the models the server lists,
+    by name; a request's load of one (``get_or_load``) never changes the default, unloads only
+    idle models other than it, and is refused where the model would pass the budget."""
 
     def __init__(self, model: ChatModel | None = None, keep: KeepSettings = KeepSettings(),
                  listed: Callable[[], dict[str, ListedModel]] = dict) -> None:
@@ -79,7 +85,7 @@ class ModelSlot:
         self._all_unloaded = threading.Event()
         if model is not None:
             with self._lock:
-                self._keep(model)
+                self._keep(model, default=True)
 
     @property
     def model(self) -> ChatModel:
@@ -119,16 +125,19 @@ class ModelSlot:
                 self._used(model_id)
         return model
 
-    def get_or_load(self, model_id: str) -> ChatModel | None:
+    def get_or_load(self, model_id: str, admit: Callable[[], None] = lambda: None) -> ChatModel | None:
         """``get``, or where the server lists a model of that name and lets requests load it
-        (``keep.load_on_demand``), that model loaded; None where neither. It blocks while it loads."""
+        (``keep.load_on_demand``), that model loaded; None where neither. It blocks while it
+        loads; a MemoryBudgetError where it would pass the budget beside the busy models.
+        ``admit`` is called just before a load (not for a model loaded meanwhile), and what it
+        raises refuses the load."""
         model = self.get(model_id)
         if model is not None or not self.keep.load_on_demand:
             return model
         listed = self._listed().get(model_id)
         if listed is None:
             return None
-        return self.load(listed.settings, reuse=True)
+        return self._load_listed(listed, admit)
 
     def offered(self) -> dict[str, ListedModel]:
         """The models a request may load (``keep.load_on_demand``) that are not loaded, by name."""
@@ -137,30 +146,70 @@ class ModelSlot:
         loaded = {model.model_id for model in self.models}
         return {name: listed for name, listed in self._listed().items() if name not in loaded}
 
-    def load(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None, reuse: bool = False) -> ChatModel:
-        """Load a model from ``args`` (ChatModel's settings) and make it the default. ``reuse``:
-        a model of the same id loaded already (by a request just before) is taken as it is."""
+    def load(self, args: Mapping[str, Any] | None = None, progress: Progress | None = None) -> ChatModel:
+        """Load a model from ``args`` (ChatModel's settings) and make it the default: the
+        operator's load, which may pass the budget where the models holding it are busy."""
         settings = LoadSettings.check(args)
         engine_class(settings.model.backend)  # fail fast, before any loading
         with self._loads:
-            if reuse and (model := self.get(settings.model.model_id)) is not None:
-                return model
-            with self._lock:
-                alone = [self._drop(model_id) for model_id, model in list(self._models.items())
-                         if model.engine is not None and model.engine.close_before_next_load]
-            close_all(alone)
-            self.loading = f"{settings.model.display_name} (on {settings.model.backend})"
-            try:
-                new_model = ChatModel(settings, progress)
-            finally:
-                self.loading = None
+            new_model = self._new_model(settings, progress)
             with self._lock:
                 replaced = [self._drop(model_id) for model_id in list(self._models)
-                            if model_id == new_model.model_id or self.keep.models_memory is None]
-                self._keep(new_model)
+                            if model_id == new_model.model_id or not self.several]
+                self._keep(new_model, default=True)
             close_all(replaced)
-            self._fit_budget()
+            self._fit_budget(keeping=new_model.model_id)
         return new_model
+
+    def _load_listed(self, listed: ListedModel, admit: Callable[[], None]) -> ChatModel:
+        """A listed model loaded for a request: beside the others and never the default (one at
+        a time, it replaces the model loaded, as any load does). Within the budget, only idle
+        models other than the default are unloaded to make room, and where that is not enough the
+        load is refused: before it starts where the size of its files does not fit, else once it
+        is loaded and measured, before any request reaches it (its context and buffers take more
+        than its files)."""
+        settings = LoadSettings.check(listed.settings)
+        engine_class(settings.model.backend)
+        model_id = settings.model.model_id
+        with self._loads:
+            if (model := self.get(model_id)) is not None:
+                return model  # loaded for a request just before
+            admit()
+            if not self._fit_budget(keeping=self._default, more=listed.size):
+                raise MemoryBudgetError(self._budget_full(model_id, listed.size))
+            before = resident_memory()
+            new_model = self._new_model(settings, None)
+            taken = resident_memory() - before
+            if not self._fit_budget(keeping=self._default):
+                new_model.close()
+                raise MemoryBudgetError(self._budget_full(model_id, taken))
+            with self._lock:
+                replaced = [self._drop(old_id) for old_id in list(self._models) if not self.several]
+                self._keep(new_model, default=self._default is None or not self.several)
+            close_all(replaced)
+        return new_model
+
+    def _new_model(self, settings: LoadSettings, progress: Progress | None) -> ChatModel:
+        """The model of ``settings`` loaded, not yet served; those that cannot live beside it closed first."""
+        with self._lock:
+            alone = [self._drop(model_id) for model_id, model in list(self._models.items())
+                     if model.engine is not None and model.engine.close_before_next_load]
+        close_all(alone)
+        self.loading = f"{settings.model.display_name} (on {settings.model.backend})"
+        try:
+            return ChatModel(settings, progress)
+        finally:
+            self.loading = None
+
+    def _budget_full(self, model_id: str, size: int) -> str:
+        """Why a request's load of ``model_id`` is refused: the budget, and the models that hold it."""
+        with self._lock:
+            # Every other model is in use: an idle one would have been unloaded to make room.
+            holding = [f"{held_id} ({'the default' if held_id == self._default else 'in use'})" for held_id in reversed(self._models)]
+        return (f"Loading {model_id} ({in_mib(size)}) would pass this server's memory budget of {in_mib(self.keep.models_memory)} "
+                f"(--models-memory): the app holds {in_mib(resident_memory())} with {', '.join(holding) or 'no model'} loaded, and "
+                "neither the default model nor one in use is unloaded for a request. Try again once a reply has ended, ask a "
+                "loaded model, or ask the server's operator for a larger budget.")
 
     def unload(self, model_id: str | None = None) -> None:
         """Unload the model of that id, or every model (None); an id not loaded is let be."""
@@ -190,9 +239,10 @@ class ModelSlot:
 
     # ---- keeping (each with the table's lock held, but for what closes models)
 
-    def _keep(self, model: ChatModel) -> None:
+    def _keep(self, model: ChatModel, default: bool) -> None:
         self._models[model.model_id] = model
-        self._default = model.model_id
+        if default:
+            self._default = model.model_id
         self._used(model.model_id)
         self._all_unloaded.clear()
         if self.keep.idle_unload_minutes is not None and self._idle_check is None:
@@ -214,17 +264,19 @@ class ModelSlot:
             self._all_unloaded.set()
         return model
 
-    def _fit_budget(self) -> None:
-        """While the app holds more memory than the budget, unload the least recently used idle
-        model other than the default (the one just loaded)."""
+    def _fit_budget(self, keeping: str | None, more: int = 0) -> bool:
+        """While the app's memory and ``more`` pass the budget, unload the least recently used
+        idle model other than ``keeping`` and the default; whether they fit in the end."""
         budget = self.keep.models_memory
-        while budget is not None and psutil.Process().memory_info().rss > budget:
+        while budget is not None and resident_memory() + more > budget:
             with self._lock:
-                idle = next((model_id for model_id, model in self._models.items() if model_id != self._default and idle_now(model)), None)
+                idle = next((model_id for model_id, model in self._models.items()
+                             if model_id not in (keeping, self._default) and idle_now(model)), None)
                 if idle is None:
-                    return
+                    return False
                 evicted = self._drop(idle)
             close_all([evicted])
+        return True
 
     def _unload_idle(self) -> None:
         """Unload each model idle for ``keep.idle_unload_minutes``; ends once none is loaded."""
@@ -250,5 +302,13 @@ def close_all(models: list[ChatModel]) -> None:
 
 
 def idle_now(model: ChatModel) -> bool:
-    """No request answered by ``model`` and none waiting for it."""
-    return model.engine is not None and model.line.running == 0 and model.line.waiting == 0
+    """No request answered by ``model``, none waiting for it, and no reply holding it between two of its answers."""
+    return model.engine is not None and not model.in_use
+
+
+def resident_memory() -> int:
+    return psutil.Process().memory_info().rss
+
+
+def in_mib(size: int) -> str:
+    return f"{size / 2**20:,.0f} MiB"

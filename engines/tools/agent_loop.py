@@ -48,6 +48,8 @@ class AnsweringModel(Protocol):
 
     def count_tokens(self, text: str) -> int: ...
 
+    def held(self) -> contextlib.AbstractContextManager[None]: ...
+
 
 @dataclass(frozen=True)
 class ToolsRunning:
@@ -90,34 +92,36 @@ async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: M
     there); between two answers, ToolsRunning, ApprovalAsked where ``approval`` asks about some
     of the calls (without one, every call runs), then each call's ToolResult, in the order of the
     calls, as the model reads it; and StepLimitReached where the ``step_limit``-th answer calls
-    tools still."""
-    for step in range(1, step_limit + 1):
-        response = None
-        async with contextlib.aclosing(model.astream_reply(request, queue_places=queue_places)) as items:
-            async for item in items:
-                response = item if isinstance(item, Response) else response
-                yield item
-        calls = response.parts.tool_calls if response is not None and response.finish_reason == "stop" else ()
-        if not calls or any(call.name not in tools for call in calls):
-            return
-        if step == step_limit:
-            yield StepLimitReached(step)
-            return
-        yield ToolsRunning(calls)
-        running = calls[:limits.calls_per_answer]
-        allowed = {call.id: True for call in running}
-        waiting = tuple(call for call in running if approval is not None and approval.asks(tools[call.name]))
-        if waiting:
-            yield ApprovalAsked(waiting)
-            allowed.update(await approval.decide(waiting))
-        # All of them at once; closing the reply (a cancelled await here) cancels those still running.
-        results = await asyncio.gather(*(run_call(tools[call.name], call) if allowed[call.id] else _denied(call) for call in running))
-        results += [_past_the_limit(call, limits.calls_per_answer) for call in calls[limits.calls_per_answer:]]
-        asked = _answered(request, response)
-        results = await asyncio.to_thread(fit_results, model, asked, results, limits)
-        for result in results:
-            yield result
-        request = dataclasses.replace(asked, messages=[*asked.messages, *(result.for_template() for result in results)])
+    tools still. The model is held in use (``held``) from the first answer to the last: between
+    two answers no request of it is in its line, and it must not count as idle then."""
+    with model.held():
+        for step in range(1, step_limit + 1):
+            response = None
+            async with contextlib.aclosing(model.astream_reply(request, queue_places=queue_places)) as items:
+                async for item in items:
+                    response = item if isinstance(item, Response) else response
+                    yield item
+            calls = response.parts.tool_calls if response is not None and response.finish_reason == "stop" else ()
+            if not calls or any(call.name not in tools for call in calls):
+                return
+            if step == step_limit:
+                yield StepLimitReached(step)
+                return
+            yield ToolsRunning(calls)
+            running = calls[:limits.calls_per_answer]
+            allowed = {call.id: True for call in running}
+            waiting = tuple(call for call in running if approval is not None and approval.asks(tools[call.name]))
+            if waiting:
+                yield ApprovalAsked(waiting)
+                allowed.update(await approval.decide(waiting))
+            # All of them at once; closing the reply (a cancelled await here) cancels those still running.
+            results = await asyncio.gather(*(run_call(tools[call.name], call) if allowed[call.id] else _denied(call) for call in running))
+            results += [_past_the_limit(call, limits.calls_per_answer) for call in calls[limits.calls_per_answer:]]
+            asked = _answered(request, response)
+            results = await asyncio.to_thread(fit_results, model, asked, results, limits)
+            for result in results:
+                yield result
+            request = dataclasses.replace(asked, messages=[*asked.messages, *(result.for_template() for result in results)])
 
 
 async def _denied(call: ToolCall) -> ToolResult:
