@@ -82,6 +82,7 @@ def web_app(slot, args: argparse.Namespace):
     from store import Quota, StoreError, open_store, shown_url
     from webui.file_cache import FileCache
     from webui.layout import PAGE_KWARGS, build_demo
+    from webui.python_in_browser import PYODIDE_PREFIX, serve_pyodide
     from webui.event_inputs import refuse_events_short_of_inputs
     from webui.edited_responses import EditedResponses
     from webui.idle_frames import with_status_timer_script
@@ -92,7 +93,8 @@ def web_app(slot, args: argparse.Namespace):
     check_admins(rights, users)
     limits = limits_of(args)
     logins = server_logins(users, args)
-    app = api_app(slot, args, logins)  # /v1 first: the page mounted at / takes every path added after it
+    # /v1 first: the page mounted at / takes every path added after it.
+    app = api_app(slot, args, logins, read_by_any_page=(PYODIDE_PREFIX,))
     serve_pyodide(app)
     uploads = f"{PAGE_PREFIX}/upload"  # each file bounded by --max-upload-size instead
     app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
@@ -102,7 +104,8 @@ def web_app(slot, args: argparse.Namespace):
     except StoreError as error:
         raise SystemExit(str(error)) from None
     print(f"Chats kept in {shown_url(args.database_url)}", flush=True)
-    demo = build_demo(slot, rights, limits, models_dir(args), store).queue(max_size=limits.max_queue_size)
+    # api_open=False: a queued event run directly (POST /gradio_api/run/…) would skip the queue and its limits.
+    demo = build_demo(slot, rights, limits, models_dir(args), store).queue(max_size=limits.max_queue_size, api_open=False)
     refuse_events_short_of_inputs(demo)
     files = FileCache(Path(get_upload_folder()), limits.max_file_age, limits.max_cache_size)
     page = gr.mount_gradio_app(app, demo, path="/", auth=logins.page_login if logins else None, max_file_size=limits.max_upload_size,
@@ -123,22 +126,6 @@ def web_app(slot, args: argparse.Namespace):
     return page
 
 
-def serve_pyodide(app) -> None:
-    """Pyodide's files (setup.sh fetches them), from which the page runs Python in the browser:
-    served here, so that it works offline. Without them, the page's Run button says so."""
-    import mimetypes
-
-    from starlette.staticfiles import StaticFiles
-
-    from webui.python_in_browser import PYODIDE_DIR, PYODIDE_PATH
-
-    if PYODIDE_DIR.is_dir():
-        # A module worker is refused a script of another type; Python 3.11 knows neither by name.
-        mimetypes.add_type("text/javascript", ".mjs")
-        mimetypes.add_type("application/wasm", ".wasm")
-        app.mount(PYODIDE_PATH.rstrip("/"), StaticFiles(directory=PYODIDE_DIR))
-
-
 def gradio_login(gradio_app, request) -> str | None:
     """The page login a request's cookies carry, as Gradio reads them (its routes' get_current_user)."""
     cookies = request.cookies
@@ -157,9 +144,10 @@ def load_slot(slot, settings: dict[str, Any]) -> None:
     print(slot.describe(), flush=True)
 
 
-def api_app(slot, args: argparse.Namespace, logins: Logins):
+def api_app(slot, args: argparse.Namespace, logins: Logins, read_by_any_page: tuple[str, ...] = ()):
     """/v1 over ``slot``, with every request to the app (the page mounted on it later included)
-    checked for who sends it; says at startup who can reach it."""
+    checked for who sends it (any page may read under ``read_by_any_page``); says at startup who
+    can reach it."""
     from fastapi import FastAPI
 
     from access import AllowedHosts, exposure_warnings, guard
@@ -168,7 +156,7 @@ def api_app(slot, args: argparse.Namespace, logins: Logins):
 
     app = add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args), args.max_request_size, logins,
                   limits_of(args))
-    guard(app, AllowedHosts(args.allowed_hosts or (), bound=args.host), refusal)
+    guard(app, AllowedHosts(args.allowed_hosts or (), bound=args.host), refusal, read_by_any_page)
     for warning in exposure_warnings(args.host, args.port, bool(logins), args.api_key is not None, args.secret_flags):
         print(warning, flush=True)
     return app

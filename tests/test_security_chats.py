@@ -264,6 +264,15 @@ def test_a_flood_of_made_up_session_hashes_from_one_login_leaves_another_logins_
     assert after < before * 1.1
 
 
+def test_a_queued_event_cannot_be_run_around_the_queue(app, tabs):
+    """Before: POST /gradio_api/run/chat ran a reply beside the queue, outside its size limit."""
+    bob = tabs("bob")
+    opened(bob)
+    direct = run_directly(bob, bob, "search_chats", [None, ""])
+    assert direct.status_code == 404 and "join the queue" in direct.text, direct.text
+    assert error(bob.call("search_chats", [None, ""])) is None, "through the queue it runs"
+
+
 def test_a_login_past_its_sessions_forgets_its_own_oldest_and_ends_it():
     ended = []
     owners = SessionOwners(per_login=3, end_session=ended.append)

@@ -15,6 +15,7 @@ import pytest
 from engines import ChatModel, ChatRequest, ConfigError, ModelSlot, Response
 from engines.prompt.reply_parser import ToolCall
 from engines.tools import BUILTIN_TOOLS, DENIED, StepLimitReached, Tool, ToolResult, ToolSettings, ToolsRunning, run_call
+from engines.tools import agent_loop
 from engines.tools.agent_loop import fit_results
 from engines.tools.calculator import MOST_DIGITS, CalculatorError, calculate
 from store import MessageTree, open_store
@@ -284,6 +285,16 @@ async def test_a_tool_that_may_change_something_asks_first_and_runs_only_as_allo
     assert session.turns[-1].steps[0].tool_calls[0].error != "denied by the user"
     asked = await answered(handlers.send(session, message("What is 17 times 23?"), **with_tools(ask_every_call=True)), session, "deny")
     assert asked and session.turns[-1].steps[0].tool_calls[0].error == "denied by the user"
+
+
+async def test_a_question_nobody_answers_ends_in_a_call_that_did_not_run(handlers, monkeypatch):
+    monkeypatch.setitem(BUILTIN_TOOLS, "calculator", dataclasses.replace(BUILTIN_TOOLS["calculator"], read_only=False))
+    monkeypatch.setattr(agent_loop, "ANSWER_SECONDS", 0.5)
+    session = ChatSession()
+    asked = [update async for update in handlers.send(session, message("What is 17 times 23?"), **with_tools()) if session.question is not None]
+    unanswered = session.turns[1].steps[0].tool_calls[0]
+    assert asked and session.question is None
+    assert unanswered.result == agent_loop.UNANSWERED and unanswered.error.startswith("not answered within"), unanswered
 
 
 async def test_stop_while_a_question_waits_ends_the_reply(handlers, monkeypatch):

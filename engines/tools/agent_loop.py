@@ -4,7 +4,8 @@ answers again, until it answers without a call or reaches the step limit.
 
 Only calls of the tools handed to the loop run; an answer that calls any other (one the user
 declared and answers by hand) ends the loop, as does an answer cut short. A call the approval
-asks about waits for the user's say, and a call denied does not run: the model is told so. A
+asks about waits for the user's say (ANSWER_SECONDS at most), and a call denied or not answered
+does not run: the model is told so. A
 result is fitted to the model's context before it is sent: cut, with a note that says how much
 was left out, where it would not fit (where the model does not say its context, at a fixed length,
 tool_limits.py). An answer's calls past ToolLimits.calls_per_answer do not run: each one's result
@@ -29,6 +30,8 @@ from .tool_limits import TOOL_LIMITS, ToolLimits
 from .toolbox import Tool, ToolResult, run_call
 
 STEP_LIMIT = 10
+# How long calls wait for the user's say: a reply left asking holds its model and its tab's turn.
+ANSWER_SECONDS = 600
 # A result is cut to this many characters before its tokens are counted, whatever the context:
 # no token is longer, and a tool that answers with megabytes is not tokenized whole.
 CHARACTERS_PER_TOKEN_AT_MOST = 32
@@ -76,6 +79,7 @@ class ApprovalAsked:
 
 
 DENIED = "The user did not allow this call, so it did not run."
+UNANSWERED = "The user did not say whether this call may run, so it did not run."
 
 
 @dataclass(frozen=True)
@@ -111,11 +115,16 @@ async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: M
             running = calls[:limits.calls_per_answer]
             allowed = {call.id: True for call in running}
             waiting = tuple(call for call in running if approval is not None and approval.asks(tools[call.name]))
+            unanswered = False
             if waiting:
                 yield ApprovalAsked(waiting)
-                allowed.update(await approval.decide(waiting))
+                try:
+                    allowed.update(await asyncio.wait_for(approval.decide(waiting), ANSWER_SECONDS))
+                except TimeoutError:
+                    allowed.update((call.id, False) for call in waiting)
+                    unanswered = True
             # All of them at once; closing the reply (a cancelled await here) cancels those still running.
-            results = await asyncio.gather(*(run_call(tools[call.name], call) if allowed[call.id] else _denied(call) for call in running))
+            results = await asyncio.gather(*(run_call(tools[call.name], call) if allowed[call.id] else _denied(call, unanswered) for call in running))
             results += [_past_the_limit(call, limits.calls_per_answer) for call in calls[limits.calls_per_answer:]]
             asked = _answered(request, response)
             results = await asyncio.to_thread(fit_results, model, asked, results, limits)
@@ -124,7 +133,9 @@ async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: M
             request = dataclasses.replace(asked, messages=[*asked.messages, *(result.for_template() for result in results)])
 
 
-async def _denied(call: ToolCall) -> ToolResult:
+async def _denied(call: ToolCall, unanswered: bool) -> ToolResult:
+    if unanswered:
+        return ToolResult(call, UNANSWERED, f"not answered within {ANSWER_SECONDS // 60} minutes")
     return ToolResult(call, DENIED, "denied by the user")
 
 
