@@ -10,7 +10,6 @@ ChatRequest.build's keywords instead, and the request is built here.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import gc
 import threading
@@ -22,6 +21,7 @@ from .backends import engine_class
 from .backends.base import BaseEngine, Response
 from .errors import ConfigError, ModelUnloadedError
 from .event_loop import EngineLoop
+from .freed_memory import return_freed_memory_to_os
 from .generation_args import GenerationArgs
 from .logprobs import TokenLogprobs
 from .model_files import Progress
@@ -245,7 +245,7 @@ class ChatModel:
             del engine
         self._loop.stop()
         gc.collect()
-        _return_freed_memory_to_os()
+        return_freed_memory_to_os()
 
     def __enter__(self) -> ChatModel:
         return self
@@ -259,9 +259,3 @@ class ChatModel:
         return self.engine
 
 
-def _return_freed_memory_to_os() -> None:
-    """glibc keeps freed heap pages; trimming hands them back so unloading shows in RSS."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass

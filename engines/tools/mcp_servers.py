@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import re
 import sys
@@ -31,6 +30,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..freed_memory import return_freed_memory_to_os
 from .tool_limits import TOOL_LIMITS, ToolLimits
 from .toolbox import Tool
 
@@ -259,7 +259,7 @@ class _Server:
         with contextlib.suppress(MCPError, TimeoutError):
             async with asyncio.timeout(PING_SECONDS):
                 await self.client.session.send_request(mcp_types.PingRequest(), mcp_types.EmptyResult)
-        _return_freed_memory_to_os()
+        return_freed_memory_to_os()
 
     async def _listed(self) -> tuple[dict[str, Tool], set[str], str]:
         """Its tools, within the limits' pages, tools and their schemas' size, their names as the
@@ -384,14 +384,6 @@ def _why(errors: BaseExceptionGroup) -> str:
     if type(error).__name__ == "SubscriptionLost" or str(error) == "Connection closed":
         return "the connection to it closed (did its process end? the app's log has what it said)"
     return _first_line(error) or type(error).__name__
-
-
-def _return_freed_memory_to_os() -> None:
-    """As engines/chat_model.py does after an unload (glibc's; elsewhere nothing to do)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _first_line(error: BaseException) -> str:
