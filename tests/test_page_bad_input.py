@@ -32,6 +32,7 @@ from store import MessageTree
 from webui.chat_session import ChatSession
 from webui.conversation import Turn, render, render_turn
 from webui.handlers import ChatHandlers
+from webui.inert_markdown import as_written
 
 REFUSED = "⚠ The model could not answer"
 # A Python traceback, an exception's repr, or a source place of C/C++ code such as a decoder's log line.
@@ -247,7 +248,8 @@ async def test_a_bad_message_is_shown_as_a_clear_message_and_the_chat_stays(case
     # The message under it says what was wrong, and nothing shown is a stack trace.
     refusal = shown[-1]
     assert refusal["metadata"]["title"] == REFUSED
-    assert re.search(case.says, refusal["content"], re.S), refusal["content"]
+    # As the page shows it: its text's HTML made inert (an "<image>" in it is text).
+    assert re.search(case.says, as_written(refusal["content"]), re.S), refusal["content"]
     assert not STACK_TRACE.search(shown_text([update["chatbot"] for update in updates])), refusal["content"]
     assert str(tmp_path) not in refusal["content"], "the message shows where the file is on the server"
     await answered_next(chat, session)
