@@ -37,7 +37,7 @@ from store.database import StoreSettings  # noqa: E402
 # Flags the command line names otherwise than their settings (each still sets its setting's name).
 FLAG_NAMES = {"infer_backend": "backend", "model_name_or_path": "model", "infer_dtype": "dtype"}
 MODEL_FLAGS = ("infer_backend", "model_name_or_path", "mmproj", "infer_dtype", "engine_args", "trust_remote_code", "served_model_name",
-               "remote_model", "remote_api_key")
+               "remote_model", "remote_api_key", "prompt_cache_gb", "prompt_cache_dir")
 GENERATION_FLAGS = ("temperature", "max_new_tokens")
 LINE_FLAGS = ("max_concurrent", "max_waiting", "max_waiting_per_user")
 

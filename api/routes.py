@@ -79,7 +79,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
     @router.get("/models")
     async def list_models() -> ModelList:
         loaded = [ModelCard(id=model.model_id, created=now(), input_modalities=["text", *sorted(model.media_kinds)],
-                            max_model_len=model.context_length) for model in slot.models]
+                            max_model_len=model.context_length, prompt_cache=model.prompt_cache) for model in slot.models]
         # Those a request may load, after: read from the disk, on a worker thread.
         offered = await asyncio.to_thread(slot.offered) if slot.keep.load_on_demand else {}
         return ModelList(data=[*loaded, *(ModelCard(id=name, created=now(), loaded=False, input_modalities=modalities(listed.reads))

@@ -309,6 +309,8 @@ class ModelCard(BaseModel):
     max_model_len: int | None = None
     # False for a model a request may load (--load-on-demand), listed after those loaded.
     loaded: bool = True
+    # What the model's prompt cache holds (conversations, memory_bytes, disk_bytes, hits), where it has one.
+    prompt_cache: dict[str, int] | None = None
 
 
 class ModelList(BaseModel):

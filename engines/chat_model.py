@@ -121,6 +121,11 @@ class ChatModel:
         return self.model_args.display_name
 
     @property
+    def prompt_cache(self) -> dict[str, int] | None:
+        """What the prompt cache holds: conversations, bytes in memory and on disk, hits (None without one)."""
+        return self._engine().prompt_cache
+
+    @property
     def media_kinds(self) -> frozenset[MediaKind]:
         """What the model reads besides text."""
         return self._engine().media_kinds

@@ -235,7 +235,10 @@ class ModelSlot:
         model = models[0]
         why = f" ({model.backend_reason})" if model.backend_reason else ""
         others = f" Also loaded: {', '.join(other.model_id for other in models[1:])}." if len(models) > 1 else ""
-        return f"Loaded {model.display_name} on {model.backend}{why} in {model.load_seconds:.1f} s.{others}"
+        cache = model.prompt_cache
+        kept = (f" Prompt cache: {cache['conversations']} conversation{'' if cache['conversations'] == 1 else 's'}, "
+                f"{cache['memory_bytes'] / 2**20:,.0f} MiB." if cache else "")
+        return f"Loaded {model.display_name} on {model.backend}{why} in {model.load_seconds:.1f} s.{kept}{others}"
 
     # ---- keeping (each with the table's lock held, but for what closes models)
 

@@ -283,6 +283,67 @@ def test_a_long_conversation_reuses_the_cache_for_its_next_turn(llama_model):
     assert next_turn < from_scratch / 3
 
 
+def colours_question(items: int) -> list[dict]:
+    """A conversation of about 9 tokens an item that shares no more than the system prompt with weights_question's."""
+    return [{"role": "user", "content": " ".join(f"Box {i} is painted colour number {i * 5 % 11}." for i in range(items)) + " Which box is darkest?"}]
+
+
+def next_turn(conversation: list[dict], reply) -> list[dict]:
+    return [*conversation, {"role": "assistant", "content": reply.response_text}, {"role": "user", "content": "And the lightest?"}]
+
+
+def evaluated_for(model: ChatModel, conversation: list[dict]) -> tuple[int, object]:
+    """The tokens the model evaluated for a greedy reply to ``conversation``, and the reply."""
+    batcher = model.engine._batcher
+    before = batcher.evaluated["tokens"]
+    [reply] = model.chat(conversation, temperature=0, max_new_tokens=8)
+    return batcher.evaluated["tokens"] - before, reply
+
+
+@pytest.mark.slow
+def test_a_chat_taken_up_after_another_is_put_back_from_the_prompt_cache_not_read_again():
+    """One sequence (the default), two long chats taking turns: each next turn finds its
+    conversation in the prompt cache, where without one it read the whole conversation again,
+    and its reply is the one it gets where no other chat came between."""
+    weights, colours = weights_question(50), colours_question(50)
+    with ChatModel({**LLAMACPP, "prompt_cache_gb": 0}) as bare:
+        _, first = evaluated_for(bare, weights)
+        _, alone = evaluated_for(bare, next_turn(weights, first))
+        evaluated_for(bare, colours)
+        read_again, _ = evaluated_for(bare, next_turn(weights, first))
+        assert bare.prompt_cache is None
+    with ChatModel(LLAMACPP) as cached:
+        evaluated_for(cached, weights)
+        evaluated_for(cached, colours)
+        evaluated, taken_up = evaluated_for(cached, next_turn(weights, first))
+        held = cached.prompt_cache
+    print(f"\nthe next turn after another chat: {evaluated} tokens evaluated with the prompt cache, {read_again} without; it holds {held}")
+    assert read_again > first.prompt_length, "without a prompt cache the conversation is read again"
+    assert evaluated < 40 and held["hits"] == 1 and held["conversations"] >= 1 and held["memory_bytes"] > 0
+    assert taken_up.response_text == alone.response_text
+
+
+@pytest.mark.slow
+def test_the_prompt_cache_on_disk_outlives_a_restart_and_keeps_within_its_size(tmp_path):
+    settings = {**LLAMACPP, "prompt_cache_dir": str(tmp_path)}
+    weights = weights_question(50)
+    with ChatModel(settings) as before_restart:
+        _, first = evaluated_for(before_restart, weights)
+    [folder] = tmp_path.iterdir()
+    assert len(list(folder.glob("*.state"))) == 1, "the conversation the sequence held is written as the model closes"
+    with ChatModel(settings) as restarted:
+        assert restarted.prompt_cache["disk_bytes"] > 0
+        evaluated, _ = evaluated_for(restarted, next_turn(weights, first))
+        assert evaluated < 40 and restarted.prompt_cache["hits"] == 1
+    # Room for about one conversation: the least recently used are let go, in memory and on disk.
+    limit = next(folder.glob("*.state")).stat().st_size * 1.5
+    with ChatModel({**settings, "prompt_cache_gb": limit / 2**30}) as small:
+        for conversation in (colours_question(50), weights_question(60), colours_question(60), weights_question(70)):
+            evaluated_for(small, conversation)
+        held = small.prompt_cache
+    assert 1 <= held["conversations"] <= 2 and held["memory_bytes"] <= limit and held["disk_bytes"] <= limit, held
+
+
 async def test_a_compile_keeps_its_turn_after_its_client_hangs_up(llama_model, monkeypatch):
     """Reply formats compile one at a time. A client that hangs up mid-compile stops waiting, but
     the compile's thread runs on: the next compile must wait for it, not start beside it (five

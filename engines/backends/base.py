@@ -289,6 +289,11 @@ class BaseEngine(ABC):
         """Backends that load reward models score with them; the others refuse such models at load."""
         raise UnsupportedError(f"The {self.name} engine does not score texts.")
 
+    @property
+    def prompt_cache(self) -> dict[str, int] | None:
+        """What the engine keeps of conversations' prompts across chats, where it keeps them itself (llamacpp)."""
+        return None
+
     @abstractmethod
     def unfinished_requests(self) -> int:
         """The replies the runtime itself is still working on (queued inside it, evaluating their

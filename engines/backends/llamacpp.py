@@ -11,7 +11,9 @@ llama.cpp's low-level API, on one thread that owns the context (llamacpp_batcher
   prompt is evaluated in steps of its own, taking turns with those, so that how it is cut into
   batches, and so its reply, does not depend on what else runs;
 - each sequence's cache keeps its last conversation, so the next turn only evaluates what is
-  new; a prompt that was evaluated before is evaluated from the same position again, so a
+  new; a conversation another one replaces is copied out to the prompt cache (in memory, and on
+  disk with ``prompt_cache_dir``) and put back when a prompt continues it
+  (llamacpp_prompt_cache.py); a prompt that was evaluated before is evaluated from the same position again, so a
   repeated greedy request gives the same reply, and a seeded request always starts from an
   empty cache;
 - sampling is llama.cpp's sampler chain in the order transformers uses (penalties over prompt
@@ -35,6 +37,7 @@ import inspect
 import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -58,6 +61,7 @@ from .llamacpp_batcher import Batcher, Job, StepThreads
 from .llamacpp_build import cpu_has_amx
 from .llamacpp_grammar import gbnf
 from .llamacpp_media import MediaEncoder, mtmd
+from .llamacpp_prompt_cache import PromptCache, model_key
 from .registry import BACKENDS
 
 try:
@@ -143,7 +147,7 @@ class LlamaCppEngine(BaseEngine):
                                        self.llama_settings["n_gpu_layers"] != 0, error_lines)
             self.prompts.use_media(self._media.prompt_media(model_args, self.tokenizer))
         self._batcher = Batcher(self.model, sequences, self.llama_settings["n_batch"] - sequences, self._media, self._step_threads(),
-                                error_lines)
+                                error_lines, self._prompt_cache(str(gguf)))
         self.prompts.context_length = self._batcher.n_ctx_sequence
 
     @property
@@ -175,6 +179,19 @@ class LlamaCppEngine(BaseEngine):
             # Llama(**kwargs) would swallow a misspelt argument without a word.
             raise ConfigError(f"llama.cpp's Llama() takes no argument {', '.join(unknown)}. Its arguments: {', '.join(sorted(known))}.")
         return {**settings, **args.engine_args}
+
+    def _prompt_cache(self, path: str) -> PromptCache | None:
+        gigabytes = self.model_args.prompt_cache_gb
+        limit = default_prompt_cache() if gigabytes is None else int(gigabytes * 2**30)
+        if limit == 0:
+            return None
+        folder = Path(self.model_args.prompt_cache_dir).expanduser() if self.model_args.prompt_cache_dir else None
+        return PromptCache(self.model.ctx, limit, folder, model_key(path, self.llama_settings))
+
+    @property
+    def prompt_cache(self) -> dict[str, int] | None:
+        """What the prompt cache holds (None without one)."""
+        return self._batcher.saved.summary if self._batcher.saved is not None else None
 
     def _step_threads(self) -> StepThreads | None:
         """The thread counts each step lowers to the free cores, unless they were set by hand."""
@@ -309,6 +326,12 @@ def _patched_defaults(function: str, **fields: Any) -> Iterator[None]:
         yield
     finally:
         setattr(lib, function, original)
+
+
+def default_prompt_cache() -> int:
+    """Bytes of conversations' state to keep: an eighth of the machine's memory, at most 8 GiB
+    (llama.cpp's server keeps 8 GiB by default)."""
+    return min(psutil.virtual_memory().total // 8, 8 * 2**30)
 
 
 def default_threads() -> int:

@@ -3,7 +3,9 @@ running request together, one sequence of the context each (continuous batching)
 
 Each step is planned (one token of every generating sequence, or the next piece of one prompt),
 filled into one llama_batch, evaluated by one llama_decode, and sampled, each sequence by its own
-sampler chain and grammar. A sequence's KV cache keeps its last conversation for the next turn.
+sampler chain and grammar. A sequence's KV cache keeps its last conversation for the next turn;
+one that another conversation replaces is kept in the prompt cache (llamacpp_prompt_cache.py),
+from which a later prompt that continues it is put back.
 The engine (llamacpp.py) submits a Job and reads back its tokens; nothing here knows of text.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import logging
 import secrets
 import threading
 from collections.abc import Callable, Iterator
@@ -28,6 +31,9 @@ from ..logprobs import log_softmax, top_logprobs
 from .free_cores import FreeCores
 from .llamacpp_grammar import GrammarSampler
 from .llamacpp_media import MediaChunk, MediaEncoder
+from .llamacpp_prompt_cache import MIN_ITEMS, PromptCache
+
+logger = logging.getLogger(__name__)
 
 # llama.cpp's "pick a random seed" value; a seed that lands on it is moved off it.
 RANDOM_SEED = 0xFFFFFFFF
@@ -135,8 +141,9 @@ class Batcher:
     longest start of its prompt."""
 
     def __init__(self, model: llama_cpp.Llama, sequences: int, prompt_batch: int, media: MediaEncoder | None,
-                 threads: StepThreads | None, errors: Any) -> None:
+                 threads: StepThreads | None, errors: Any, saved: PromptCache | None = None) -> None:
         self._ctx = model.ctx
+        self.saved = saved
         self._media = media
         self._threads = threads
         # llama.cpp's latest error lines (llamacpp.py's ErrorLines), which say why it refused a grammar.
@@ -186,6 +193,10 @@ class Batcher:
             self._arrived.append(None)
             self._wake.notify()
         self._thread.join()
+        if self.saved is not None and self.saved.persistent:
+            # Kept on disk, the conversations the sequences hold outlive the restart too.
+            for sequence in self._sequences:
+                self._keep_aside(sequence)
         lib.llama_batch_free(self._batch)
 
     # ---- the thread
@@ -225,6 +236,16 @@ class Batcher:
         # pass, and one pass per run.
         sequence = max(free, key=lambda s: (0 if fresh else s.reusable(keys, False), -s.seq_id))
         start = sequence.reusable(keys, fresh)
+        if not fresh and self.saved is not None:
+            try:
+                start = self._restore_saved(sequence, keys, start)
+            except (OSError, ValueError, MemoryError) as error:
+                # The cache only saves time: without it the prompt is read as it would have been.
+                logger.warning("The prompt cache failed (%s); the prompt is read whole.", error)
+                lib.llama_memory_seq_rm(self._memory, sequence.seq_id, 0, -1)
+                sequence.keep(0)
+                sequence.last_prompt = None
+                start = 0
         lib.llama_memory_seq_rm(self._memory, sequence.seq_id, sequence.keep(start), -1)
         sequence.last_prompt, sequence.last_start = keys, start
         sequence.job, sequence.pending, sequence.generated, sequence.arrival = job, job.prompt[start:], 0, next(self._arrivals)
@@ -234,6 +255,31 @@ class Batcher:
                 sequence.grammar = GrammarSampler(self._vocab, job.grammar, self._n_vocab)
         except BaseException as error:
             self._end(sequence, error)
+
+    def _restore_saved(self, sequence: _Sequence, keys: list[_Cached], start: int) -> int:
+        """Where the prompt cache holds more of the prompt than ``sequence`` does, that state put
+        into it, what it held kept first; how many items of the prompt it holds now."""
+        found = self.saved.best(keys)
+        if found is None or found[1] - start < MIN_ITEMS:
+            if start < len(sequence.cached):
+                self._keep_aside(sequence)
+            return start
+        saved = found[0]
+        # Read before what the sequence holds is kept aside, which may let it go to make room.
+        state = self.saved.take(saved)
+        self._keep_aside(sequence)
+        if state is None or not self.saved.restore(state, sequence.seq_id):
+            sequence.keep(0)
+            sequence.last_prompt = None
+            return 0
+        sequence.cached, sequence.ends = list(saved.items), list(saved.ends)
+        sequence.last_prompt, sequence.last_start = saved.last_prompt, saved.last_start
+        return sequence.reusable(keys, False)
+
+    def _keep_aside(self, sequence: _Sequence) -> None:
+        """What ``sequence`` holds, into the prompt cache before something else takes its place."""
+        if self.saved is not None and sequence.cached:
+            self.saved.keep(sequence.seq_id, sequence.cached, sequence.ends, sequence.last_prompt, sequence.last_start)
 
     def _end(self, sequence: _Sequence, error: BaseException | None = None) -> None:
         job, sequence.job = sequence.job, None
@@ -397,6 +443,7 @@ class Batcher:
         """Empty the caches of the sequences no job runs on; False if there were none to empty."""
         idle = [s for s in self._sequences if s.job is None and s.cached]
         for sequence in idle:
+            self._keep_aside(sequence)
             lib.llama_memory_seq_rm(self._memory, sequence.seq_id, 0, -1)
             sequence.keep(0)
             sequence.last_prompt = None

@@ -122,6 +122,16 @@ class ModelArgs(MediaSettings):
                                 json_schema_extra=page_control("CPU threads (llamacpp; 0: physical cores but one)"))
     batch_size: int | None = Field(None, ge=1, le=INT32_MAX, description="prompt tokens processed per step",
                                    json_schema_extra=page_control("Prompt batch size (llamacpp)"))
+    prompt_cache_gb: float | None = Field(None, ge=0, le=1 << 20,
+                                          description="memory for conversations' prompt state kept across chats, so that a chat "
+                                                      "taken up again is not read again (llamacpp); None: an eighth of the "
+                                                      "machine's memory, at most 8; 0: none",
+                                          json_schema_extra=page_control("Prompt cache (GiB, llamacpp; empty: an eighth of memory)",
+                                                                         elem_id="prompt-cache-gb"))
+    prompt_cache_dir: str | None = Field(None, description="a folder the prompt cache is written to as well (as much as it keeps in "
+                                                           "memory), so that it outlives a restart (llamacpp); None: memory only",
+                                         json_schema_extra=page_control("Prompt cache folder (llamacpp; empty: memory only)",
+                                                                        elem_id="prompt-cache-dir"))
     gpu_layers: int | None = Field(None, ge=-1, le=100_000, description="layers offloaded to the GPU; -1 all, 0 none; None: all where llama.cpp was built for a GPU",
                                    json_schema_extra=page_control("GPU layers (llamacpp; -1: all)"))
     mmproj: str | None = Field(None, description="the multimodal projector (mmproj GGUF) that reads images or audio for the model; "
