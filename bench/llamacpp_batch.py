@@ -26,7 +26,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engines import ChatModel  # noqa: E402
-from engines.model_files.paths import default_gguf  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
 
 TOPICS = ["a lighthouse keeper", "a lost robot", "a dragon who cannot fly", "a city under the sea",
@@ -107,9 +106,9 @@ def main() -> None:
     with ChatModel({"infer_backend": "llamacpp", "max_concurrent": SEQUENCES}) as model:
         prompts = [model.engine.tokenizer(model.render_prompt(messages(user)), add_special_tokens=False).input_ids
                    for user in range(SEQUENCES)]
-        # The bare context is the one our engine opened, with llama-cpp-python's defaults for the rest.
-        settings = {key: model.engine.llama_settings[key] for key in ("n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch")}
-        reference = open_llama(str(default_gguf()), {**settings, "verbose": False}, SEQUENCES)
+        # The bare context is the one our engine opened (its weights too), with llama-cpp-python's defaults for the rest.
+        settings = {key: model.engine.llama_settings[key] for key in ("n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch", "flash_attn")}
+        reference = open_llama(str(model.engine.weights_path), {**settings, "verbose": False}, SEQUENCES)
         try:
             asyncio.run(ours(model, 1, 8))  # warm-up, both ways
             bare(reference, prompts[:1], [8])

@@ -23,7 +23,7 @@ BACKEND_OPTION_ROWS = (
     ("gpu_memory_utilization", "tensor_parallel_size", "enforce_eager"),
     ("threads", "batch_size", "gpu_layers"),
     ("mmproj",),
-    ("prompt_cache_gb", "prompt_cache_dir"),
+    ("convert_weights", "prompt_cache_gb", "prompt_cache_dir"),
     ("remote_model", "remote_api_key"),
 )
 GENERATION_ROWS = (

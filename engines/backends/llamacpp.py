@@ -1,6 +1,7 @@
 """The llama.cpp backend: GGUF files run natively by llama-cpp-python, fast on CPU.
 
-The GGUF file is opened as it is: no conversion, no dequantized copy. Prompts come from the
+The GGUF file is opened as it is, but for weights llama.cpp's CPU kernels are slow on (Q4_1),
+which are read from a Q8_0 copy converted once (llamacpp_weights.py). Prompts come from the
 shared prompt path (the model's own chat template, with the tokenizer read from the same GGUF,
 whose ids are llama.cpp's) and reach llama.cpp as token ids. Generation is our own loop over
 llama.cpp's low-level API, on one thread that owns the context (llamacpp_batcher.py):
@@ -62,6 +63,7 @@ from .llamacpp_build import cpu_has_amx
 from .llamacpp_grammar import gbnf
 from .llamacpp_media import MediaEncoder, mtmd
 from .llamacpp_prompt_cache import PromptCache, model_key
+from .llamacpp_weights import weights_to_read
 from .registry import BACKENDS
 
 try:
@@ -135,11 +137,13 @@ class LlamaCppEngine(BaseEngine):
         metadata = gguf_metadata_dir(gguf, within(progress, 0.0, 0.6), embedded)
         self.prompts = PromptBuilder.from_gguf_metadata(str(metadata), model_args, generation, self.shape.context_length)
         projector = find_projector(gguf, model_args.mmproj, self.shape.embedding_width)
-        report(0.7, f"Opening {gguf.name} with llama.cpp…")
         sequences = model_args.max_concurrent
         # What Llama() was given, for a reference run with the same settings (bench/).
         self.llama_settings = self._llama_args()
-        self.model = open_llama(str(gguf), self.llama_settings, sequences)
+        self.weights_path = weights_to_read(gguf, self.shape, model_args.convert_weights, self.llama_settings["n_gpu_layers"] != 0,
+                                            within(progress, 0.6, 0.7))
+        report(0.7, f"Opening {gguf.name} with llama.cpp…")
+        self.model = open_llama(str(self.weights_path), self.llama_settings, sequences)
         self._media = None
         if projector is not None:
             report(0.9, f"Opening the projector {projector.path.name}…")
@@ -147,7 +151,7 @@ class LlamaCppEngine(BaseEngine):
                                        self.llama_settings["n_gpu_layers"] != 0, error_lines)
             self.prompts.use_media(self._media.prompt_media(model_args, self.tokenizer))
         self._batcher = Batcher(self.model, sequences, self.llama_settings["n_batch"] - sequences, self._media, self._step_threads(),
-                                error_lines, self._prompt_cache(str(gguf)))
+                                error_lines, self._prompt_cache(str(self.weights_path)))
         self.prompts.context_length = self._batcher.n_ctx_sequence
 
     @property
@@ -169,6 +173,9 @@ class LlamaCppEngine(BaseEngine):
             "n_ubatch": batch,
             "n_threads": threads,
             "n_threads_batch": prompt_threads,
+            # llama.cpp's own default on CPU (llama-cpp-python turns it off): prompts of 4,096
+            # tokens read 1.1-1.25x as fast, each token's distribution moved by a mean KL of 0.004.
+            "flash_attn": True,
             # Every layer on the GPU where this llama.cpp was built for one.
             "n_gpu_layers": args.gpu_layers if args.gpu_layers is not None else -1 if lib.llama_supports_gpu_offload() else 0,
             "verbose": False,

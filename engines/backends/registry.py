@@ -49,7 +49,7 @@ BACKENDS = {
         Backend("llamacpp", "LlamaCppEngine", ("llama_cpp",),
                 "bash scripts/setup.sh (with a C++ compiler, it compiles llama-cpp-python: about 4 to 5 minutes on 2 cores, once; "
                 "where anychat was installed with pip: CMAKE_ARGS=-DGGML_OPENMP=OFF pip install llama-cpp-python==0.3.36)",
-                frozenset({"max_model_len", "threads", "batch_size", "gpu_layers", "mmproj", "prompt_cache_gb", "prompt_cache_dir"})),
+                frozenset({"max_model_len", "threads", "batch_size", "gpu_layers", "mmproj", "convert_weights", "prompt_cache_gb", "prompt_cache_dir"})),
         Backend("remote", "RemoteEngine", ("httpx",),
                 "pip install httpx (the remote backend reaches another server's OpenAI-compatible API over HTTP)",
                 frozenset({"remote_api_key", "remote_model"})),

@@ -122,10 +122,13 @@ class GgufModel:
     heads: int
     kv_heads: int
     head_dim: int
+    # llama.cpp's llama_ftype: the type most of its weights are (None where the header does not say).
+    file_type: int | None = None
 
     @classmethod
     def read(cls, path: Path) -> GgufModel:
-        fields = read_fields(path, lambda key: key == "general.architecture" or "." in key and not key.startswith(("tokenizer.", "general.")))
+        fields = read_fields(path, lambda key: key in ("general.architecture", "general.file_type")
+                             or "." in key and not key.startswith(("tokenizer.", "general.")))
         architecture = (fields or {}).get("general.architecture")
         if not architecture:
             raise ModelLoadError(f"{path} is not a GGUF model file that can be read (no architecture in its header).")
@@ -135,4 +138,5 @@ class GgufModel:
         width = field("embedding_length")
         heads = most(field("attention.head_count")) or 1
         return cls(architecture, field("context_length"), width, field("block_count") or 1, heads,
-                   most(field("attention.head_count_kv")) or heads, field("attention.key_length") or (width or heads) // heads)
+                   most(field("attention.head_count_kv")) or heads, field("attention.key_length") or (width or heads) // heads,
+                   fields.get("general.file_type"))
