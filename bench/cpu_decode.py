@@ -47,19 +47,16 @@ def messages(round_number: int) -> list[dict]:
 
 def open_way(name: str) -> tuple[Way, Callable[[], None]]:
     """The way's streaming call and its close. The bare way is llama-cpp-python as its own docs
-    use it (create_chat_completion, with the chat template the GGUF carries), given the weights,
-    context, batch, threads and flash attention our engine takes by default here."""
+    use it (create_chat_completion, with the chat template the GGUF carries), given the context,
+    batch and threads our engine takes by default here."""
     if name == "bare llama-cpp-python":
         from engines.backends.llamacpp import DEFAULT_BATCH, default_threads, open_llama
-        from engines.backends.llamacpp_weights import weights_to_read
-        from engines.model_files.gguf_header import GgufModel
 
         threads = default_threads()
-        weights = weights_to_read(default_gguf(), GgufModel.read(default_gguf()), True, False, None)
         # Llama() itself, with llama.cpp's weight-repacking buffers off on CPUs with AMX, where
         # llama.cpp 0.3.36 dies on the first evaluation (SIGILL or SIGSEGV) without it.
-        bare = open_llama(str(weights), {"n_ctx": CONTEXT, "n_batch": DEFAULT_BATCH, "n_threads": threads, "flash_attn": True,
-                                         "n_threads_batch": psutil.cpu_count(logical=False), "verbose": False})
+        bare = open_llama(str(default_gguf()), {"n_ctx": CONTEXT, "n_batch": DEFAULT_BATCH, "n_threads": threads,
+                                                "n_threads_batch": psutil.cpu_count(logical=False), "verbose": False})
 
         def bare_stream(conversation: list[dict], tokens: int) -> Iterator[object]:
             chunks = bare.create_chat_completion(conversation, max_tokens=tokens, temperature=0, stream=True)

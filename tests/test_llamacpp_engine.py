@@ -18,7 +18,7 @@ llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not ins
 
 from engines import BackendUnavailableError, ChatModel, ConfigError, MediaError, ModelBusyError, ModelLoadError, ModelSlot  # noqa: E402
 from engines.backends.free_cores import WINDOW  # noqa: E402
-from engines.backends.llamacpp_weights import Q8_0  # noqa: E402
+from engines.backends.llamacpp_weights import Q8_0, weights_to_read  # noqa: E402
 from engines.model_files.gguf_header import GgufModel  # noqa: E402
 from engines.model_files.paths import default_gguf  # noqa: E402
 from harness.engine_contract import LONG_PROMPT, LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract, weights_question  # noqa: E402
@@ -43,10 +43,13 @@ class TestLlamaCppContract(EngineContract):
         return llama_model
 
 
-def test_the_gguf_runs_as_it_is_but_for_its_q4_1_weights_read_as_q8_0(llama_model):
-    assert llama_model.engine.model_path == default_gguf()
-    weights = llama_model.engine.weights_path
-    assert weights.name == "model.gguf" and weights.parent.parent.name == "llamacpp-q8_0" and GgufModel.read(weights).file_type == Q8_0
+def test_the_gguf_runs_as_it_is_and_as_q8_0_where_asked(llama_model):
+    assert llama_model.engine.model_path == llama_model.engine.weights_path == default_gguf()
+    with ChatModel({**LLAMACPP, "convert_weights": True, "engine_args": {"flash_attn": True}}) as converted:
+        weights = converted.engine.weights_path
+        assert weights.name == "model.gguf" and weights.parent.parent.name == "llamacpp-q8_0" and GgufModel.read(weights).file_type == Q8_0
+        [reply] = converted.chat(QUESTION, temperature=0, max_new_tokens=4)
+        assert reply.response_length == 4
     assert llama_model.backend == "llamacpp" and llama_model.model_id == "SmolLM2-135M-Instruct"
     # SmolLM2's trained context fits this machine's memory, so the default is all of it.
     assert llama_model.context_length == 8192
@@ -54,8 +57,8 @@ def test_the_gguf_runs_as_it_is_but_for_its_q4_1_weights_read_as_q8_0(llama_mode
 
 
 @pytest.mark.slow
-def test_the_q8_0_weights_read_as_the_file_as_shipped(llama_model):
-    """The conversion the engine reads (with flash attention) against the file as shipped, read as
+def test_the_q8_0_weights_read_as_the_file_as_shipped():
+    """The conversion the engine reads with convert_weights (and flash attention) against the file as shipped, read as
     the app read it before (Q4_1, no flash attention): over 1,000 tokens of English prose, each
     token's distribution moves by a mean KL of at most 0.01, and perplexity by at most 1 %."""
     import numpy as np
@@ -74,7 +77,7 @@ def test_the_q8_0_weights_read_as_the_file_as_shipped(llama_model):
         return tokens, logits - np.log(np.exp(logits).sum(-1, keepdims=True))
 
     tokens, shipped = log_probs(default_gguf(), False)
-    _, converted = log_probs(llama_model.engine.weights_path, True)
+    _, converted = log_probs(weights_to_read(default_gguf(), GgufModel.read(default_gguf()), True, False, None), True)
     kl = float(np.mean(np.sum(np.exp(shipped) * (shipped - converted), -1)))
     perplexity = [float(np.exp(-np.mean(lp[np.arange(len(tokens) - 1), tokens[1:]]))) for lp in (shipped, converted)]
     print(f"\nQ8_0 with flash attention against Q4_1 as shipped: mean KL {kl:.4f}, perplexity {perplexity[1]:.2f} against {perplexity[0]:.2f}")
@@ -493,7 +496,7 @@ def test_media_are_refused_clearly(llama_model):
 
 
 def test_settings_reach_llama_cpp():
-    settings = {**LLAMACPP, "max_model_len": 1000, "threads": 1, "batch_size": 64, "engine_args": {"flash_attn": False}, "convert_weights": False}
+    settings = {**LLAMACPP, "max_model_len": 1000, "threads": 1, "batch_size": 64, "engine_args": {"flash_attn": False}}
     with ChatModel(settings) as model:
         llama = model.engine.model
         assert model.context_length == 1024, "llama.cpp sizes its context in steps of 256"
@@ -595,12 +598,12 @@ def test_a_build_for_another_cpu_is_refused_before_it_can_crash(monkeypatch, tmp
 
 
 def test_the_first_load_reports_its_stages_in_order_going_forward(monkeypatch, tmp_path):
-    """With an empty cache the GGUF's tokenizer is read and its Q4_1 weights converted once before
-    llama.cpp opens the file: each stage's line comes once, in order, and the fraction done never
-    goes back."""
+    """With an empty cache the GGUF's tokenizer is read and (asked to) its Q4_1 weights converted
+    once before llama.cpp opens the file: each stage's line comes once, in order, and the fraction
+    done never goes back."""
     monkeypatch.setenv("ANYCHAT_CACHE_DIR", str(tmp_path))
     reported = []
-    with ChatModel(LLAMACPP, progress=lambda fraction, message: reported.append((fraction, message))):
+    with ChatModel({**LLAMACPP, "convert_weights": True}, progress=lambda fraction, message: reported.append((fraction, message))):
         pass
     fractions = [fraction for fraction, _ in reported]
     assert fractions == sorted(fractions) and 0 <= fractions[0] and fractions[-1] <= 1, reported

@@ -242,7 +242,7 @@ def test_nul_bytes_in_paths_get_a_message_not_a_server_error(app, tabs):
     api = httpx.post(f"{app.url}v1/chat/completions", timeout=60, **bob_api, json={"model": model, "messages": [
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"file://{app.files.parent}/media/a%00.png"}}]}]})
     assert api.status_code == 400 and "NUL byte" in api.json()["error"]["message"], api.text
-    load = alice.call("load", ["huggingface", "/tmp/a\0b", "auto", *[None] * 5, "auto", *[None] * 6, "", ""])
+    load = alice.call("load", ["huggingface", "/tmp/a\0b", "auto", *[None] * 5, "auto", *[None] * 4, False, None, None, *[None] * 2, "", ""])
     assert "No model at" in shown(load) and error(load) is None
     assert answered(bob.chat("Say hi."))
 

@@ -1,7 +1,7 @@
 """The llama.cpp backend: GGUF files run natively by llama-cpp-python, fast on CPU.
 
-The GGUF file is opened as it is, but for weights llama.cpp's CPU kernels are slow on (Q4_1),
-which are read from a Q8_0 copy converted once (llamacpp_weights.py). Prompts come from the
+The GGUF file is opened as it is, or with ``convert_weights``, for weights llama.cpp's CPU kernels
+are slow on (Q4_1), from a Q8_0 copy converted once (llamacpp_weights.py). Prompts come from the
 shared prompt path (the model's own chat template, with the tokenizer read from the same GGUF,
 whose ids are llama.cpp's) and reach llama.cpp as token ids. Generation is our own loop over
 llama.cpp's low-level API, on one thread that owns the context (llamacpp_batcher.py):
@@ -173,9 +173,6 @@ class LlamaCppEngine(BaseEngine):
             "n_ubatch": batch,
             "n_threads": threads,
             "n_threads_batch": prompt_threads,
-            # llama.cpp's own default on CPU (llama-cpp-python turns it off): prompts of 4,096
-            # tokens read 1.1-1.25x as fast, each token's distribution moved by a mean KL of 0.004.
-            "flash_attn": True,
             # Every layer on the GPU where this llama.cpp was built for one.
             "n_gpu_layers": args.gpu_layers if args.gpu_layers is not None else -1 if lib.llama_supports_gpu_offload() else 0,
             "verbose": False,

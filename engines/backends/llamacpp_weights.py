@@ -1,10 +1,10 @@
-"""The weights llama.cpp reads: the GGUF file as it is, or, where most of its weights are of a
-type llama.cpp's CPU kernels are slow on, a copy converted once to Q8_0 and kept in the app's
-cache (engines/model_files/cache.py, as the transformers path keeps its conversion).
+"""The weights llama.cpp reads: the GGUF file as it is, or, with ``convert_weights`` and where
+most of its weights are of a type llama.cpp's CPU kernels are slow on, a copy converted once to
+Q8_0 and kept in the app's cache (engines/model_files/cache.py, as the transformers path keeps its conversion).
 
 Q4_1 has no repacked kernel on x86, so its prompts are read a row at a time. On this project's
 2-core Zen 4, the embedded SmolLM2 as shipped (Q4_1) read a 4,096-token prompt at 190-220
-tokens/s and wrote 77; converted to Q8_0, 281 and 100-103 (bench/prompt_read.py,
+tokens/s and wrote 77; converted to Q8_0 (with flash attention), 281 and 100-103 (bench/prompt_read.py,
 docs/benchmarks.md). llama.cpp's own quantizer converts it in half a second (145 MB), from the
 Q4_1 values themselves; against the file as shipped, each token's distribution moves by a mean
 KL of 0.006 and perplexity by +0.6 % (tests/test_llamacpp_engine.py), near what flash attention
