@@ -53,7 +53,7 @@ class SavedState:
     last_prompt: list[Item] | None
     last_start: int
     size: int
-    state: bytes | None = None
+    state: bytearray | None = None
     file: Path | None = None
 
     def common(self, prompt: Sequence[Item]) -> int:
@@ -110,12 +110,14 @@ class PromptCache:
         size = lib.llama_state_seq_get_size(self._ctx, seq_id)
         if size == 0 or size > self.limit:
             return
-        buffer = (ctypes.c_uint8 * size)()
-        written = lib.llama_state_seq_get_data(self._ctx, buffer, size, seq_id)
+        # Copied once, into the bytes kept: a state is tens of megabytes, and each copy costs.
+        state = bytearray(size)
+        written = lib.llama_state_seq_get_data(self._ctx, _pointer(state), size, seq_id)
         if written == 0:
             return
-        saved = SavedState(list(items), list(ends), list(last_prompt) if last_prompt else None, last_start, written,
-                           bytes(memoryview(buffer)[:written]))
+        if written < size:
+            del state[written:]
+        saved = SavedState(list(items), list(ends), list(last_prompt) if last_prompt else None, last_start, written, state)
         # A state this one holds the whole of is of no more use.
         for key, older in list(self._states.items()):
             if saved.common(older.items) == len(older.items):
@@ -127,7 +129,7 @@ class PromptCache:
         self._fit()
         self._summarize()
 
-    def take(self, saved: SavedState) -> bytes | None:
+    def take(self, saved: SavedState) -> bytearray | None:
         """The bytes of ``saved`` (read from its file where memory let them go), its use counted."""
         state = saved.state if saved.state is not None else self._read(saved)
         if state is not None:
@@ -139,12 +141,11 @@ class PromptCache:
             self._summarize()
         return state
 
-    def restore(self, state: bytes, seq_id: int) -> bool:
+    def restore(self, state: bytearray, seq_id: int) -> bool:
         """Put ``state`` (take's) into sequence ``seq_id``, emptied first; False where llama.cpp refused it."""
         memory = lib.llama_get_memory(self._ctx)
         lib.llama_memory_seq_rm(memory, seq_id, 0, -1)
-        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if lib.llama_state_seq_set_data(self._ctx, buffer, len(state), seq_id) == 0:
+        if lib.llama_state_seq_set_data(self._ctx, _pointer(state), len(state), seq_id) == 0:
             lib.llama_memory_seq_rm(memory, seq_id, 0, -1)
             return False
         return True
@@ -188,13 +189,14 @@ class PromptCache:
             return None
         return path
 
-    def _read(self, saved: SavedState) -> bytes | None:
+    def _read(self, saved: SavedState) -> bytearray | None:
         if saved.file is None:
             return None
         try:
             with open(saved.file, "rb") as file:
                 file.readline()
-                return file.read()
+                state = bytearray(saved.size)
+                return state if file.readinto(state) == saved.size else None
         except OSError:
             return None
 
@@ -230,3 +232,8 @@ def model_key(path: str, settings: dict[str, Any]) -> str:
     shape = {name: settings.get(name) for name in ("n_ctx", "type_k", "type_v", "flash_attn", "n_gpu_layers")}
     described = json.dumps([os.path.abspath(path), stat.st_size, stat.st_mtime_ns, llama_cpp.__version__, shape], sort_keys=True, default=str)
     return hashlib.sha256(described.encode()).hexdigest()[:16]
+
+
+def _pointer(state: bytearray) -> Any:
+    """``state`` as the uint8 pointer llama.cpp's state calls take, without a copy."""
+    return ctypes.cast((ctypes.c_uint8 * len(state)).from_buffer(state), ctypes.POINTER(ctypes.c_uint8))
