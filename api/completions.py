@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from engines import ChatModel, ChatRequest, Response
+from engines import ChatModel, ChatRequest, PromptRead, QueuePlace, Response
 from engines.prompt.document_sandbox import SandboxLimits
 from engines.logprobs import TokenLogprobs
 from engines.prompt.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
@@ -27,6 +27,7 @@ from .schemas import (
     ChatCompletionRequest,
     Choice,
     ChunkChoice,
+    PromptProgress,
     Delta,
     FunctionCall,
     FunctionCallDelta,
@@ -36,6 +37,7 @@ from .schemas import (
     Usage,
     completion_id,
     now,
+    wants_progress,
 )
 
 
@@ -117,7 +119,7 @@ def _usage(responses: list[Response]) -> Usage:
 async def start_stream(body: ChatCompletionRequest, model: ChatModel, request: ChatRequest) -> AsyncIterator[str]:
     """The SSE body, once the first reply item has come (see api/event_stream.py); the replies
     take their places in line together, so a refusal is of them all."""
-    replies = model.astream_replies(request)
+    replies = model.astream_replies(request, progress=wants_progress(body))
     return _sse(body, model.model_id, replies, await first_of(replies))
 
 
@@ -137,6 +139,11 @@ def _sse(body: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tupl
         index, item = reply
         if isinstance(item, TokenLogprobs):
             unsent.setdefault(index, []).append(item)
+        elif isinstance(item, PromptRead):
+            progress = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], prompt_progress=PromptProgress.of(index, item))
+            yield sse_data(progress.model_dump(exclude_none=True))
+        elif isinstance(item, QueuePlace):
+            return
         elif isinstance(item, ReplyChunk):
             if item.kind == "reasoning":
                 yield chunk(index, Delta(reasoning_content=item.text))

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.generation_args import REASONING_EFFORTS, GenerationArgs
 from engines.logprobs import MAX_TOP_LOGPROBS
+from engines.prompt_progress import PromptRead
 from engines.settings import field_range
 
 from .logprobs import ChatLogprobs
@@ -153,6 +154,29 @@ class NamedToolChoice(_Strict):
 class StreamOptions(_Strict):
     include_usage: bool = False
     include_obfuscation: bool | None = None
+    include_prompt_progress: bool = Field(False, description=(
+        "This server's extension: while a long prompt is read (llama.cpp reads 512 tokens a step), a chunk with no choices "
+        "and a prompt_progress object after each step, in llama.cpp's server's shape."))
+
+
+class PromptProgress(BaseModel):
+    """How far the prompt of choice ``index`` is read: ``processed`` of its ``total`` tokens,
+    ``cache`` of them taken from the prompt cache, after ``time_ms``."""
+
+    index: int
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
+
+    @classmethod
+    def of(cls, index: int, read: PromptRead) -> PromptProgress:
+        return cls(index=index, total=read.total, cache=read.cached, processed=read.read, time_ms=round(read.seconds * 1000, 1))
+
+
+def wants_progress(body: Any) -> bool:
+    """Whether a streamed request asked for its prompt's reading (StreamOptions.include_prompt_progress)."""
+    return bool(body.stream_options and body.stream_options.include_prompt_progress)
 
 
 def generation_field(name: str, default: Any = None) -> Any:
@@ -295,6 +319,7 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChunkChoice]
     usage: Usage | None = None
+    prompt_progress: PromptProgress | None = None
 
 
 class ModelCard(BaseModel):

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from engines.logprobs import MAX_TOP_LOGPROBS
 
 from .logprobs import CompletionLogprobs
-from .schemas import StreamOptions, Usage, _RequestBody, generation_field, generation_settings
+from .schemas import PromptProgress, StreamOptions, Usage, _RequestBody, generation_field, generation_settings
 
 # OpenAI's default for this endpoint (its chat endpoint has none).
 DEFAULT_MAX_TOKENS = 16
@@ -67,3 +67,4 @@ class Completion(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
+    prompt_progress: PromptProgress | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Iterator
 
-from engines import ChatModel, ChatRequest, Response
+from engines import ChatModel, ChatRequest, PromptRead, Response
 from engines.backends.base import side_by_side
 from engines.generation_args import GenerationArgs
 from engines.logprobs import TokenLogprobs
@@ -18,7 +18,7 @@ from engines.settings import field_range
 from .errors import APIError
 from .event_stream import event_stream, first_of, sse_data
 from .logprobs import completion_logprobs
-from .schemas import Usage, now
+from .schemas import PromptProgress, Usage, now, wants_progress
 from .text_completion_schemas import Completion, CompletionChoice, CompletionRequest, text_completion_id
 
 # As many replies per request as n allows for one prompt: the line holds no more for one request.
@@ -84,7 +84,7 @@ def _usage(replies: list[list[Response]]) -> Usage:
 
 async def start_stream(body: CompletionRequest, model: ChatModel, requests: list[ChatRequest]) -> AsyncIterator[str]:
     """The SSE body, once the first reply item has come (see api/event_stream.py)."""
-    replies = side_by_side([model.astream_replies(request, raw=True) for request in requests])
+    replies = side_by_side([model.astream_replies(request, progress=wants_progress(body), raw=True) for request in requests])
     first = await first_of(replies)
     echoes = [model.render_prompt(request) if body.echo else "" for request in requests]
     return _sse(body, model.model_id, replies, first, echoes)
@@ -115,6 +115,9 @@ def _sse(body: CompletionRequest, model_id: str, replies: AsyncIterator[tuple[in
         index = prompt * body.n + number
         if isinstance(item, TokenLogprobs):
             unsent.setdefault(index, []).append(item)
+        elif isinstance(item, PromptRead):
+            yield sse_data(Completion(id=chunk_id, created=created, model=model_id, choices=[],
+                                      prompt_progress=PromptProgress.of(index, item)).model_dump(exclude_none=True))
         elif isinstance(item, str):
             yield choice(index, item)
         elif isinstance(item, Response):

@@ -20,6 +20,7 @@ from .generation_args import GenerationArgs
 from .model_files.model_args import ModelArgs
 from .model_slot import KeepSettings, ModelSlot
 from .prompt.reply_parser import ReplyChunk, ReplyParts, ToolCall
+from .prompt_progress import PromptRead
 from .request import ChatRequest
 from .waiting_line import QueuePlace, line_user
 
@@ -42,6 +43,7 @@ __all__ = [
     "ModelLoadingError",
     "ModelSlot",
     "ModelUnloadedError",
+    "PromptRead",
     "QueuePlace",
     "ReplyChunk",
     "ReplyParts",

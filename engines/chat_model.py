@@ -188,32 +188,33 @@ class ChatModel:
         request = as_request(request, options)
         return await self._loop.run(self._engine().chat(request))
 
-    def astream_replies(self, request: ChatRequest | Messages, queue_places: bool = False, raw: bool = False,
+    def astream_replies(self, request: ChatRequest | Messages, progress: bool = False, raw: bool = False,
                         **options: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | TokenLogprobs | Response]]:
         """All ``num_return_sequences`` replies side by side, as (reply index, item) pairs: each
         reply as typed chunks (reasoning, content, tool-call text), then its finished Response with
         its parsed parts (tool calls included); where the request asks for logprobs, each token's
-        TokenLogprobs no later than its text. With ``queue_places``, a request that waits for the
-        model first yields its place in line as it changes. With ``raw``, each reply's text comes
+        TokenLogprobs no later than its text. With ``progress``, a request that waits for the
+        model first yields its place in line as it changes (QueuePlace), then how far a long prompt
+        has been read (PromptRead, on backends that read it piece by piece). With ``raw``, each reply's text comes
         as the model wrote it (str pieces) rather than as typed chunks. Every stream below is this one."""
-        return self._loop.relay(self._engine().stream_replies(as_request(request, options), queue_places, raw))
+        return self._loop.relay(self._engine().stream_replies(as_request(request, options), progress, raw))
 
-    async def astream_reply(self, request: ChatRequest | Messages, queue_places: bool = False,
+    async def astream_reply(self, request: ChatRequest | Messages, progress: bool = False,
                             **options: Any) -> AsyncIterator[QueuePlace | ReplyChunk | TokenLogprobs | Response]:
         """The first reply as astream_replies gives it (num_return_sequences is ignored)."""
         request = as_request(request, options).with_generation(num_return_sequences=1)
-        async with contextlib.aclosing(self._loop.relay(self._engine().stream_replies(request, queue_places))) as replies:
+        async with contextlib.aclosing(self._loop.relay(self._engine().stream_replies(request, progress))) as replies:
             async for _, item in replies:
                 yield item
 
     def astream_reply_with_tools(self, request: ChatRequest | Messages, tools: Mapping[str, Tool], step_limit: int = STEP_LIMIT,
-                                 queue_places: bool = False, approval: Approval | None = None, **options: Any) -> AsyncIterator[Any]:
+                                 progress: bool = False, approval: Approval | None = None, **options: Any) -> AsyncIterator[Any]:
         """astream_reply, where the calls the reply makes of ``tools`` (by name) run and the model
         goes on with their results, for at most ``step_limit`` answers: between two answers, the
         calls (ToolsRunning), ApprovalAsked where ``approval`` asks the user about some (without
         one, every call runs), and each one's ToolResult; StepLimitReached where the last still
         calls tools (engines/tools/agent_loop.py)."""
-        return reply_with_tools(self, as_request(request, options), tools, step_limit, queue_places, approval)
+        return reply_with_tools(self, as_request(request, options), tools, step_limit, progress, approval)
 
     async def astream_chat(self, request: ChatRequest | Messages, on_finish: Callable[[Response], None] | None = None,
                            **options: Any) -> AsyncIterator[str]:

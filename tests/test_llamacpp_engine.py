@@ -6,13 +6,16 @@ import asyncio
 import gc
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import openai
 import psutil
 import pytest
+from fastapi import FastAPI
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh builds it)", exc_type=ImportError)
 
@@ -22,7 +25,12 @@ from engines.backends.llamacpp_weights import Q8_0, weights_to_read  # noqa: E40
 from engines.model_files.gguf_header import GgufModel  # noqa: E402
 from engines.model_files.paths import default_gguf  # noqa: E402
 from harness.engine_contract import LONG_PROMPT, LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract, weights_question  # noqa: E402
-from tests.api_samples import COUNTING  # noqa: E402
+from api import add_api  # noqa: E402
+from harness.running_server import running_server  # noqa: E402
+from tests.api_samples import COUNTING, stream_text  # noqa: E402
+from tests.page_input import CONTROLS, message, run, settings  # noqa: E402
+from webui.chat_session import ChatSession  # noqa: E402
+from webui.handlers import ChatHandlers  # noqa: E402
 
 LLAMACPP = {"infer_backend": "llamacpp"}
 
@@ -683,3 +691,54 @@ async def test_a_client_that_leaves_during_a_long_prompt_stops_its_evaluation(ap
     assert evaluated < prompt_tokens, f"{evaluated} of the prompt's {prompt_tokens} tokens were evaluated: its evaluation was not stopped"
     [reply] = llama_model.chat(QUESTION, temperature=0, max_new_tokens=3)
     assert reply.response_length == 3
+
+
+def parcels_question(items: int, sender: str = "the API") -> list[dict]:
+    """About 9 tokens an item, sharing no more than the system prompt with the other questions here."""
+    return [{"role": "user", "content": f"Parcels sent by {sender}: "
+             + " ".join(f"Parcel {i} travels {i * 3 % 17} miles." for i in range(items)) + " Which parcel travels farthest?"}]
+
+
+@pytest.mark.slow
+def test_a_long_prompt_streams_how_far_it_is_read_where_the_client_asks(llama_model):
+    """About 1,200 tokens read 512 a step: a prompt_progress chunk after each step but the last
+    (llama.cpp's server's shape), only with stream_options.include_prompt_progress; the next
+    turn's says what came from the cache."""
+    conversation = parcels_question(130)
+    with running_server(add_api(FastAPI(), ModelSlot(llama_model))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="-", max_retries=0, timeout=300)
+
+        def streamed(conversation: list[dict], **options) -> list:
+            return list(client.chat.completions.create(model=llama_model.model_id, messages=conversation, stream=True,
+                                                       temperature=0, max_tokens=4, **options))
+
+        asked = {"stream_options": {"include_prompt_progress": True, "include_usage": True}}
+        with_progress = streamed(conversation, **asked)
+        plain = streamed(conversation)
+        conversation += [{"role": "assistant", "content": "".join(c.choices[0].delta.content or "" for c in plain if c.choices)},
+                         {"role": "user", "content": colours_question(70)[0]["content"]}]
+        next_turn = streamed(conversation, **asked)
+    progress = [chunk.prompt_progress for chunk in with_progress if getattr(chunk, "prompt_progress", None)]
+    prompt_tokens = with_progress[-1].usage.prompt_tokens
+    cached = progress[0]["cache"]  # at most the system prompt, where the last chat began with it too
+    assert cached < 64 and [step["processed"] for step in progress] == list(range(cached + 512, prompt_tokens, 512)), progress
+    assert all(step["total"] == prompt_tokens and step["cache"] == cached and step["index"] == 0 for step in progress)
+    assert [step["time_ms"] for step in progress] == sorted(step["time_ms"] for step in progress) and progress[0]["time_ms"] > 0
+    assert all(not chunk.choices for chunk in with_progress if getattr(chunk, "prompt_progress", None))
+    assert not any(getattr(chunk, "prompt_progress", None) for chunk in plain)
+    assert stream_text(with_progress)[0] == stream_text(plain)[0]
+    [taken_up, *_] = [chunk.prompt_progress for chunk in next_turn if getattr(chunk, "prompt_progress", None)]
+    assert prompt_tokens <= taken_up["cache"] < taken_up["processed"] < taken_up["total"], taken_up
+
+
+@pytest.mark.slow
+async def test_the_page_shows_how_far_a_long_prompt_is_read(llama_model):
+    handlers = ChatHandlers(ModelSlot(llama_model), CONTROLS)
+    session = ChatSession()
+    updates = await run(handlers.send(session, message(parcels_question(131, "the page")[0]["content"]), **settings(4)))
+    shown = [update["chatbot"][-1] for update in updates if "chatbot" in update]
+    reading = [line for line in shown if line.get("metadata", {}).get("title", "").startswith("⏳ Reading the prompt")]
+    assert reading, shown
+    assert re.fullmatch(r"\*Reading the prompt: [0-9]{3} of 1,[0-9]{3} tokens( \([0-9]+ of them cached\))?…\*", reading[0]["content"]), reading[0]
+    assert session.turns[-1].content and session.turns[-1].reading is None
+    assert not any("Reading the prompt" in str(line.get("content")) for line in shown[-1:])

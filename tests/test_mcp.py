@@ -230,7 +230,7 @@ class CallingModel:
     def __init__(self, calls: list[ToolCall]) -> None:
         self.answers = [ReplyParts(tool_calls=tuple(calls)), ReplyParts(content="done")]
 
-    async def astream_reply(self, request: ChatRequest, queue_places: bool = False):
+    async def astream_reply(self, request: ChatRequest, progress: bool = False):
         yield Response("", 0, 0, "stop", self.answers.pop(0))
 
     def held(self):

@@ -36,7 +36,7 @@ def slot():
 
 async def generating(model):
     """A reply of thousands of tokens, once it is being written: it holds the only slot."""
-    stream = model.astream_reply(COUNTING, queue_places=True, **ENDLESS)
+    stream = model.astream_reply(COUNTING, progress=True, **ENDLESS)
     first = await anext(stream)
     assert isinstance(first, ReplyChunk), f"the first request had to wait: {first}"
     return stream
@@ -52,8 +52,8 @@ def wait_until(condition, what: str, seconds: float = 60) -> None:
 async def test_waiting_requests_see_their_place_move_and_leaving_frees_it_at_once(slot):
     model = slot.model
     running = await generating(model)
-    second = model.astream_reply(QUESTION, queue_places=True, temperature=0, max_new_tokens=8)
-    third = model.astream_reply(QUESTION, queue_places=True, temperature=0, max_new_tokens=8)
+    second = model.astream_reply(QUESTION, progress=True, temperature=0, max_new_tokens=8)
+    third = model.astream_reply(QUESTION, progress=True, temperature=0, max_new_tokens=8)
     assert await anext(second) == QueuePlace(1)
     assert await anext(third) == QueuePlace(2)
     assert (model.line.running, model.line.waiting) == (1, 2)
@@ -71,7 +71,7 @@ async def test_waiting_requests_see_their_place_move_and_leaving_frees_it_at_onc
 
 
 async def test_a_request_admitted_at_once_reports_no_place(slot):
-    items = [item async for item in slot.model.astream_reply(QUESTION, queue_places=True, temperature=0, max_new_tokens=4)]
+    items = [item async for item in slot.model.astream_reply(QUESTION, progress=True, temperature=0, max_new_tokens=4)]
     assert not any(isinstance(item, QueuePlace) for item in items)
 
 
@@ -99,7 +99,7 @@ async def test_the_page_shows_the_place_in_line_then_the_reply(slot):
 async def test_the_page_says_when_too_many_wait(slot):
     model = slot.model
     running = await generating(model)
-    waiting = [model.astream_reply(QUESTION, queue_places=True, max_new_tokens=4) for _ in range(MAX_WAITING)]
+    waiting = [model.astream_reply(QUESTION, progress=True, max_new_tokens=4) for _ in range(MAX_WAITING)]
     for stream in waiting:
         assert isinstance(await anext(stream), QueuePlace)
     session = ChatSession()

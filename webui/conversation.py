@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from engines import ChatError, ConfigError, ToolCall
+from engines import ChatError, ConfigError, PromptRead, ToolCall
 from engines.prompt.media import MEDIA_EXTENSIONS
 from engines.reply_format import ReplyFormatChoice
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest, parse_tools
@@ -82,7 +82,14 @@ class Turn(BaseModel):
     writing: bool = Field(False, exclude=True)
     tool_text: str = Field("", exclude=True)
     waiting: int | None = Field(None, exclude=True)
+    reading: PromptRead | None = Field(None, exclude=True)
     asking: list[str] = Field([], exclude=True)
+
+
+def _reading_line(read: PromptRead) -> dict:
+    cached = f" ({read.cached:,} of them cached)" if read.cached else ""
+    return {"role": "assistant", "content": f"*Reading the prompt: {read.read:,} of {read.total:,} tokens{cached}…*",
+            "metadata": {"title": f"⏳ Reading the prompt, {read.read / read.total:.0%}", "status": "pending"}}
 
 
 def media_kind(path: str) -> str | None:
@@ -190,6 +197,8 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
             shown += [_browser_run(call) for call in step.tool_calls if call.name == "python" and call.result is None]
     if turn.asking:
         shown.append(question_line(question_key(turn.asking), [call.name for call in turn.steps[-1].tool_calls if call.id in turn.asking]))
+    if turn.reading:
+        shown.append(_reading_line(turn.reading))
     shown += _answer(turn.reasoning, turn.content, thinking=turn.writing and not (turn.content or turn.tool_text or turn.tool_calls))
     shown += [_call_block(call, running=False) for call in turn.tool_calls]
     if turn.step_limit:

@@ -18,7 +18,7 @@ from typing import Any
 
 import gradio as gr
 
-from engines import ChatError, ChatModel, ModelSlot, ModelUnloadedError, QueuePlace, ReplyChunk, Response
+from engines import ChatError, ChatModel, ModelSlot, ModelUnloadedError, PromptRead, QueuePlace, ReplyChunk, Response
 from engines.tools import ApprovalAsked, StepLimitReached, ToolResult, ToolSettings, ToolsRunning, reply_with_tools
 
 from .chat_keeper import SAVE_INTERVAL
@@ -83,7 +83,7 @@ class PageReply:
             clock = ReplyClock(model)
             if not self.continuing:
                 self.place = session.add(self.turn)
-            stream = reply_with_tools(model, request, running, tools.tool_steps, queue_places=True,
+            stream = reply_with_tools(model, request, running, tools.tool_steps, progress=True,
                                       approval=PageApproval(session, tools.ask_every_call))
             async for items in throttled(stream, lambda: session.stop_requested, update_interval(len(self.before)), arrived=clock.note):
                 for item in items:
@@ -96,7 +96,7 @@ class PageReply:
             self.fail(error)
             ended = True
         finally:
-            self.turn.writing, self.turn.tool_text, self.turn.waiting, self.turn.asking = False, "", None, []
+            self.turn.writing, self.turn.tool_text, self.turn.waiting, self.turn.reading, self.turn.asking = False, "", None, None, []
             if not ended:
                 self.close()
         await kept(session)
@@ -155,7 +155,12 @@ def add(turn: Turn, item: Any) -> None:
     turn goes on with the next answer."""
     if isinstance(item, QueuePlace):
         turn.waiting = item.ahead
-    elif isinstance(item, ToolsRunning):
+        return
+    if isinstance(item, PromptRead):
+        turn.reading = item
+        return
+    turn.reading = None  # the prompt is read: what comes now is the answer, or the end of a step
+    if isinstance(item, ToolsRunning):
         turn.steps.append(ToolStep(reasoning=turn.reasoning, content=turn.content, tool_calls=turn.tool_calls))
         turn.reasoning, turn.content, turn.tool_calls = "", "", []
     elif isinstance(item, ApprovalAsked):

@@ -26,6 +26,7 @@ from ..generation_args import INT64_MAX, GenerationArgs
 from ..logprobs import LogprobNames, TokenLogprobs
 from ..model_files.model_args import ModelArgs
 from ..prompt.builder import Prompt, PromptBuilder
+from ..prompt_progress import PromptRead
 from ..prompt.reply_parser import ReplyChunk, ReplyParser, ReplyParts, parse_reply
 from ..errors import ConfigError, ModelBusyError, UnsupportedError
 from ..reply_format import ReplyFormat
@@ -193,36 +194,37 @@ class BaseEngine(ABC):
             responses = await self._complete(prompt, args.replace(num_return_sequences=args.num_return_sequences // copies))
         return [_with_parts(prompt, response) for response in responses for _ in range(copies)]
 
-    async def stream_replies(self, request: ChatRequest, queue_places: bool = False,
-                             raw: bool = False) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | TokenLogprobs | Response]]:
+    async def stream_replies(self, request: ChatRequest, progress: bool = False,
+                             raw: bool = False) -> AsyncIterator[tuple[int, QueuePlace | PromptRead | ReplyChunk | str | TokenLogprobs | Response]]:
         """All ``num_return_sequences`` replies written side by side, each item paired with its
         reply's index: the reply as typed chunks (reasoning, content, tool-call text) as it is
         written, or with ``raw`` its text as the model wrote it, then the finished Response, whose
         ``parts`` hold the parsed reply. Where the request asks for logprobs, each token's
-        TokenLogprobs comes no later than its text. With ``queue_places``, a reply that has to wait for the
+        TokenLogprobs comes no later than its text. With ``progress``, a reply that has to wait for the
         model first yields its QueuePlace each time the line moves, the last (``ahead == 0``) as
-        it starts. The request is prepared once, and its replies take their places in line all
+        it starts, then, where its prompt is read piece by piece, a PromptRead after each piece
+        but the last. The request is prepared once, and its replies take their places in line all
         at once or not at all; the i-th reply samples with ``seed + i``. Greedy replies would all
         be the same: one is written, under every index. Closing the stream stops the model."""
         generation = self.check(request)
         count = generation.num_return_sequences
         written = 1 if generation.greedy else count
         async with self._in_line(request, generation, written) as (prompt, tickets):
-            replies = [self._reply(prompt, ticket, index, queue_places, raw) for index, ticket in enumerate(tickets)]
+            replies = [self._reply(prompt, ticket, index, progress, raw) for index, ticket in enumerate(tickets)]
             # Closed here, not left to the garbage collector: the model has stopped when this ends.
             async with contextlib.aclosing(side_by_side(replies)) as items:
                 async for index, item in items:
                     for shown_as in range(count) if written == 1 else (index,):
                         yield shown_as, item
 
-    async def _reply(self, prompt: Prompt, ticket: Ticket, index: int, queue_places: bool,
-                     raw: bool) -> AsyncIterator[QueuePlace | ReplyChunk | str | TokenLogprobs | Response]:
+    async def _reply(self, prompt: Prompt, ticket: Ticket, index: int, progress: bool,
+                     raw: bool) -> AsyncIterator[QueuePlace | PromptRead | ReplyChunk | str | TokenLogprobs | Response]:
         """Reply ``index`` to ``prompt`` once ``ticket`` is admitted, as in stream_replies; its
         slot is given up as soon as it ends, for the request's other replies too."""
         with ticket:
             async with contextlib.aclosing(ticket.places()) as places:
                 async for place in places:
-                    if queue_places:
+                    if progress:
                         yield place
             parser = ReplyParser(prompt.parse_tools, prompt.opens_reasoning)
             async with self._run(prompt, index) as items:
@@ -235,6 +237,9 @@ class BaseEngine(ABC):
                         yield dataclasses.replace(item, parts=parser.parts(calls))
                     elif isinstance(item, TokenLogprobs):
                         yield item
+                    elif isinstance(item, PromptRead):
+                        if progress:
+                            yield item
                     elif raw:
                         parser.push(item)
                         yield item
@@ -275,8 +280,9 @@ class BaseEngine(ABC):
         """``args.num_return_sequences`` separately sampled replies to ``prompt``."""
 
     @abstractmethod
-    def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
-        """One reply: its text piece by piece (with ``args.logprobs``, each token's TokenLogprobs
+    def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | PromptRead | TokenLogprobs | Response]:
+        """One reply: where the backend reads a long prompt piece by piece, a PromptRead after
+        each piece but the last; its text piece by piece (with ``args.logprobs``, each token's TokenLogprobs
         before its text), then its Response once the model finished on its own. Leaving early (a
         closed iterator, a cancelled task) stops the model."""
 

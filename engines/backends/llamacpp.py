@@ -54,6 +54,7 @@ from ..model_files.paths import DEFAULT_MODEL_GENERATION, gguf_file
 from ..model_files.projector import Projector, find_projector
 from ..prompt.builder import Prompt, PromptBuilder
 from ..prompt.text_stream import IncrementalDecoder
+from ..prompt_progress import PromptRead
 from ..reply_format import ReplyFormat
 from ..request import ChatRequest
 from .base import BaseEngine, Response
@@ -234,12 +235,12 @@ class LlamaCppEngine(BaseEngine):
                 responses += [item async for item in items if isinstance(item, Response)]
         return responses
 
-    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
+    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | PromptRead | TokenLogprobs | Response]:
         loop = asyncio.get_running_loop()
-        tokens: asyncio.Queue[int | RawLogprobs | BaseException | None] = asyncio.Queue()
+        tokens: asyncio.Queue[int | PromptRead | RawLogprobs | BaseException | None] = asyncio.Queue()
         released = loop.create_future()
 
-        def arrive(item: int | RawLogprobs | BaseException | None) -> None:
+        def arrive(item: int | PromptRead | RawLogprobs | BaseException | None) -> None:
             tokens.put_nowait(item)
             if item is None:
                 released.set_result(None)
@@ -264,6 +265,9 @@ class LlamaCppEngine(BaseEngine):
             while (token := await tokens.get()) is not None:
                 if isinstance(token, BaseException):
                     raise token
+                if isinstance(token, PromptRead):
+                    yield token
+                    continue
                 if isinstance(token, RawLogprobs):
                     logprobs.append(self.logprob_names.named(token))
                     yield logprobs[-1]

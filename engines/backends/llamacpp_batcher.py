@@ -17,6 +17,7 @@ import itertools
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from llama_cpp import llama_cpp as lib
 from ..errors import ChatError, ConfigError
 from ..generation_args import GenerationArgs
 from ..logprobs import log_softmax, top_logprobs
+from ..prompt_progress import PromptRead
 from .free_cores import FreeCores
 from .llamacpp_grammar import GrammarSampler
 from .llamacpp_media import MediaChunk, MediaEncoder
@@ -57,6 +59,10 @@ class Job:
 _Cached = int | tuple
 
 
+def _positions(item: int | MediaChunk) -> int:
+    return 1 if isinstance(item, int) else item.n_pos
+
+
 def _cache_keys(prompt: list[int | MediaChunk]) -> list[_Cached]:
     return [item if isinstance(item, int) else item.key for item in prompt]
 
@@ -80,6 +86,10 @@ class _Sequence:
     generated: int = 0
     # When its job arrived: prompts are evaluated first come, first served.
     arrival: int = 0
+    # What its prompt takes in the cache, the part of it already there as it began, and when.
+    prompt_positions: int = 0
+    reused_positions: int = 0
+    started: float = 0.0
 
     @property
     def position(self) -> int:
@@ -249,6 +259,8 @@ class Batcher:
         lib.llama_memory_seq_rm(self._memory, sequence.seq_id, sequence.keep(start), -1)
         sequence.last_prompt, sequence.last_start = keys, start
         sequence.job, sequence.pending, sequence.generated, sequence.arrival = job, job.prompt[start:], 0, next(self._arrivals)
+        sequence.reused_positions, sequence.started = sequence.position, time.monotonic()
+        sequence.prompt_positions = sequence.position + sum(_positions(item) for item in sequence.pending)
         try:
             sequence.sampler = self._sampler([item for item in job.prompt if isinstance(item, int)], job.args)
             if job.grammar is not None:
@@ -327,8 +339,16 @@ class Batcher:
             for token in sequence.pending[:take]:
                 sequence.add(token)
             del sequence.pending[:take]
+            self._said_read(sequence)
         self.evaluated["tokens"] += self._batch.n_tokens
         self._sample(outputs)
+
+    @staticmethod
+    def _said_read(sequence: _Sequence) -> None:
+        """How far its prompt is read, to a job whose prompt still has a piece to go."""
+        if sequence.pending and not sequence.generated:
+            sequence.job.hand_over(PromptRead(sequence.position, sequence.prompt_positions, sequence.reused_positions,
+                                              time.monotonic() - sequence.started))
 
     def _plan(self) -> dict[_Sequence, int]:
         """What this step evaluates, as tokens per sequence: the next piece of one prompt (the
@@ -402,6 +422,7 @@ class Batcher:
         sequence.add(chunk.key, after - sequence.position)
         del sequence.pending[0]
         self.evaluated["media"] += 1
+        self._said_read(sequence)
         return True
 
     @contextlib.contextmanager

@@ -45,7 +45,7 @@ class AnsweringModel(Protocol):
     context_length: int | None
     generation_defaults: GenerationArgs
 
-    def astream_reply(self, request: ChatRequest, queue_places: bool = False) -> AsyncIterator[Any]: ...
+    def astream_reply(self, request: ChatRequest, progress: bool = False) -> AsyncIterator[Any]: ...
 
     def count_prompt_tokens(self, request: ChatRequest) -> int: ...
 
@@ -90,9 +90,9 @@ class StepLimitReached:
 
 
 async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: Mapping[str, Tool], step_limit: int = STEP_LIMIT,
-                           queue_places: bool = False, approval: Approval | None = None,
+                           progress: bool = False, approval: Approval | None = None,
                            limits: ToolLimits = TOOL_LIMITS) -> AsyncIterator[Any]:
-    """The items of each answer as ChatModel.astream_reply gives them (``queue_places`` as
+    """The items of each answer as ChatModel.astream_reply gives them (``progress`` as
     there); between two answers, ToolsRunning, ApprovalAsked where ``approval`` asks about some
     of the calls (without one, every call runs), then each call's ToolResult, in the order of the
     calls, as the model reads it; and StepLimitReached where the ``step_limit``-th answer calls
@@ -101,7 +101,7 @@ async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: M
     with model.held():
         for step in range(1, step_limit + 1):
             response = None
-            async with contextlib.aclosing(model.astream_reply(request, queue_places=queue_places)) as items:
+            async with contextlib.aclosing(model.astream_reply(request, progress=progress)) as items:
                 async for item in items:
                     response = item if isinstance(item, Response) else response
                     yield item
