@@ -735,10 +735,15 @@ def test_a_long_prompt_streams_how_far_it_is_read_where_the_client_asks(llama_mo
 async def test_the_page_shows_how_far_a_long_prompt_is_read(llama_model):
     handlers = ChatHandlers(ModelSlot(llama_model), CONTROLS)
     session = ChatSession()
+    started = time.perf_counter()
     updates = await run(handlers.send(session, message(parcels_question(131, "the page")[0]["content"]), **settings(4)))
+    elapsed = time.perf_counter() - started
     shown = [update["chatbot"][-1] for update in updates if "chatbot" in update]
     reading = [line for line in shown if line.get("metadata", {}).get("title", "").startswith("⏳ Reading the prompt")]
     assert reading, shown
     assert re.fullmatch(r"\*Reading the prompt: [0-9]{3} of 1,[0-9]{3} tokens( \([0-9]+ of them cached\))?…\*", reading[0]["content"]), reading[0]
     assert session.turns[-1].content and session.turns[-1].reading is None
+    # Its first token is timed after the whole prompt (about 1,200 tokens) was read, not with its
+    # first 512: most of the reply's time, 4 tokens taking a fraction of a second.
+    assert session.turns[-1].stats.first_token_seconds > 0.7 * elapsed, (session.turns[-1].stats, elapsed)
     assert not any("Reading the prompt" in str(line.get("content")) for line in shown[-1:])

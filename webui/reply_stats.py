@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from engines import BACKEND_NAMES, ChatModel, QueuePlace, Response
+from engines import BACKEND_NAMES, ChatModel, PromptRead, QueuePlace, Response
 from engines.tools import StepLimitReached, ToolResult, ToolsRunning
 
 
@@ -79,10 +79,13 @@ class ReplyClock:
             return
         if isinstance(item, ToolResult | StepLimitReached):
             return
-        self.last = time.perf_counter()
+        now = time.perf_counter()
         if self.tools_started is not None:  # the next answer's first item: the tools are done
-            self.tools_took += self.last - self.tools_started
+            self.tools_took += now - self.tools_started
             self.tools_started = None
+        if isinstance(item, PromptRead):  # the model is reading: no token yet
+            return
+        self.last = now
         if self.first is None:
             self.first = self.last
         if isinstance(item, Response):
