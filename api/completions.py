@@ -110,7 +110,7 @@ async def complete(body: ChatCompletionRequest, model: ChatModel, request: ChatR
 def _usage(responses: list[Response]) -> Usage:
     prompt = responses[0].prompt_length if responses else 0
     completion = sum(response.response_length for response in responses)
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    return Usage.of(prompt, completion, min((response.cached_tokens for response in responses), default=0))
 
 
 # ---- streaming

@@ -79,7 +79,8 @@ async def _all(calls: list[Awaitable[list[Response]]]) -> list[list[Response]]:
 def _usage(replies: list[list[Response]]) -> Usage:
     prompt = sum(responses[0].prompt_length for responses in replies if responses)
     completion = sum(response.response_length for responses in replies for response in responses)
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    cached = sum(min(response.cached_tokens for response in responses) for responses in replies if responses)
+    return Usage.of(prompt, completion, cached)
 
 
 async def start_stream(body: CompletionRequest, model: ChatModel, requests: list[ChatRequest]) -> AsyncIterator[str]:

@@ -13,8 +13,9 @@ costs; the bare figures are one llama_eval of the tokens.
 
 The prompt cache: the first token of the next turn of a chat of about ``--chat-tokens`` tokens,
 with 1, 2 and 4 such chats taking turns on the default one sequence, against an empty chat's
-first token; then after a restart, with the cache on disk. Memory: the process's resident
-memory and the cache's, with the chats in it.
+first token, on llama.cpp and on transformers (its kept DynamicCaches); then, on llama.cpp,
+after a restart, with the cache on disk. Memory: the process's resident memory and the cache's,
+with the chats in it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from harness.markdown_table import markdown_table  # noqa: E402
 
 # The engine as it reads prompts fastest here: Q4_1 read as Q8_0, flash attention on.
 LLAMACPP = {"infer_backend": "llamacpp", "convert_weights": True, "engine_args": {"flash_attn": True}}
+TRANSFORMERS = {"infer_backend": "huggingface"}
 EMPTY_CHAT = [{"role": "user", "content": "Hi!"}]
 
 
@@ -105,9 +107,9 @@ def reading(lengths: list[int], rounds: int) -> list[dict]:
     return rows
 
 
-def taking_turns(chat_tokens: int, chats: list[int], rounds: int) -> tuple[list[dict], dict]:
+def taking_turns(settings: dict, chat_tokens: int, chats: list[int], rounds: int) -> tuple[list[dict], dict]:
     rows = []
-    with ChatModel(LLAMACPP) as model:
+    with ChatModel(settings) as model:
         empty = statistics.median(first_token_seconds(model, EMPTY_CHAT)[0] for _ in range(3))
         for count in chats:
             conversations = [items_question(chat_tokens, f"Chat{count}x{n}-item") for n in range(count)]
@@ -120,9 +122,9 @@ def taking_turns(chat_tokens: int, chats: list[int], rounds: int) -> tuple[list[
                     took, reply = first_token_seconds(model, conversation)
                     conversation.append({"role": "assistant", "content": reply.response_text})
                     seconds.append(took)
-            rows.append({"chats taking turns": count, "next turn's first token (s)": f"{statistics.median(seconds):.2f}",
+            rows.append({"backend": model.backend, "chats taking turns": count, "next turn's first token (s)": f"{statistics.median(seconds):.2f}",
                          "empty chat's (s)": f"{empty:.2f}", "ratio": f"{statistics.median(seconds) / empty:.2f}"})
-        held = {"process RSS (MiB)": f"{psutil.Process().memory_info().rss / 2**20:.0f}",
+        held = {"backend": model.backend, "process RSS (MiB)": f"{psutil.Process().memory_info().rss / 2**20:.0f}",
                 "prompt cache (MiB)": f"{model.prompt_cache['memory_bytes'] / 2**20:.0f}",
                 "conversations kept": model.prompt_cache["conversations"]}
     return rows, held
@@ -155,13 +157,13 @@ def main() -> None:
     args = parser.parse_args()
     print("\nReading a prompt (tokens/s, median of rounds)\n")
     print(table(reading(args.lengths, args.rounds)))
-    turns, held = taking_turns(args.chat_tokens, args.chats, args.rounds)
+    turns, held = zip(*(taking_turns(settings, args.chat_tokens, args.chats, args.rounds) for settings in (LLAMACPP, TRANSFORMERS)))
     print(f"\nChats of about {args.chat_tokens} tokens taking turns on one sequence (the prompt cache)\n")
-    print(table(turns))
-    print("\nWith the prompt cache on disk, after a restart\n")
+    print(table([row for rows in turns for row in rows]))
+    print("\nWith the prompt cache on disk, after a restart (llama.cpp)\n")
     print(table([after_restart(args.chat_tokens)]))
     print("\nMemory with the chats kept\n")
-    print(table([held]))
+    print(table(list(held)))
 
 
 if __name__ == "__main__":

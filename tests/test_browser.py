@@ -40,7 +40,8 @@ DOCUMENTS_ONLY = re.compile(r"^(?!.*image)(?!.*audio)(?!.*video).*\.pdf.*\.docx.
 GGUF_BACKEND = "llamacpp" if importlib.util.find_spec("llama_cpp") else "huggingface"
 # The app's MCP servers (tests/conftest.py): the demo server, and one whose command is missing.
 MCP_SERVERS = {"demo": demo_entry(), "missing": {"command": "no-such-command-here"}}
-STATS = re.compile(r"^(?:■ stopped after )?(\d+) tokens(?: \(max_new_tokens reached\))?(?: · ([\d.]+) tokens/s)? · first token [\d.]+ m?s · (\w+)$")
+STATS = re.compile(r"^(?:■ stopped after )?(\d+) tokens(?: \(max_new_tokens reached\))?(?: · ([\d.]+) tokens/s)? · first token [\d.]+ m?s"
+                   r"(?: · [\d,]+-token prompt(?:, [\d,]+ cached)?)? · (\w+)$")
 
 
 def reply_stats(page):

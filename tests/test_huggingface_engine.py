@@ -13,6 +13,7 @@ import pytest
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from engines import (
+    PromptRead,
     BackendUnavailableError,
     ChatModel,
     ChatTemplateError,
@@ -35,9 +36,9 @@ async def test_cancel_ends_generation_within_a_few_tokens(chat_model):
     original = engine._generate
 
     def counting_generate(prompt_ids, args, cancel, streamer, *inputs):
-        output = original(prompt_ids, args, cancel, streamer, *inputs)
+        output, cached = original(prompt_ids, args, cancel, streamer, *inputs)
         generated.append(output.shape[1] - prompt_ids.shape[1])
-        return output
+        return output, cached
 
     engine._generate = counting_generate
     try:
@@ -72,6 +73,7 @@ async def test_stop_while_a_long_prompt_is_evaluated_frees_the_model_within_a_ch
     import engines.backends.huggingface
 
     monkeypatch.setattr(engines.backends.huggingface, "PREFILL_CHUNK_TOKENS", TEST_CHUNK_TOKENS)
+    monkeypatch.setattr(chat_model.engine, "_kept", None)  # each reading here from the start: no conversation kept
     started = time.perf_counter()
     [chunked] = await chat_model.achat(CHUNKED_PROMPT, temperature=0, max_new_tokens=12, logprobs=2)
     whole_prompt = time.perf_counter() - started
@@ -271,3 +273,44 @@ def test_model_slot_switch_keeps_old_model_on_failure_and_frees_it_on_success(de
     assert "on huggingface" in slot.describe()
     slot.unload()
     assert not slot.loaded and second.engine is None
+
+
+def parcels_question(items: int) -> list[dict]:
+    """About 9 tokens an item, sharing no more than the system prompt with the other questions here."""
+    return [{"role": "user", "content": " ".join(f"Parcel {i} travels {i * 3 % 17} miles." for i in range(items))
+             + " Which parcel travels farthest?"}]
+
+
+def tokens_read(model: ChatModel, conversation: list[dict], **options) -> tuple[int, object]:
+    """The prompt tokens the model's forward passes read for a greedy reply of 6 tokens (with
+    logprobs), and the reply."""
+    read = []
+    hook = model.engine.model.register_forward_pre_hook(lambda _, args, kwargs: read.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        [reply] = model.chat(conversation, temperature=0, max_new_tokens=6, logprobs=2, **options)
+    finally:
+        hook.remove()
+    return sum(read) - (reply.response_length - 1), reply
+
+
+@pytest.mark.slow
+def test_a_long_chats_next_turn_reads_only_what_is_new_and_replies_as_a_fresh_reading_does(chat_model):
+    """The kept conversation's whole 512-token chunks are reused; its last chunk, its reply and the
+    new message are read. The reply's every logprob is the one a model without the cache computes."""
+    first_turn = parcels_question(120)
+    _, first = tokens_read(chat_model, first_turn)
+    next_turn = [*first_turn, {"role": "assistant", "content": first.response_text}, {"role": "user", "content": "And the nearest?"}]
+    read, taken_up = tokens_read(chat_model, next_turn)
+    with ChatModel({"infer_backend": "huggingface", "prompt_cache_gb": 0}) as fresh:
+        assert fresh.prompt_cache is None
+        read_whole, fresh_reply = tokens_read(fresh, next_turn)
+        streamed = list(fresh.stream_reply(next_turn, progress=True, temperature=0, max_new_tokens=2))
+    print(f"\nthe next turn of a {taken_up.prompt_length}-token chat read {read} tokens with the kept conversation, {read_whole} without")
+    assert read_whole == taken_up.prompt_length
+    assert read == taken_up.prompt_length - (first.prompt_length - 1) // 512 * 512
+    assert (taken_up.cached_tokens, fresh_reply.cached_tokens) == ((first.prompt_length - 1) // 512 * 512, 0)
+    assert chat_model.prompt_cache["hits"] >= 1 and chat_model.prompt_cache["memory_bytes"] > 0
+    assert taken_up.logprobs == fresh_reply.logprobs
+    # Read in chunks, a long prompt says how far it has got after each but the last.
+    assert [(item.read, item.total, item.cached) for item in streamed if isinstance(item, PromptRead)] == [
+        (end, taken_up.prompt_length, 0) for end in range(512, taken_up.prompt_length - 1, 512)]

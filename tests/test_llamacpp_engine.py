@@ -727,8 +727,10 @@ def test_a_long_prompt_streams_how_far_it_is_read_where_the_client_asks(llama_mo
     assert all(not chunk.choices for chunk in with_progress if getattr(chunk, "prompt_progress", None))
     assert not any(getattr(chunk, "prompt_progress", None) for chunk in plain)
     assert stream_text(with_progress)[0] == stream_text(plain)[0]
+    assert with_progress[-1].usage.prompt_tokens_details.cached_tokens == cached
     [taken_up, *_] = [chunk.prompt_progress for chunk in next_turn if getattr(chunk, "prompt_progress", None)]
     assert prompt_tokens <= taken_up["cache"] < taken_up["processed"] < taken_up["total"], taken_up
+    assert next_turn[-1].usage.prompt_tokens_details.cached_tokens == taken_up["cache"]
 
 
 @pytest.mark.slow

@@ -307,3 +307,15 @@ def test_unload_leaves_no_process_and_gives_memory_back(lora_model):
     )
     with pytest.raises(Exception, match="unloaded"):
         lora_model.chat(QUESTION)
+
+
+def test_a_conversations_next_turn_finds_its_start_in_vllms_prefix_cache(vllm_model):
+    """vLLM's automatic prefix caching is on: the next turn of a conversation reads only what is
+    new beyond its whole cached blocks, and says how much it found (Response.cached_tokens)."""
+    conversation = [{"role": "user", "content": " ".join(f"Lamp {i} burns for {i * 5 % 19} hours." for i in range(60))
+                     + " Which lamp burns longest?"}]
+    [first] = vllm_model.chat(conversation, temperature=0, max_new_tokens=4)
+    conversation += [{"role": "assistant", "content": first.response_text}, {"role": "user", "content": "And the shortest?"}]
+    [taken_up] = vllm_model.chat(conversation, temperature=0, max_new_tokens=4)
+    assert first.prompt_length > 400
+    assert first.prompt_length - 64 <= taken_up.cached_tokens < taken_up.prompt_length, (first.prompt_length, taken_up.cached_tokens)

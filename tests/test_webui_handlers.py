@@ -640,6 +640,9 @@ def test_the_stats_line_says_how_a_reply_was_written():
         "42 tokens (max_new_tokens reached) · 118.2 tokens/s · first token 1.3 s · llamacpp")
     one_token = ReplyStats(tokens=1, tokens_per_second=None, first_token_seconds=0.2, backend="vllm", finish_reason="stopped")
     assert one_token.line() == "■ stopped after 1 tokens · first token 200 ms · vllm"
+    taken_up = stats.model_copy(update={"prompt_tokens": 3018, "cached_tokens": 2560})
+    assert taken_up.line() == "42 tokens · 118.2 tokens/s · first token 85 ms · 3,018-token prompt, 2,560 cached · llamacpp"
+    assert stats.model_copy(update={"prompt_tokens": 31, "cached_tokens": 0}).line().endswith("first token 85 ms · 31-token prompt · llamacpp")
     with pytest.raises(ValueError, match="backend"):  # what a conversation file may not slip into the page
         ReplyStats(**{**one_token.model_dump(), "backend": "<img src=x>"})
 

@@ -22,6 +22,10 @@ class ReplyStats(BaseModel):
     # Conversation files bring stats from elsewhere, and the line is shown as HTML: names only.
     backend: Literal[BACKEND_NAMES]
     finish_reason: Literal["stop", "length", "stopped"]
+    # The (last) answer's prompt, and how much of it the backend found cached (stats saved before
+    # these were kept have neither).
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
 
     def after(self, earlier: ReplyStats | None) -> ReplyStats:
         """These stats of a continued reply's new part, over the whole reply (``earlier``: its
@@ -47,6 +51,8 @@ class ReplyStats(BaseModel):
         if self.first_token_seconds is not None:
             seconds = self.first_token_seconds
             parts.append(f"first token {seconds * 1000:.0f} ms" if seconds < 1 else f"first token {seconds:.1f} s")
+        if self.prompt_tokens:
+            parts.append(f"{self.prompt_tokens:,}-token prompt" + (f", {self.cached_tokens:,} cached" if self.cached_tokens else ""))
         parts.append(self.backend)
         return " · ".join(parts)
 
@@ -104,4 +110,6 @@ class ReplyClock:
             first_token_seconds=None if self.first is None else self.first - self.started,
             backend=self.model.backend,
             finish_reason=finish_reason,
+            prompt_tokens=self.response.prompt_length if self.response is not None else None,
+            cached_tokens=self.response.cached_tokens if self.response is not None else None,
         )

@@ -46,7 +46,9 @@ COMPILED_FORMATS_KEPT = 64
 class Response:
     """One generated reply. Lengths are token counts; response_length includes the end token.
     ``parts`` is the reply read as reasoning, content and tool calls; ``logprobs``, where the
-    request asked for them, each generated token's (GenerationArgs.logprobs)."""
+    request asked for them, each generated token's (GenerationArgs.logprobs); ``cached_tokens``,
+    the prompt's first tokens found in a cache, so not read this time (on the backends that keep
+    conversations: llamacpp, huggingface, vllm)."""
 
     response_text: str
     response_length: int
@@ -54,6 +56,7 @@ class Response:
     finish_reason: Literal["stop", "length"]
     parts: ReplyParts = ReplyParts()
     logprobs: tuple[TokenLogprobs, ...] | None = None
+    cached_tokens: int = 0
 
 
 class CompiledFormats:
@@ -297,7 +300,7 @@ class BaseEngine(ABC):
 
     @property
     def prompt_cache(self) -> dict[str, int] | None:
-        """What the engine keeps of conversations' prompts across chats, where it keeps them itself (llamacpp)."""
+        """What the engine keeps of conversations' prompts across chats, where it keeps them itself (llamacpp, huggingface)."""
         return None
 
     @abstractmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -32,13 +33,16 @@ from ..model_files.model_args import ModelArgs
 from ..model_files.paths import resolve_model_path
 from ..prompt.builder import LOAD_HINT, Prompt, PromptBuilder
 from ..prompt.text_stream import IncrementalDecoder, find_stop
+from ..prompt_progress import PromptRead
 from ..reply_format import ReplyFormat
 from .base import BaseEngine, Response
+from .huggingface_prompt_cache import KeptCaches
 from .xgrammar_format import XGrammarFormats, logits_processor
 
 # generate() evaluates the whole prompt in one forward pass, which nothing can interrupt, so a
 # long prompt would hold the model for as long again after Stop (15 s for 3,500 tokens here).
-# Evaluated in chunks of this many tokens, Stop takes effect between two chunks.
+# Evaluated in chunks of this many tokens, Stop takes effect between two chunks, and the page
+# shows how far the reading is.
 PREFILL_CHUNK_TOKENS = 512
 
 _DTYPES = {"auto": "auto", "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -75,6 +79,8 @@ class HuggingFaceEngine(BaseEngine):
         self._generating: set[asyncio.Future] = set()
         if self.can_generate:
             self._formats = XGrammarFormats(self.tokenizer, self.model.config.get_text_config().vocab_size)
+        limit = model_args.prompt_cache_bytes
+        self._kept = KeptCaches(limit) if limit and self.can_generate and not self.media_kinds else None
 
     def _compile_reply_format(self, reply_format: ReplyFormat) -> Any:
         return self._formats.compile(reply_format)
@@ -97,15 +103,15 @@ class HuggingFaceEngine(BaseEngine):
         cancel = threading.Event()
         grammar = self.reply_constraint(prompt.request.reply_format)
         recorder = _LogprobRecorder(args.logprobs) if args.logprobs is not None else None
-        sequences = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, None, media_inputs, recorder, grammar))
+        sequences, cached = await self._in_worker(cancel, lambda: self._generate(prompt_ids, args, cancel, None, media_inputs, recorder, grammar))
         prompt_length = prompt_ids.shape[1]
         if recorder is None:
-            return [self._response(row[prompt_length:].tolist(), prompt_length, args) for row in sequences]
+            return [self._response(row[prompt_length:].tolist(), prompt_length, args, cached=cached) for row in sequences]
         recorder.resolve(sequences[:, -1])
-        return [self._response(row[prompt_length:].tolist(), prompt_length, args, [self.logprob_names.named(raw) for raw in raws])
+        return [self._response(row[prompt_length:].tolist(), prompt_length, args, [self.logprob_names.named(raw) for raw in raws], cached)
                 for row, raws in zip(sequences, recorder.rows or [[]] * len(sequences))]
 
-    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
+    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | PromptRead | TokenLogprobs | Response]:
         prompt_ids, media_inputs, args = await self._inputs(prompt, args)
         cancel = threading.Event()
         loop = asyncio.get_running_loop()
@@ -119,6 +125,9 @@ class HuggingFaceEngine(BaseEngine):
         logprobs: list[TokenLogprobs] | None = None if recorder is None else []
         try:
             while (item := await streamer.queue.get()) is not None:
+                if isinstance(item, PromptRead):
+                    yield item
+                    continue
                 ids, raw = item
                 if raw is not None:
                     logprobs.append(self.logprob_names.named(raw))
@@ -130,7 +139,8 @@ class HuggingFaceEngine(BaseEngine):
                     break
             if tail := decoder.flush():
                 yield tail
-            yield self._response(new_ids, prompt_ids.shape[1], args, logprobs)
+            _, cached = await asyncio.shield(worker_task)  # ending with the same token, or a stop string
+            yield self._response(new_ids, prompt_ids.shape[1], args, logprobs, cached)
         finally:
             cancel.set()
             # The slot is released only once the model has really stopped.
@@ -155,45 +165,66 @@ class HuggingFaceEngine(BaseEngine):
     def _generate(
         self, prompt_ids: torch.Tensor, args: GenerationArgs, cancel: threading.Event, streamer, media_inputs: dict[str, torch.Tensor],
         recorder: _LogprobRecorder | None = None, grammar: Any = None,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, int]:
+        """generate's sequences, and how many of the prompt's tokens a kept conversation held."""
         try:
             if args.seed is not None:
                 torch.manual_seed(args.seed)
             with torch.inference_mode():
-                prefilled = {}
-                if self._prefills_in_chunks(prompt_ids, args):
-                    cache = self._prefill(prompt_ids, cancel)
-                    if cache is None:  # stopped while the prompt was evaluated
-                        return prompt_ids
-                    prefilled["past_key_values"] = cache
-                return self.model.generate(
-                    input_ids=prompt_ids,
-                    attention_mask=torch.ones_like(prompt_ids),
-                    **self._sampling(args, recorder, grammar),
-                    stopping_criteria=StoppingCriteriaList([_CancelCriteria(cancel), _StopStringCriteria(self.tokenizer, args)]),
-                    streamer=streamer,
-                    **prefilled,
-                    **media_inputs,
-                )
+                if not self._fills_own_cache(args):
+                    return self._generate_from(prompt_ids, args, cancel, streamer, media_inputs, recorder, grammar, {}), 0
+                cache, reused, exact = self._prefilled(prompt_ids, cancel, streamer)
+                # Stopped while the prompt was read, the reply is the prompt alone.
+                written = prompt_ids if cancel.is_set() else self._generate_from(
+                    prompt_ids, args, cancel, streamer, media_inputs, recorder, grammar, {"past_key_values": cache})
+                if self._kept is not None:  # what its cache holds of the prompt and the reply, for the next turn
+                    self._kept.keep(written[0, :cache.get_seq_length()].tolist(), cache, exact)
+                return written, reused
         finally:
             if streamer is not None:
                 streamer.end()
 
-    def _prefills_in_chunks(self, prompt_ids: torch.Tensor, args: GenerationArgs) -> bool:
-        """Long prompts of text-only models for one reply. (Multimodal models place their media
-        and positions inside generate, and several replies would need the cache copied per row.)"""
-        return prompt_ids.shape[1] > PREFILL_CHUNK_TOKENS and not self.media_kinds and args.num_return_sequences == 1
+    def _generate_from(self, prompt_ids: torch.Tensor, args: GenerationArgs, cancel: threading.Event, streamer,
+                       media_inputs: dict[str, torch.Tensor], recorder: _LogprobRecorder | None, grammar: Any,
+                       cache: dict[str, DynamicCache]) -> torch.Tensor:
+        return self.model.generate(
+            input_ids=prompt_ids,
+            attention_mask=torch.ones_like(prompt_ids),
+            **self._sampling(args, recorder, grammar),
+            stopping_criteria=StoppingCriteriaList([_CancelCriteria(cancel), _StopStringCriteria(self.tokenizer, args)]),
+            streamer=streamer,
+            **cache,
+            **media_inputs,
+        )
 
-    def _prefill(self, prompt_ids: torch.Tensor, cancel: threading.Event) -> DynamicCache | None:
-        """The KV cache of every prompt token but the last, evaluated chunk by chunk; None if
-        Stop came first. generate() then evaluates only the last token, from this cache."""
-        cache = DynamicCache(config=self.model.config)
-        cached_length = prompt_ids.shape[1] - 1
-        for start in range(0, cached_length, PREFILL_CHUNK_TOKENS):
+    def _fills_own_cache(self, args: GenerationArgs) -> bool:
+        """Text-only models, for one reply: their cache is read in chunks and kept for the next
+        turn. (Multimodal models place their media and positions inside generate, and several
+        replies would need the cache copied per row.)"""
+        return not self.media_kinds and args.num_return_sequences == 1
+
+    def _prefilled(self, prompt_ids: torch.Tensor, cancel: threading.Event,
+                   streamer: _LoopStreamer | None) -> tuple[DynamicCache, int, int]:
+        """A KV cache for the prompt, how many of its tokens came from a kept conversation, and
+        how many of its first tokens were read in whole chunks.
+        A prompt of one chunk is left whole to generate(), as it always was. A longer one: what a
+        kept conversation holds of it (KeptCaches), the rest but its last token read chunk by
+        chunk, how far said to the ``streamer`` after each chunk but the last, Stop taking effect
+        between two; generate() then evaluates the last token, from this cache."""
+        prompt, chunk = prompt_ids[0].tolist(), PREFILL_CHUNK_TOKENS
+        if len(prompt) <= chunk:
+            return DynamicCache(config=self.model.config), 0, 0
+        cache, reused = self._kept.take(prompt, chunk) if self._kept is not None else (None, 0)
+        cache = cache if cache is not None else DynamicCache(config=self.model.config)
+        started, cached_length = time.monotonic(), len(prompt) - 1
+        for start in range(reused, cached_length, chunk):
             if cancel.is_set():
-                return None
-            self.model(input_ids=prompt_ids[:, start:min(start + PREFILL_CHUNK_TOKENS, cached_length)], past_key_values=cache, use_cache=True)
-        return cache
+                return cache, reused, start
+            end = min(start + chunk, cached_length)
+            self.model(input_ids=prompt_ids[:, start:end], past_key_values=cache, use_cache=True)
+            if streamer is not None and end < cached_length:
+                streamer.reading(PromptRead(end, len(prompt), reused, time.monotonic() - started))
+        return cache, reused, cached_length // chunk * chunk
 
     def _sampling(self, args: GenerationArgs, recorder: _LogprobRecorder | None, grammar: Any) -> dict[str, Any]:
         """generate's generation_config and logits processors. Where logprobs are recorded, the
@@ -234,7 +265,7 @@ class HuggingFaceEngine(BaseEngine):
         return GenerationConfig(**settings)
 
     def _response(self, new_ids: list[int], prompt_length: int, args: GenerationArgs,
-                  logprobs: list[TokenLogprobs] | None = None) -> Response:
+                  logprobs: list[TokenLogprobs] | None = None, cached: int = 0) -> Response:
         end = next((i + 1 for i, token in enumerate(new_ids) if token in self._eos_ids), None)
         ids = new_ids[:end] if end else new_ids
         # A row of a sampled batch that a stop string ended early is padded up to the longest row.
@@ -251,6 +282,7 @@ class HuggingFaceEngine(BaseEngine):
             prompt_length=prompt_length,
             finish_reason="length" if not hit_stop and len(ids) >= args.max_new_tokens else "stop",
             logprobs=None if logprobs is None else tuple(logprobs[:len(ids)]),
+            cached_tokens=cached,
         )
 
     # ---- scores
@@ -267,8 +299,15 @@ class HuggingFaceEngine(BaseEngine):
 
     # ---- lifetime
 
+    @property
+    def prompt_cache(self) -> dict[str, int] | None:
+        """What the kept conversations' caches hold (None without them)."""
+        return self._kept.summary if self._kept is not None else None
+
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+        if self._kept is not None:
+            self._kept.clear()
         self.model = None
         gc.collect()
         if torch.cuda.is_available():
@@ -354,7 +393,7 @@ class _LoopStreamer(BaseStreamer):
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, recorder: _LogprobRecorder | None = None) -> None:
-        self.queue: asyncio.Queue[tuple[list[int], RawLogprobs | None] | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[list[int], RawLogprobs | None] | PromptRead | None] = asyncio.Queue()
         self._loop = loop
         self._recorder = recorder
         self._prompt_seen = False
@@ -366,6 +405,9 @@ class _LoopStreamer(BaseStreamer):
         tokens = value.reshape(-1)
         raw = self._recorder.resolve(tokens)[:1] if self._recorder else []
         self._loop.call_soon_threadsafe(self.queue.put_nowait, (tokens[:1].tolist(), raw[0] if raw else None))
+
+    def reading(self, read: PromptRead) -> None:
+        self._loop.call_soon_threadsafe(self.queue.put_nowait, read)
 
     def end(self) -> None:
         self._loop.call_soon_threadsafe(self.queue.put_nowait, None)

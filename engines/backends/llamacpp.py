@@ -186,8 +186,7 @@ class LlamaCppEngine(BaseEngine):
         return {**settings, **args.engine_args}
 
     def _prompt_cache(self, path: str) -> PromptCache | None:
-        gigabytes = self.model_args.prompt_cache_gb
-        limit = default_prompt_cache() if gigabytes is None else int(gigabytes * 2**30)
+        limit = self.model_args.prompt_cache_bytes
         if limit == 0:
             return None
         folder = Path(self.model_args.prompt_cache_dir).expanduser() if self.model_args.prompt_cache_dir else None
@@ -284,7 +283,7 @@ class LlamaCppEngine(BaseEngine):
                 yield tail
             finish = "length" if count >= args.max_new_tokens and not (ended or decoder.stopped) else "stop"
             yield Response(response_text=text, response_length=count, prompt_length=prompt_length, finish_reason=finish,
-                           logprobs=tuple(logprobs) if args.logprobs is not None else None)
+                           logprobs=tuple(logprobs) if args.logprobs is not None else None, cached_tokens=job.cached)
         finally:
             job.cancel.set()
             # The sequence is free for the next request only once the batcher has let go of it.
@@ -334,12 +333,6 @@ def _patched_defaults(function: str, **fields: Any) -> Iterator[None]:
         yield
     finally:
         setattr(lib, function, original)
-
-
-def default_prompt_cache() -> int:
-    """Bytes of conversations' state to keep: an eighth of the machine's memory, at most 8 GiB
-    (llama.cpp's server keeps 8 GiB by default)."""
-    return min(psutil.virtual_memory().total // 8, 8 * 2**30)
 
 
 def default_threads() -> int:

@@ -53,6 +53,8 @@ class Job:
     hand_over: Callable[[Any], None]
     release: Callable[[], None] = lambda: None
     grammar: bytes | None = None
+    # Set as it starts: the prompt's positions its sequence's cache held already.
+    cached: int = 0
 
 
 # What a sequence's cache holds, item by item: a token id, or a media chunk's key.
@@ -260,6 +262,7 @@ class Batcher:
         sequence.last_prompt, sequence.last_start = keys, start
         sequence.job, sequence.pending, sequence.generated, sequence.arrival = job, job.prompt[start:], 0, next(self._arrivals)
         sequence.reused_positions, sequence.started = sequence.position, time.monotonic()
+        job.cached = sequence.position
         sequence.prompt_positions = sequence.position + sum(_positions(item) for item in sequence.pending)
         try:
             sequence.sampler = self._sampler([item for item in job.prompt if isinstance(item, int)], job.args)

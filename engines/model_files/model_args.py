@@ -128,9 +128,9 @@ class ModelArgs(MediaSettings):
                                   json_schema_extra=page_control("Convert Q4_1 weights to Q8_0 (llamacpp, CPU)", elem_id="convert-weights"))
     prompt_cache_gb: float | None = Field(None, ge=0, le=1 << 20,
                                           description="memory for conversations' prompt state kept across chats, so that a chat "
-                                                      "taken up again is not read again (llamacpp); None: an eighth of the "
+                                                      "taken up again is not read again (llamacpp, huggingface); None: an eighth of the "
                                                       "machine's memory, at most 8; 0: none",
-                                          json_schema_extra=page_control("Prompt cache (GiB, llamacpp; empty: an eighth of memory)",
+                                          json_schema_extra=page_control("Prompt cache (GiB, llamacpp and transformers; empty: an eighth of memory)",
                                                                          elem_id="prompt-cache-gb"))
     prompt_cache_dir: str | None = Field(None, description="a folder the prompt cache is written to as well (as much as it keeps in "
                                                            "memory), so that it outlives a restart (llamacpp); None: memory only",
@@ -223,6 +223,16 @@ class ModelArgs(MediaSettings):
     def backend(self) -> str:
         """The backend that runs the model: ``infer_backend``, or the one auto chose."""
         return self._backend[0]
+
+    @property
+    def prompt_cache_bytes(self) -> int:
+        """What the prompt cache may hold: ``prompt_cache_gb``, by default an eighth of the
+        machine's memory, at most 8 GiB (llama.cpp's server keeps 8 GiB by default)."""
+        if self.prompt_cache_gb is not None:
+            return int(self.prompt_cache_gb * 2**30)
+        import psutil
+
+        return min(psutil.virtual_memory().total // 8, 8 * 2**30)
 
     @property
     def backend_reason(self) -> str | None:
