@@ -122,9 +122,9 @@ def taking_turns(settings: dict, chat_tokens: int, chats: list[int], rounds: int
                     took, reply = first_token_seconds(model, conversation)
                     conversation.append({"role": "assistant", "content": reply.response_text})
                     seconds.append(took)
-            rows.append({"backend": model.backend, "chats taking turns": count, "next turn's first token (s)": f"{statistics.median(seconds):.2f}",
+            rows.append({"chats taking turns": count, "backend": model.backend, "next turn's first token (s)": f"{statistics.median(seconds):.2f}",
                          "empty chat's (s)": f"{empty:.2f}", "ratio": f"{statistics.median(seconds) / empty:.2f}"})
-        held = {"backend": model.backend, "process RSS (MiB)": f"{psutil.Process().memory_info().rss / 2**20:.0f}",
+        held = {"process RSS (MiB)": f"{psutil.Process().memory_info().rss / 2**20:.0f}", "backend": model.backend,
                 "prompt cache (MiB)": f"{model.prompt_cache['memory_bytes'] / 2**20:.0f}",
                 "conversations kept": model.prompt_cache["conversations"]}
     return rows, held
