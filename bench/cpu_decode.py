@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import psutil  # noqa: E402
 
 from engines import ChatModel  # noqa: E402
-from engines.model_files.paths import default_gguf  # noqa: E402
+from harness.embedded_weights import embedded_weights  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
 
 QUESTION = "Write a long story about a lighthouse keeper and a storm."
@@ -47,15 +47,15 @@ def messages(round_number: int) -> list[dict]:
 
 def open_way(name: str) -> tuple[Way, Callable[[], None]]:
     """The way's streaming call and its close. The bare way is llama-cpp-python as its own docs
-    use it (create_chat_completion, with the chat template the GGUF carries), given the context,
-    batch and threads our engine takes by default here."""
+    use it (create_chat_completion, with the chat template the GGUF carries), given the weights,
+    context, batch and threads our engine takes by default here."""
     if name == "bare llama-cpp-python":
         from engines.backends.llamacpp import DEFAULT_BATCH, default_threads, open_llama
 
         threads = default_threads()
         # Llama() itself, with llama.cpp's weight-repacking buffers off on CPUs with AMX, where
         # llama.cpp 0.3.36 dies on the first evaluation (SIGILL or SIGSEGV) without it.
-        bare = open_llama(str(default_gguf()), {"n_ctx": CONTEXT, "n_batch": DEFAULT_BATCH, "n_threads": threads,
+        bare = open_llama(str(embedded_weights()), {"n_ctx": CONTEXT, "n_batch": DEFAULT_BATCH, "n_threads": threads,
                                                 "n_threads_batch": psutil.cpu_count(logical=False), "verbose": False})
 
         def bare_stream(conversation: list[dict], tokens: int) -> Iterator[object]:

@@ -99,9 +99,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from engines.model_files.gguf_header import GgufModel
-    from engines.model_files.paths import default_gguf
+    from harness.embedded_weights import embedded_weights
 
-    gguf = default_gguf()
+    gguf = embedded_weights()  # the weights python app.py reads
     context = GgufModel.read(gguf).context_length
     scratch = Path(tempfile.mkdtemp(prefix="anychat-bench-start-"))
     try:

@@ -335,7 +335,7 @@ def test_the_models_python_call_runs_in_the_browser(page):
     page.locator("#run-tools").get_by_label("python", exact=True).check()
     set_number(page, "tool-steps", 2)
     # Greedy, the small model calls it with {"code": "42"} (an expression: its value is the output).
-    before = send(page, "Call python with the code print(42).")
+    before = send(page, "Call python with the code 42.")
     chat = page.locator("#chatbot")
     asking = chat.locator("[data-testid=bot]").filter(has=page.locator(".browser-run"))
     expect(asking).to_contain_text("The model asks to run this in your browser: press ▶ Run under it.")

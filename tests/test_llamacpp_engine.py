@@ -51,12 +51,13 @@ class TestLlamaCppContract(EngineContract):
         return llama_model
 
 
-def test_the_gguf_runs_as_it_is_and_as_q8_0_where_asked(llama_model):
-    assert llama_model.engine.model_path == llama_model.engine.weights_path == default_gguf()
-    with ChatModel({**LLAMACPP, "convert_weights": True, "engine_args": {"flash_attn": True}}) as converted:
-        weights = converted.engine.weights_path
-        assert weights.name == "model.gguf" and weights.parent.parent.name == "llamacpp-q8_0" and GgufModel.read(weights).file_type == Q8_0
-        [reply] = converted.chat(QUESTION, temperature=0, max_new_tokens=4)
+def test_the_gguf_runs_as_q8_0_by_default_and_as_it_is_where_asked(llama_model):
+    assert llama_model.engine.model_path == default_gguf()
+    weights = llama_model.engine.weights_path
+    assert weights.name == "model.gguf" and weights.parent.parent.name == "llamacpp-q8_0" and GgufModel.read(weights).file_type == Q8_0
+    with ChatModel({**LLAMACPP, "convert_weights": False}) as as_shipped:
+        assert as_shipped.engine.weights_path == default_gguf()
+        [reply] = as_shipped.chat(QUESTION, temperature=0, max_new_tokens=4)
         assert reply.response_length == 4
     assert llama_model.backend == "llamacpp" and llama_model.model_id == "SmolLM2-135M-Instruct"
     # SmolLM2's trained context fits this machine's memory, so the default is all of it.
@@ -66,9 +67,10 @@ def test_the_gguf_runs_as_it_is_and_as_q8_0_where_asked(llama_model):
 
 @pytest.mark.slow
 def test_the_q8_0_weights_read_as_the_file_as_shipped():
-    """The conversion the engine reads with convert_weights (and flash attention) against the file as shipped, read as
-    the app read it before (Q4_1, no flash attention): over 1,000 tokens of English prose, each
-    token's distribution moves by a mean KL of at most 0.01, and perplexity by at most 1 %."""
+    """The conversion the engine reads by default (convert_weights), with flash attention and without,
+    against the file as shipped, read as the app read it before (Q4_1, no flash attention): over 1,000
+    tokens of English prose, each token's distribution moves by a mean KL of at most 0.01, and
+    perplexity by at most 1 %."""
     import numpy as np
 
     text = (Path(__file__).parent.parent / "docs" / "page.md").read_text()[:12000]
@@ -84,12 +86,16 @@ def test_the_q8_0_weights_read_as_the_file_as_shipped():
         logits -= logits.max(-1, keepdims=True)
         return tokens, logits - np.log(np.exp(logits).sum(-1, keepdims=True))
 
+    def perplexity(tokens, lp):
+        return float(np.exp(-np.mean(lp[np.arange(len(tokens) - 1), tokens[1:]])))
+
     tokens, shipped = log_probs(default_gguf(), False)
-    _, converted = log_probs(weights_to_read(default_gguf(), GgufModel.read(default_gguf()), True, False, None), True)
-    kl = float(np.mean(np.sum(np.exp(shipped) * (shipped - converted), -1)))
-    perplexity = [float(np.exp(-np.mean(lp[np.arange(len(tokens) - 1), tokens[1:]]))) for lp in (shipped, converted)]
-    print(f"\nQ8_0 with flash attention against Q4_1 as shipped: mean KL {kl:.4f}, perplexity {perplexity[1]:.2f} against {perplexity[0]:.2f}")
-    assert kl <= 0.01 and abs(perplexity[1] / perplexity[0] - 1) <= 0.01
+    for flash_attn in (False, True):
+        _, converted = log_probs(weights_to_read(default_gguf(), GgufModel.read(default_gguf()), True, False, None), flash_attn)
+        kl = float(np.mean(np.sum(np.exp(shipped) * (shipped - converted), -1)))
+        ours, theirs = perplexity(tokens, converted), perplexity(tokens, shipped)
+        print(f"\nQ8_0 (flash attention {flash_attn}) against Q4_1 as shipped: mean KL {kl:.4f}, perplexity {ours:.2f} against {theirs:.2f}")
+        assert kl <= 0.01 and abs(ours / theirs - 1) <= 0.01
 
 
 @pytest.mark.parametrize("messages, extra", [
@@ -504,7 +510,7 @@ def test_media_are_refused_clearly(llama_model):
 
 
 def test_settings_reach_llama_cpp():
-    settings = {**LLAMACPP, "max_model_len": 1000, "threads": 1, "batch_size": 64, "engine_args": {"flash_attn": False}}
+    settings = {**LLAMACPP, "max_model_len": 1000, "threads": 1, "batch_size": 64, "convert_weights": False, "engine_args": {"flash_attn": False}}
     with ChatModel(settings) as model:
         llama = model.engine.model
         assert model.context_length == 1024, "llama.cpp sizes its context in steps of 256"

@@ -88,9 +88,8 @@ class _Sequence:
     generated: int = 0
     # When its job arrived: prompts are evaluated first come, first served.
     arrival: int = 0
-    # What its prompt takes in the cache, the part of it already there as it began, and when.
+    # What its prompt takes in the cache (its job says the part of it already there), and when it began.
     prompt_positions: int = 0
-    reused_positions: int = 0
     started: float = 0.0
 
     @property
@@ -261,8 +260,7 @@ class Batcher:
         lib.llama_memory_seq_rm(self._memory, sequence.seq_id, sequence.keep(start), -1)
         sequence.last_prompt, sequence.last_start = keys, start
         sequence.job, sequence.pending, sequence.generated, sequence.arrival = job, job.prompt[start:], 0, next(self._arrivals)
-        sequence.reused_positions, sequence.started = sequence.position, time.monotonic()
-        job.cached = sequence.position
+        job.cached, sequence.started = sequence.position, time.monotonic()
         sequence.prompt_positions = sequence.position + sum(_positions(item) for item in sequence.pending)
         try:
             sequence.sampler = self._sampler([item for item in job.prompt if isinstance(item, int)], job.args)
@@ -350,7 +348,7 @@ class Batcher:
     def _said_read(sequence: _Sequence) -> None:
         """How far its prompt is read, to a job whose prompt still has a piece to go."""
         if sequence.pending and not sequence.generated:
-            sequence.job.hand_over(PromptRead(sequence.position, sequence.prompt_positions, sequence.reused_positions,
+            sequence.job.hand_over(PromptRead(sequence.position, sequence.prompt_positions, sequence.job.cached,
                                               time.monotonic() - sequence.started))
 
     def _plan(self) -> dict[_Sequence, int]:
