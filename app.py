@@ -27,6 +27,7 @@ from pydantic.fields import FieldInfo  # noqa: E402
 
 from engines import ChatError, GenerationArgs, KeepSettings, ModelArgs  # noqa: E402
 from engines.backends.base import REQUEST_LOG  # noqa: E402
+from engines.context_settings import ContextSettings  # noqa: E402
 from engines.model_files.model_args import MediaSettings  # noqa: E402
 from engines.model_files.server_address import is_server_address  # noqa: E402
 from engines.settings import choices, field_range, value_type  # noqa: E402
@@ -37,7 +38,7 @@ from store.database import StoreSettings  # noqa: E402
 # Flags the command line names otherwise than their settings (each still sets its setting's name).
 FLAG_NAMES = {"infer_backend": "backend", "model_name_or_path": "model", "infer_dtype": "dtype"}
 MODEL_FLAGS = ("infer_backend", "model_name_or_path", "mmproj", "infer_dtype", "engine_args", "trust_remote_code", "served_model_name",
-               "remote_model", "remote_api_key", "prompt_cache_gb", "prompt_cache_dir")
+               "remote_model", "remote_api_key", "max_model_len", "convert_weights", "prompt_cache_gb", "prompt_cache_dir")
 GENERATION_FLAGS = ("temperature", "max_new_tokens")
 LINE_FLAGS = ("max_concurrent", "max_waiting", "max_waiting_per_user")
 
@@ -81,7 +82,9 @@ def add_flags(group: argparse._ArgumentGroup, settings: type[BaseModel], names: 
         default = field.default if with_defaults else None
         shown = left_out or (f"default {_shown_default(field)}" if _shown_default(field) else None)
         help = f"{field.description} ({shown})" if shown else field.description
-        if value_type(field) is bool:
+        if value_type(field) is bool and field.default is True:
+            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, help=f"{field.description} (default on)")
+        elif value_type(field) is bool:
             group.add_argument(flag, dest=name, action="store_true", help=field.description)
         elif choices(field):
             group.add_argument(flag, dest=name, choices=choices(field), default=default, help=help)
@@ -128,6 +131,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                             "Hugging Face cache (default: ./models where it exists)")
     generation = parser.add_argument_group("generation (the defaults of every request)")
     add_flags(generation, GenerationArgs, GENERATION_FLAGS, left_out="default: the model's own")
+    add_flags(generation, ContextSettings, left_out="default: compact on the page and in the terminal chat; the API refuses a "
+                                                    "chat too long unless its request names a policy (context_policy)")
     server = parser.add_argument_group("server (web, api)")
     server.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default: only this machine; beyond it without logins, nobody may manage models)")
@@ -205,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
             from terminal_chat import run_terminal_chat
 
             tools = ToolSettings.build(**{name: getattr(args, name) for name in ToolSettings.model_fields if getattr(args, name) is not None})
-            run_terminal_chat(settings, system=args.system, tools=tools)
+            run_terminal_chat(settings, system=args.system, tools=tools, context=ContextSettings.build(context_policy=args.context_policy or "compact"))
         else:
             from server import serve
 

@@ -105,7 +105,7 @@ def web_app(slot, args: argparse.Namespace):
         raise SystemExit(str(error)) from None
     print(f"Chats kept in {shown_url(args.database_url)}", flush=True)
     # api_open=False: a queued event run directly (POST /gradio_api/run/…) would skip the queue and its limits.
-    demo = build_demo(slot, rights, limits, models_dir(args), store).queue(max_size=limits.max_queue_size, api_open=False)
+    demo = build_demo(slot, rights, limits, models_dir(args), store, args.context_policy or "compact").queue(max_size=limits.max_queue_size, api_open=False)
     refuse_events_short_of_inputs(demo)
     files = FileCache(Path(get_upload_folder()), limits.max_file_age, limits.max_cache_size)
     page = gr.mount_gradio_app(app, demo, path="/", auth=logins.page_login if logins else None, max_file_size=limits.max_upload_size,
@@ -155,7 +155,7 @@ def api_app(slot, args: argparse.Namespace, logins: Logins, read_by_any_page: tu
     from api.errors import refusal
 
     app = add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args), args.max_request_size, logins,
-                  limits_of(args))
+                  limits_of(args), args.context_policy)
     guard(app, AllowedHosts(args.allowed_hosts or (), bound=args.host), refusal, read_by_any_page)
     for warning in exposure_warnings(args.host, args.port, bool(logins), args.api_key is not None, args.secret_flags):
         print(warning, flush=True)

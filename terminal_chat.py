@@ -14,13 +14,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engines import ChatError, ChatModel, ChatRequest, ReplyChunk, Response, ToolCall
+from engines.compaction import Compacting, Compaction
+from engines.context_settings import ContextSettings
 from engines.tools import ApprovalAsked, StepLimitReached, Tool, ToolResult, ToolSettings, ToolsRunning
 
 HELP = "Type a message. Commands: clear (forget the conversation), exit (quit). Ctrl-C stops a reply; at the prompt it quits."
 
 
 def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin=sys.stdin, stdout=sys.stdout,
-                      tools: ToolSettings = ToolSettings()) -> None:
+                      tools: ToolSettings = ToolSettings(), context: ContextSettings = ContextSettings()) -> None:
     def say(text: str = "", end: str = "\n") -> None:
         stdout.write(text + end)
         stdout.flush()
@@ -43,7 +45,7 @@ def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin
                 history.append({"role": "user", "content": query})
                 say("Assistant: ", end="")
                 try:
-                    history += _write_reply(model, history, system, tools, approval, say)
+                    history += _write_reply(model, history, system, tools, context, approval, say)
                 except ChatError as error:
                     history.pop()
                     say(f"\nerror: {error}")
@@ -88,20 +90,27 @@ class TerminalApproval:
         return {call.id: self.choice in ("y", "a") for call in calls}
 
 
-def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | None, tools: ToolSettings, approval: TerminalApproval,
-                 say) -> list[dict[str, Any]]:
+def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | None, tools: ToolSettings, context: ContextSettings,
+                 approval: TerminalApproval, say) -> list[dict[str, Any]]:
     """Stream one reply (reasoning after "[thinking]", tool calls, and the results of those that
     ran, on their own lines) and return the messages to keep: each answer with its calls, the
-    results, and the last answer; Ctrl-C keeps what was written so far."""
+    results, and the last answer; Ctrl-C keeps what was written so far. Where the conversation
+    was compacted to fit the context, ``history`` becomes what the model read, said in a line."""
     running = tools.tools()
     request = ChatRequest.build(history, system=system, tools=[tool.schema() for tool in running.values()] or None,
-                                tool_choice=tools.tool_choice)
+                                tool_choice=tools.tool_choice, context_policy=context.context_policy)
     content, thinking = "", False
     kept: list[dict[str, Any]] = []
     message: dict[str, Any] = {"role": "assistant"}
     try:
-        for item in model.stream_reply_with_tools(request, running, tools.tool_steps, approval=approval):
-            if isinstance(item, Response):
+        for item in model.stream_reply_with_tools(request, running, tools.tool_steps, progress=True, approval=approval):
+            if isinstance(item, Compacting):
+                say(f"[compacting the conversation to fit the model's context: {item.replacing} earlier messages…] ", end="")
+            elif isinstance(item, Compaction):
+                # What the model read, this reply's answers and results so far among them.
+                history[:], kept = item.messages[1:] if system else item.messages, []
+                say(f"[compacted] {item.note()}\n", end="")
+            elif isinstance(item, Response):
                 for call in item.parts.tool_calls:
                     message.setdefault("tool_calls", []).append(call.for_template())
                     say(f"\n[tool call] {call.name}({call.arguments})", end="")

@@ -8,10 +8,13 @@ closed, and ChatModel passes that on to the engine, which stops generating.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from engines import ChatModel, ChatRequest, PromptRead, QueuePlace, Response
+from engines.compaction import Compacting, Compaction
+from engines.context_settings import ContextPolicy
 from engines.prompt.document_sandbox import SandboxLimits
 from engines.logprobs import TokenLogprobs
 from engines.prompt.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
@@ -27,6 +30,7 @@ from .schemas import (
     ChatCompletionRequest,
     Choice,
     ChunkChoice,
+    CompactionReport,
     PromptProgress,
     Delta,
     FunctionCall,
@@ -42,10 +46,10 @@ from .schemas import (
 
 
 def chat_request(body: ChatCompletionRequest, model: ChatModel, local_media_dir: Path | None, user: str,
-                 limits: SandboxLimits) -> ChatRequest:
-    """The engine's request for this API request (``user``: whom it counts for in the line);
-    what the server cannot do is refused before any work starts. Slow where documents are read:
-    call it off the event loop."""
+                 limits: SandboxLimits, context_policy: ContextPolicy | None = None) -> ChatRequest:
+    """The engine's request for this API request (``user``: whom it counts for in the line;
+    ``context_policy``: the server's, for a request that names none); what the server cannot do
+    is refused before any work starts. Slow where documents are read: call it off the event loop."""
     refuse_unsupported(body, model)
     engine_input = to_engine_input(body.messages, local_media_dir, limits, user)
     generation = body.generation()
@@ -57,7 +61,8 @@ def chat_request(body: ChatCompletionRequest, model: ChatModel, local_media_dir:
     return ChatRequest.build(engine_input.messages, tools=tools, media=engine_input.media,
                              chat_template_kwargs=body.chat_template_kwargs, user=user, response_format=body.response_format,
                              tool_choice=tool_choice, parallel_tool_calls=body.parallel_tool_calls,
-                             continue_final_message=body.continue_final_message, **generation)
+                             continue_final_message=body.continue_final_message, context_policy=body.context_policy or context_policy,
+                             **generation)
 
 
 def refuse_unsupported(body: ChatCompletionRequest, model: ChatModel) -> None:
@@ -93,7 +98,15 @@ def _kept_calls(body: ChatCompletionRequest, calls: tuple[ParsedToolCall, ...]) 
 
 
 async def complete(body: ChatCompletionRequest, model: ChatModel, request: ChatRequest) -> ChatCompletion:
-    responses = await model.achat(request)
+    finished: dict[int, Response] = {}
+    compaction = None
+    async with contextlib.aclosing(model.astream_replies(request)) as replies:
+        async for index, item in replies:
+            if isinstance(item, Response):
+                finished[index] = item
+            elif isinstance(item, Compaction):
+                compaction = CompactionReport.of(item)
+    responses = [finished[index] for index in sorted(finished)]
     choices = []
     for index, response in enumerate(responses):
         reply = response.parts
@@ -104,7 +117,8 @@ async def complete(body: ChatCompletionRequest, model: ChatModel, request: ChatR
             finish_reason="tool_calls" if calls else response.finish_reason,
             logprobs=chat_logprobs(response.logprobs),
         ))
-    return ChatCompletion(id=completion_id(), created=now(), model=model.model_id, choices=choices, usage=_usage(responses))
+    return ChatCompletion(id=completion_id(), created=now(), model=model.model_id, choices=choices, usage=_usage(responses),
+                          compaction=compaction)
 
 
 def _usage(responses: list[Response]) -> Usage:
@@ -142,7 +156,10 @@ def _sse(body: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tupl
         elif isinstance(item, PromptRead):
             progress = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], prompt_progress=PromptProgress.of(index, item))
             yield sse_data(progress.model_dump(exclude_none=True))
-        elif isinstance(item, QueuePlace):
+        elif isinstance(item, Compaction):
+            report = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], compaction=CompactionReport.of(item))
+            yield sse_data(report.model_dump(exclude_none=True))
+        elif isinstance(item, QueuePlace | Compacting):
             return
         elif isinstance(item, ReplyChunk):
             if item.kind == "reasoning":

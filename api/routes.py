@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from engines import ChatModel, ModelSlot, line_user
+from engines.context_settings import ContextPolicy
 from limits import Limits
 
 from . import completions, text_completions
@@ -53,10 +54,12 @@ async def _disconnected(http: Request) -> None:
         pass
 
 
-def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: Limits = Limits()) -> APIRouter:
+def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: Limits = Limits(),
+                  context_policy: ContextPolicy | None = None) -> APIRouter:
     """``local_media_dir``: the folder whose files content parts may name (none: no local files);
     ``limits``: what a document sent in a ``file`` part may take, and how many models one user's
-    requests may load. Who may send requests is checked before they get here (ApiAccessCheck)."""
+    requests may load; ``context_policy``: for a chat request that names none (none: refused where
+    too long, as OpenAI's API does). Who may send requests is checked before they get here (ApiAccessCheck)."""
     router = APIRouter(prefix=API_PREFIX)
     loads = LoadsPerUser(limits.max_model_loads_per_user)
 
@@ -88,7 +91,8 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
     @router.post("/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
         model = await serving(body.model, http)
-        chat = await asyncio.to_thread(completions.chat_request, body, model, local_media_dir, requester(http), limits)
+        chat = await asyncio.to_thread(completions.chat_request, body, model, local_media_dir, requester(http), limits,
+                                       context_policy)
         if not body.stream:
             return await while_connected(http, completions.complete(body, model, chat))
         stream = await while_connected(http, completions.start_stream(body, model, chat))

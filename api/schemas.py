@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engines.compaction import Compaction
+from engines.context_settings import ContextPolicy, ContextSettings
 from engines.generation_args import REASONING_EFFORTS, GenerationArgs
 from engines.logprobs import MAX_TOP_LOGPROBS
 from engines.prompt_progress import PromptRead
@@ -223,6 +225,8 @@ class ChatCompletionRequest(_RequestBody):
                                                             "written by the client as the start of the answer), instead of answering it")
     add_generation_prompt: bool = Field(True, description="open a new assistant turn after the messages; false with "
                                                           "continue_final_message, which continues the last one instead")
+    # This server's extension (docs/api.md): left out, the server's --context-policy where one was given, else refuse.
+    context_policy: ContextPolicy | None = Field(None, description=ContextSettings.model_fields["context_policy"].description)
 
     def generation(self) -> dict[str, Any]:
         """The generation settings the request gives, under GenerationArgs' names. Where both are
@@ -288,6 +292,32 @@ class Choice(BaseModel):
     logprobs: ChatLogprobs | None = None
 
 
+class CompactionReport(BaseModel):
+    """This server's extension: the conversation was made smaller to fit the model's context
+    (context_policy). The model read ``message`` in place of the ``replaced`` messages from
+    ``first_replaced`` on (counted in the request's messages), and ``shortened`` old reasoning
+    blocks, tool results and documents cut to a note: send ``message`` in their place to go on
+    from the same start (the server's prompt cache then keeps it)."""
+
+    policy: ContextPolicy
+    first_replaced: int
+    replaced: int
+    message: dict[str, str]
+    summary: str
+    shortened: int
+    prompt_tokens_before: int
+    prompt_tokens_after: int
+    freed_tokens: int
+
+    @classmethod
+    def of(cls, compaction: Compaction) -> CompactionReport:
+        message = compaction.messages[compaction.at] if compaction.replaced else {}
+        return cls(policy=compaction.policy, first_replaced=compaction.at, replaced=compaction.replaced,
+                   message={"role": message["role"], "content": message["content"]} if message else {},
+                   summary=compaction.summary, shortened=compaction.shortened, prompt_tokens_before=compaction.tokens_before,
+                   prompt_tokens_after=compaction.tokens_after, freed_tokens=compaction.freed)
+
+
 class ChatCompletion(BaseModel):
     id: str
     object: Literal["chat.completion"] = "chat.completion"
@@ -295,6 +325,7 @@ class ChatCompletion(BaseModel):
     model: str
     choices: list[Choice]
     usage: Usage
+    compaction: CompactionReport | None = None
 
 
 class FunctionCallDelta(BaseModel):
@@ -331,6 +362,7 @@ class ChatCompletionChunk(BaseModel):
     choices: list[ChunkChoice]
     usage: Usage | None = None
     prompt_progress: PromptProgress | None = None
+    compaction: CompactionReport | None = None
 
 
 class ModelCard(BaseModel):

@@ -19,6 +19,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .backends import engine_class
 from .backends.base import BaseEngine, Response
+from .compaction import Compaction, Summaries, fitted
 from .errors import ConfigError, ModelUnloadedError
 from .event_loop import EngineLoop
 from .freed_memory import return_freed_memory_to_os
@@ -87,6 +88,7 @@ class ChatModel:
         engine_type = engine_class(self.model_args.backend)
         self._holds = 0
         self._holds_lock = threading.Lock()
+        self._summaries = Summaries()
         self._loop = EngineLoop()
         started = time.perf_counter()
         try:
@@ -188,22 +190,31 @@ class ChatModel:
         request = as_request(request, options)
         return await self._loop.run(self._engine().chat(request))
 
-    def astream_replies(self, request: ChatRequest | Messages, progress: bool = False, raw: bool = False,
-                        **options: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | TokenLogprobs | Response]]:
+    async def astream_replies(self, request: ChatRequest | Messages, progress: bool = False, raw: bool = False,
+                              **options: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | TokenLogprobs | Response]]:
         """All ``num_return_sequences`` replies side by side, as (reply index, item) pairs: each
         reply as typed chunks (reasoning, content, tool-call text), then its finished Response with
         its parsed parts (tool calls included); where the request asks for logprobs, each token's
         TokenLogprobs no later than its text. With ``progress``, a request that waits for the
         model first yields its place in line as it changes (QueuePlace), then how far a long prompt
         has been read (PromptRead, on backends that read it piece by piece). With ``raw``, each reply's text comes
-        as the model wrote it (str pieces) rather than as typed chunks. Every stream below is this one."""
-        return self._loop.relay(self._engine().stream_replies(as_request(request, options), progress, raw))
+        as the model wrote it (str pieces) rather than as typed chunks. Where the request's
+        context_policy made the conversation smaller to fit, a Compaction comes first (index 0), and
+        with ``progress`` a Compacting before it (engines/compaction.py). Every stream below is this one."""
+        async for item in fitted(self, as_request(request, options), self._summaries):
+            if isinstance(item, ChatRequest):
+                request = item
+            elif progress or isinstance(item, Compaction):
+                yield 0, item
+        async with contextlib.aclosing(self._loop.relay(self._engine().stream_replies(request, progress, raw))) as replies:
+            async for pair in replies:
+                yield pair
 
     async def astream_reply(self, request: ChatRequest | Messages, progress: bool = False,
                             **options: Any) -> AsyncIterator[QueuePlace | ReplyChunk | TokenLogprobs | Response]:
         """The first reply as astream_replies gives it (num_return_sequences is ignored)."""
         request = as_request(request, options).with_generation(num_return_sequences=1)
-        async with contextlib.aclosing(self._loop.relay(self._engine().stream_replies(request, progress))) as replies:
+        async with contextlib.aclosing(self.astream_replies(request, progress)) as replies:
             async for _, item in replies:
                 yield item
 

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .context_settings import ContextPolicy, ContextSettings
 from .errors import ConfigError, MediaError
 from .generation_args import GenerationArgs
 from .reply_format import ReplyFormat
@@ -44,7 +45,9 @@ class ChatRequest:
     ``prompt``: for a text completion (``completion``), the text or token ids the model continues
     as they are, with no messages and no chat template. ``continue_final_message``: the last
     message is an assistant reply to go on with (one stopped, or cut at max_new_tokens): the
-    template renders it open, without its end of turn, and the model's reply is what comes next."""
+    template renders it open, without its end of turn, and the model's reply is what comes next.
+    ``context_policy``: what the conversation becomes where it outgrows the context (None: refused,
+    as "refuse"; engines/compaction.py)."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
@@ -55,6 +58,7 @@ class ChatRequest:
     reply_format: ReplyFormat | None = None
     prompt: str | tuple[int, ...] | None = None
     continue_final_message: bool = False
+    context_policy: ContextPolicy | None = None
 
     @classmethod
     def build(
@@ -72,6 +76,7 @@ class ChatRequest:
         tool_choice: str | dict[str, Any] | None = None,
         parallel_tool_calls: bool | None = None,
         continue_final_message: bool = False,
+        context_policy: str | None = None,
         **generation: Any,
     ) -> ChatRequest:
         """The request from a chat call's arguments: ``messages`` (``[{"role": ..., "content":
@@ -79,7 +84,7 @@ class ChatRequest:
         ``videos``, ``audios`` (or all three as ``media``, by kind, as the page and the API
         gather them; the two add up), ``chat_template_kwargs``, the reply's format (OpenAI's
         ``response_format``, ``tool_choice`` and ``parallel_tool_calls``), ``continue_final_message`` (the last message is an assistant reply to
-        go on with) and any GenerationArgs setting; or a ConfigError that says what is wrong with them."""
+        go on with), ``context_policy`` (engines/compaction.py) and any GenerationArgs setting; or a ConfigError that says what is wrong with them."""
         chosen = GenerationArgs.chosen(**generation)
         checked = _check_messages(messages, continue_final_message)
         if system:
@@ -106,6 +111,7 @@ class ChatRequest:
             user=user,
             reply_format=reply_format,
             continue_final_message=continue_final_message,
+            context_policy=ContextSettings.build(context_policy=context_policy).context_policy if context_policy else None,
         )
 
     @classmethod

@@ -50,8 +50,10 @@ class PageClient:
         raise AssertionError(f"{listener}: the stream ended before the call completed")
 
     def chat(self, text: str, files: list[dict] = (), system: Any = "") -> dict[str, Any]:
-        """Send a message, as Enter in the page does (greedy, a few tokens, to the default model)."""
-        return self.call("chat", [None, {"text": text, "files": list(files)}, system, "", "text", "", "", *NO_TOOLS.values(), *GREEDY.values()])
+        """Send a message, as Enter in the page does (greedy, a few tokens, to the default model,
+        compacted past its context)."""
+        return self.call("chat", [None, {"text": text, "files": list(files)}, system, "", "text", "", "", "compact", *NO_TOOLS.values(),
+                                  *GREEDY.values()])
 
     def upload(self, name: str, data: bytes) -> str:
         """Put a file on the page, as its upload button does; its path on the server."""

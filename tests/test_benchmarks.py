@@ -42,6 +42,7 @@ SMOKE_RUNS = [
                  marks=pytest.mark.skipif(not HAS_VLLM, reason="compares vLLM: bash scripts/setup.sh --vllm")),
     pytest.param("prompt_read.py", ["--lengths", "64", "--rounds", "1", "--chat-tokens", "150", "--chats", "1", "2"],
                  ["prompt tokens", "chats taking turns", "first turn, read whole (s)", "process RSS (MiB)"], id="prompt_read", marks=NEEDS_LLAMACPP),
+    pytest.param("compaction.py", ["--contexts", "1024", "--turns", "6"], ["context", "context"], id="compaction", marks=NEEDS_LLAMACPP),
     pytest.param("tool_loop.py", ["--rounds", "1", "--tool-ms", "10"], ["figure"], id="tool_loop", marks=NEEDS_LLAMACPP),
     pytest.param("store.py", ["--tokens", "4", "--rounds", "1", "--messages", "10"], ["way", "database"], id="store"),
     pytest.param("start.py", ["--rounds", "1"], ["way"], id="start", marks=NEEDS_LLAMACPP),

@@ -4,6 +4,7 @@ at startup (before any model is loaded)."""
 import pytest
 
 from app import model_settings, parse_args
+from engines.model_files.model_args import ModelArgs
 from limits import parse_size, size_text
 from server import check_admins, limits_of, models_dir, page_rights, page_users
 from webui.model_rights import ModelRights
@@ -51,6 +52,19 @@ def test_an_admin_must_be_a_user(capsys):
 def test_trust_remote_code_is_a_command_line_flag():
     assert model_settings(parse_args(["--trust-remote-code"]))["trust_remote_code"] is True
     assert model_settings(parse_args([]))["trust_remote_code"] is False
+
+
+def test_a_setting_on_by_default_has_a_flag_to_turn_it_off_and_the_context_a_flag_to_set_it():
+    assert "convert_weights" not in model_settings(parse_args([])), "left out: the setting's own default (on)"
+    assert model_settings(parse_args(["--no-convert-weights"]))["convert_weights"] is False
+    chosen = model_settings(parse_args(["--convert-weights", "--max-model-len", "2048"]))
+    assert (chosen["convert_weights"], chosen["max_model_len"]) == (True, 2048)
+    assert ModelArgs.build(**model_settings(parse_args(["--no-convert-weights"]))).convert_weights is False
+
+
+def test_the_context_policy_is_left_to_each_door_unless_the_command_line_names_one():
+    assert parse_args([]).context_policy is None, "the page and the terminal chat compact, the API refuses"
+    assert parse_args(["--context-policy", "drop_oldest"]).context_policy == "drop_oldest"
 
 
 def test_server_wide_flags_reach_every_load_from_the_page():

@@ -150,3 +150,19 @@ def test_the_mcp_servers_connect_before_the_chat_names_their_tools_and_close_aft
     (tmp_path / "other.json").write_text('{"servers": {}}')
     with pytest.raises(SystemExit, match='--mcp-config: the MCP config .* has no "mcpServers" object'):
         main(["chat", "--mcp-config", str(tmp_path / "other.json")])
+
+
+def test_a_terminal_chat_past_the_context_goes_on_with_its_oldest_turns_left_out():
+    """--max-model-len 1024 and --context-policy drop_oldest: long messages pass the context, the
+    chat says what it left out, and every message gets an answer."""
+    long = "Note {}: " + " ".join(f"the keeper saw ship {i} pass the rocks at dawn." for i in range(25)) + "\n"
+    typed = "".join(long.format(number) for number in range(6)) + "exit\n"
+    result = subprocess.run(
+        [sys.executable, "app.py", "chat", "--temperature", "0", "--max-new-tokens", "8", "--max-model-len", "1024",
+         "--context-policy", "drop_oldest"],
+        input=typed, capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "error:" not in result.stdout, result.stdout[-2000:]
+    assert "[compacted] " in result.stdout and "earlier messages left out" in result.stdout
+    assert result.stdout.count("Assistant: ") == 6

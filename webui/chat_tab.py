@@ -10,6 +10,7 @@ import gradio as gr
 from engines import GenerationArgs
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.reply_format import ReplyFormatChoice
+from engines.context_settings import ContextPolicy, ContextSettings
 from engines.tools import ToolSettings
 
 from . import python_in_browser, replying, tool_approval
@@ -28,9 +29,10 @@ class ChatTab:
     """Built inside the page's Tabs; ``wire`` once the generation controls exist. After it,
     ``replies`` are the events that write a reply, ``changes`` the others that change the
     conversation, and ``imported`` a conversation file read into it. ``run_tools``: the controls
-    of the chat's ToolSettings (which tools run, for how many answers), by setting name."""
+    of the chat's ToolSettings (which tools run, for how many answers), by setting name;
+    ``context_policy``: what the chat becomes past the model's context (the server's default first)."""
 
-    def __init__(self) -> None:
+    def __init__(self, context_policy: ContextPolicy = "compact") -> None:
         with gr.Tab("Chat", id="chat"), gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 self.chatbot = gr.Chatbot(
@@ -77,6 +79,7 @@ class ChatTab:
                     placeholder="You are a helpful assistant.",
                 )
                 self.enable_thinking = control(GenerationArgs, "enable_thinking", control_value(GenerationArgs(), "enable_thinking"))
+                self.context_policy = control(ContextSettings, "context_policy", context_policy)
                 with gr.Accordion("Tools", open=False, elem_id="tools-panel"):
                     self.run_tools = {name: control(ToolSettings, name, value) for name, value in ToolSettings()}
                     with gr.Row():
@@ -103,7 +106,7 @@ class ChatTab:
         demo.load(**offer)
         self.refresh_tools.click(**offer)
         chat_settings = {"system": self.system, "tools": self.tools, "reply_format": self.reply_format, "reply_schema": self.reply_schema,
-                         "chat_model": self.chat_model, **self.run_tools, **generation}
+                         "chat_model": self.chat_model, "context_policy": self.context_policy, **self.run_tools, **generation}
         chat = {"chatbot": self.chatbot, "message_box": self.message_box, "chat_model": self.chat_model}
         self.chat_model.focus(handlers.model_choices, None, self.chat_model, queue=False, api_visibility="private")
         # Picked by the user, a model brings its own defaults, as a load does; a switch of chats,

@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field
 
 from engines import ChatError, ConfigError, PromptRead, ToolCall
 from engines.prompt.media import MEDIA_EXTENSIONS
+from engines.compaction import Compacting, summary_message
+from engines.context_settings import ContextPolicy
 from engines.reply_format import ReplyFormatChoice
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest, parse_tools
 from engines.tools import Tool
@@ -53,6 +55,24 @@ class ToolStep(BaseModel):
     tool_calls: list[SavedToolCall] = []
 
 
+class SummaryNote(BaseModel):
+    """An assistant turn that stands for earlier messages of the chat, summarized (its content)
+    or left out to fit the model's context (engines/compaction.py): how many it replaced, and the
+    prompt's tokens before and after. The messages it replaced are the other version beside it (‹1/2›)."""
+
+    policy: ContextPolicy
+    replaced: int
+    tokens_before: int
+    tokens_after: int
+
+    def title(self) -> str:
+        what = "Summary of" if self.policy == "compact" else "Left out:"
+        return f"{what} {self.replaced} earlier messages"
+
+    def tokens(self) -> str:
+        return f"{self.tokens_before:,} → {self.tokens_after:,} tokens, {self.tokens_before - self.tokens_after:,} freed"
+
+
 class Turn(BaseModel):
     """One message as the conversation keeps it. An assistant turn keeps its reply as the
     parser read it: ``reasoning``, ``content`` and ``tool_calls``. ``error`` on a user turn says
@@ -63,8 +83,8 @@ class Turn(BaseModel):
     answers with calls, that limit. ``stats`` says how a finished reply was written. ``missing_files`` names the files
     that the server no longer has (shown as missing, not sent). ``writing``,
     ``tool_text``, ``waiting`` (how many requests must finish before this reply starts) and
-    ``asking`` (the calls that wait for the user's say: webui/tool_approval.py) exist only while
-    the reply streams. Where it stands among the chat's messages (what it follows, its
+    ``asking`` (the calls that wait for the user's say: webui/tool_approval.py) and ``compacting``
+    (the conversation is being made smaller to fit) exist only while the reply streams. ``summary``: the turn is a summary of earlier messages (SummaryNote). Where it stands among the chat's messages (what it follows, its
     versions) is its place in the session's MessageTree (webui/chat_session.py)."""
 
     role: Literal["user", "assistant"]
@@ -79,10 +99,12 @@ class Turn(BaseModel):
     step_limit: int | None = None
     stopped: bool = False
     stats: ReplyStats | None = None
+    summary: SummaryNote | None = None
     writing: bool = Field(False, exclude=True)
     tool_text: str = Field("", exclude=True)
     waiting: int | None = Field(None, exclude=True)
     reading: PromptRead | None = Field(None, exclude=True)
+    compacting: Compacting | None = Field(None, exclude=True)
     asking: list[str] = Field([], exclude=True)
 
 
@@ -127,30 +149,37 @@ def model_request(turns: list[Turn], system: str | None = None, tools: str | Non
     ``user``: whom it counts for in the model's waiting line; ``continue_final_message``: the last
     reply is to be written on."""
     chosen_format = ReplyFormatChoice.build(reply_format=reply_format, reply_schema=reply_schema or "").chosen()
-    messages: list[dict[str, Any]] = []
     media: dict[str, list[str]] = {kind: [] for kind in MEDIA_KINDS}
-    for turn in turns:
-        if turn.role == "user" and turn.error:
-            continue
-        if turn.role == "assistant":
-            for step in turn.steps:
-                messages.append({"role": "assistant", "content": step.content, "tool_calls": [call.for_template() for call in step.tool_calls]})
-                messages += [call.result_for_template() for call in step.tool_calls]
-            if turn.content or turn.tool_calls:
-                calls = {"tool_calls": [call.for_template() for call in turn.tool_calls]} if turn.tool_calls else {}
-                messages.append({"role": "assistant", "content": turn.content, **calls})
-            continue
-        tags = ""
-        for path in turn.files:
-            kind = media_kind(path)
-            if kind is None:
-                raise ChatError(f"{os.path.basename(path)} is not an image, video, audio or document file; remove it.")
-            media[kind].append(path)
-            tags += PLACEHOLDERS[kind]
-        texts = [document.text for document in turn.documents] + ([turn.content] if turn.content else [])
-        messages.append({"role": "user", "content": tags + "\n\n".join(texts)})
+    messages = [message for turn in turns for message in turn_messages(turn, media)]
     return ChatRequest.build(messages, system=system or None, tools=offered_tools(tools, running), media=media, user=user,
                              response_format=chosen_format, continue_final_message=continue_final_message, **generation)
+
+
+def turn_messages(turn: Turn, media: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """The messages the model is sent for one turn (none for a user turn it could not answer),
+    its files added to ``media``."""
+    if turn.role == "user" and turn.error:
+        return []
+    if turn.summary is not None:
+        return [summary_message(turn.content, turn.summary.replaced, turn.summary.policy)]
+    messages: list[dict[str, Any]] = []
+    if turn.role == "assistant":
+        for step in turn.steps:
+            messages.append({"role": "assistant", "content": step.content, "tool_calls": [call.for_template() for call in step.tool_calls]})
+            messages += [call.result_for_template() for call in step.tool_calls]
+        if turn.content or turn.tool_calls:
+            calls = {"tool_calls": [call.for_template() for call in turn.tool_calls]} if turn.tool_calls else {}
+            messages.append({"role": "assistant", "content": turn.content, **calls})
+        return messages
+    tags = ""
+    for path in turn.files:
+        kind = media_kind(path)
+        if kind is None:
+            raise ChatError(f"{os.path.basename(path)} is not an image, video, audio or document file; remove it.")
+        media[kind].append(path)
+        tags += PLACEHOLDERS[kind]
+    texts = [document.text for document in turn.documents] + ([turn.content] if turn.content else [])
+    return [{"role": "user", "content": tags + "\n\n".join(texts)}]
 
 
 def offered_tools(declared: str | None, running: tuple[Tool, ...]) -> list[dict[str, Any]] | None:
@@ -186,6 +215,13 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
         if turn.error:
             shown.append({"role": "assistant", "content": inert(turn.error), "metadata": {"title": "⚠ The model could not answer"}})
         return shown
+    if turn.summary is not None:
+        return [_summary_block(turn)]
+    if turn.compacting:
+        doing = "summarizing" if turn.compacting.policy == "compact" else "leaving out"
+        return [{"role": "assistant", "content": f"*The conversation ({turn.compacting.tokens:,} tokens) has outgrown the model's context: "
+                                                 f"{doing} its {turn.compacting.replacing} oldest messages…*",
+                 "metadata": {"title": "⏳ Compacting the conversation", "status": "pending"}}]
     if turn.waiting:
         return [{"role": "assistant", "content": f"*Waiting for the model: {turn.waiting} ahead…*",
                  "metadata": {"title": "⏳ In line", "status": "pending"}}]
@@ -215,6 +251,14 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
     elif turn.stopped:  # cut short by an error, or stopped in a file exported before replies had stats
         shown.append({"role": "assistant", "content": "*■ Stopped*"})
     return shown
+
+
+def _summary_block(turn: Turn) -> dict[str, Any]:
+    """A summary turn, shown whole and marked: what it replaced, and where those messages are."""
+    note = turn.summary
+    body = inert(turn.content.strip()) if turn.content.strip() else f"*{note.replaced} earlier messages are not sent to the model.*"
+    return {"role": "assistant", "content": f'<span class="chat-summary">📝 **{note.title()}** ({note.tokens()}; the arrows '
+                                            f"‹ › under it show them)</span>\n\n{body}"}
 
 
 def answers(count: int) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 import gradio as gr
 
 from engines import ModelSlot
+from engines.context_settings import ContextPolicy
 from limits import Limits
 from store import ChatStore, Quota, open_store
 
@@ -62,22 +63,23 @@ CSS = """
 PAGE_KWARGS = {"theme": THEME, "css": CSS, "head": SIDEBAR_HEAD}
 
 def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Limits = Limits(),
-               models_dir: Path | None = None, store: ChatStore | None = None) -> gr.Blocks:
+               models_dir: Path | None = None, store: ChatStore | None = None, context_policy: ContextPolicy = "compact") -> gr.Blocks:
     """The page; serve it with ``PAGE_KWARGS``, ``max_file_size=limits.max_upload_size`` and a
     queue of ``limits.max_queue_size``. ``models_dir``: where the model picker looks besides the
-    Hugging Face cache; ``store``: where the chats are kept (the data folder's by default)."""
+    Hugging Face cache; ``store``: where the chats are kept (the data folder's by default);
+    ``context_policy``: what a new chat becomes past the model's context."""
     with gr.Blocks(title="anychat") as demo:
         session = gr.State(ChatSession())
         sidebar = ChatSidebar(store or open_store(quota=Quota.of(limits)), limits)
         gr.Markdown("# anychat\nChat with local models, on any inference backend.", elem_id="title")
         with gr.Tabs():
-            chat = ChatTab()
+            chat = ChatTab(context_policy)
             settings = SettingsTab(demo, models_dir, rights, lambda: frozenset(model.model_args.model_name_or_path or "" for model in slot.models))
         generation = {**settings.generation, "enable_thinking": chat.enable_thinking}
         handlers = ChatHandlers(slot, tuple(generation), rights, limits)
         chat.wire(demo, handlers, session, generation)
         # A chat keeps the tools it runs and the model it asks as it keeps its generation settings.
-        kept = {**generation, **chat.run_tools, "chat_model": chat.chat_model}
+        kept = {**generation, **chat.run_tools, "chat_model": chat.chat_model, "context_policy": chat.context_policy}
         sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, kept, replies=chat.replies, changes=chat.changes, imported=chat.imported)
         with sidebar.panel:
             presets = ChatPresets()

@@ -44,6 +44,10 @@ def write_markdown(path: str, tree: MessageTree[Turn], system_prompt: str, limit
 
 
 def _write_turn(turn: Turn, out: BoundedFile) -> None:
+    if turn.summary is not None:
+        out.write(f"\n## {turn.summary.title()}\n\n*{turn.summary.tokens()}; Export JSON keeps the messages it replaced.*\n\n")
+        _write_answer("", turn.content, [], out)
+        return
     out.write(f"\n## {ROLES[turn.role]}\n\n")
     for step in turn.steps:
         _write_answer(step.reasoning, step.content, step.tool_calls, out)

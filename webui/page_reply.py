@@ -18,12 +18,14 @@ from typing import Any
 
 import gradio as gr
 
-from engines import ChatError, ChatModel, ModelSlot, ModelUnloadedError, PromptRead, QueuePlace, ReplyChunk, Response
+from engines import ChatError, ChatModel, ChatRequest, ModelSlot, ModelUnloadedError, PromptRead, QueuePlace, ReplyChunk, Response
+from engines.compaction import Compacting, Compaction
+from engines.request import MEDIA_KINDS
 from engines.tools import ApprovalAsked, StepLimitReached, ToolResult, ToolSettings, ToolsRunning, reply_with_tools
 
 from .chat_keeper import SAVE_INTERVAL
 from .chat_session import ChatSession, kept, save
-from .conversation import SavedToolCall, ToolStep, Turn, kept_media, model_request, render, render_turn
+from .conversation import SavedToolCall, SummaryNote, ToolStep, Turn, kept_media, model_request, render, render_turn, turn_messages
 from .reply_stats import ReplyClock
 from .python_in_browser import browser_python
 from .streaming import throttled, update_interval
@@ -87,7 +89,10 @@ class PageReply:
                                       approval=PageApproval(session, tools.ask_every_call))
             async for items in throttled(stream, lambda: session.stop_requested, update_interval(len(self.before)), arrived=clock.note):
                 for item in items:
-                    add(self.turn, item)
+                    if isinstance(item, Compaction):
+                        self.compacted(item, request)
+                    else:
+                        add(self.turn, item)
                 yield self.before + render_turn(self.tree, self.place)
                 await kept(session, every=SAVE_INTERVAL)
             self.finish(clock)
@@ -97,9 +102,33 @@ class PageReply:
             ended = True
         finally:
             self.turn.writing, self.turn.tool_text, self.turn.waiting, self.turn.reading, self.turn.asking = False, "", None, None, []
+            self.turn.compacting = None
             if not ended:
                 self.close()
         await kept(session)
+
+    def compacted(self, compaction: Compaction, request: ChatRequest) -> None:
+        """The conversation was made smaller to fit the model's context: where messages were
+        replaced (before the reply's first answer), the chat goes on in a new branch, the summary
+        in their place; the messages it replaced stay in the branch before (‹1/2› on the summary)."""
+        self.turn.compacting = None
+        if not compaction.replaced or self.turn.steps or self.continuing:
+            return
+        tree = self.tree
+        shown = tree.branch()[:-1]  # the reply's own place is last
+        offset = 1 if request.messages and request.messages[0]["role"] == "system" else 0
+        origin = [index for index, place in enumerate(shown) for _ in turn_messages(tree.messages[place], {kind: [] for kind in MEDIA_KINDS})]
+        first, last = origin[compaction.at - offset], origin[compaction.at - offset + compaction.replaced - 1]
+        summary = Turn(role="assistant", content=compaction.summary,
+                       summary=SummaryNote(policy=compaction.policy, replaced=compaction.replaced, tokens_before=compaction.tokens_before,
+                                           tokens_after=compaction.tokens_after))
+        self.session.remove([self.place])
+        place = tree.add(summary, tree.parents[shown[first]])
+        for kept_place in shown[last + 1:]:
+            place = tree.add(tree.messages[kept_place].model_copy(deep=True), place)
+        self.asked = tree.messages[place]
+        self.before = render(tree, tree.branch())
+        self.place = self.session.add(self.turn)
 
     def new_text(self) -> str:
         """What the model wrote into the turn since ``earlier`` (all of it, for a new reply): the
@@ -155,6 +184,9 @@ def add(turn: Turn, item: Any) -> None:
     turn goes on with the next answer."""
     if isinstance(item, QueuePlace):
         turn.waiting = item.ahead
+        return
+    if isinstance(item, Compacting):
+        turn.compacting, turn.waiting = item, None
         return
     if isinstance(item, PromptRead):
         turn.reading = item

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from engines import BACKEND_NAMES, ChatModel, PromptRead, QueuePlace, Response
+from engines.compaction import Compacting, Compaction
 from engines.tools import StepLimitReached, ToolResult, ToolsRunning
 
 
@@ -89,7 +90,7 @@ class ReplyClock:
         if self.tools_started is not None:  # the next answer's first item: the tools are done
             self.tools_took += now - self.tools_started
             self.tools_started = None
-        if isinstance(item, PromptRead):  # the model is reading: no token yet
+        if isinstance(item, PromptRead | Compacting | Compaction):  # the model is reading or summarizing: no token yet
             return
         self.last = now
         if self.first is None:

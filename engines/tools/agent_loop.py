@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..backends.base import Response
+from ..compaction import Compaction
 from ..generation_args import GenerationArgs
 from ..prompt.reply_parser import ToolCall
 from ..request import ChatRequest
@@ -104,6 +105,8 @@ async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: M
             async with contextlib.aclosing(model.astream_reply(request, progress=progress)) as items:
                 async for item in items:
                     response = item if isinstance(item, Response) else response
+                    if isinstance(item, Compaction):  # the next answers go on from what the model read
+                        request = item.request
                     yield item
             calls = response.parts.tool_calls if response is not None and response.finish_reason == "stop" else ()
             if not calls or any(call.name not in tools for call in calls):
