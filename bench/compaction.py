@@ -29,6 +29,8 @@ from harness.markdown_table import markdown_table  # noqa: E402
 
 SYSTEM = "You are a helpful assistant."
 REPLY_TOKENS = 48
+# Another chat's first tokens timed while one summary is written (its median is reported).
+DURING_SAMPLES = 5
 
 
 def user_message(turn: int) -> str:
@@ -81,30 +83,46 @@ async def long_chat(model: ChatModel, turns: int) -> dict:
             "the turn after it (ratio)": ratio(next_after)}
 
 
-async def beside_a_compaction(model: ChatModel) -> dict:
-    """Another chat's first token while one chat's compaction runs, against the same alone
-    (with max_concurrent 1, the default, the summary is a request in the line like any other)."""
-    other = [{"role": "user", "content": "Say hello."}]
+async def beside_a_compaction(model: ChatModel) -> list[dict]:
+    """Another chat's first token while one chat's summary is written, against the same alone
+    (the summary is background work, which llama.cpp pauses while another request has work):
+    for a short question whose prompt the cache holds, and for a new message of about 300 tokens."""
+    asked = iter(range(10**6))
 
-    async def other_first_token() -> float:
+    def short_question() -> str:
+        return "Say hello."
+
+    def new_message() -> str:
+        return f"Message {next(asked)}: " + user_message(0) * 2
+
+    async def first_token(message: str) -> float:
         started = time.perf_counter()
-        async for item in model.astream_reply(ChatRequest.build(other, temperature=0, max_new_tokens=4)):
+        request = ChatRequest.build([{"role": "user", "content": message}], temperature=0, max_new_tokens=4)
+        async for item in model.astream_reply(request):
             if isinstance(item, ReplyChunk):
                 return time.perf_counter() - started
         return time.perf_counter() - started
 
-    alone = statistics.median([await other_first_token() for _ in range(3)])
+    others = {"a short question, cached": short_question, "a new message of 300 tokens": new_message}
+    alone = {kind: statistics.median([await first_token(write()) for _ in range(3)]) for kind, write in others.items()}
     history = [{"role": "system", "content": SYSTEM}]
     while model.count_prompt_tokens(ChatRequest.build(history + [{"role": "user", "content": "x"}])) < 0.85 * (model.context_length - REPLY_TOKENS):
         history += [{"role": "user", "content": user_message(len(history))}, {"role": "assistant", "content": "Noted, keeper."}]
     history.append({"role": "user", "content": "What now?"})
     compacting = asyncio.ensure_future(timed_turn(model, history))
-    await asyncio.sleep(0.3)  # the compaction has begun
-    during = await other_first_token()
+    while not model.engine.background_line.running and not compacting.done():
+        await asyncio.sleep(0.02)
+    during: dict[str, list[float]] = {kind: [] for kind in others}
+    while not compacting.done() and len(during[next(reversed(others))]) < DURING_SAMPLES:
+        for kind, write in others.items():
+            await asyncio.sleep(0.3)  # into the summary's writing
+            if not compacting.done():
+                during[kind].append(await first_token(write()))
     await compacting
-    return {"context": model.context_length, "max_concurrent": model.model_args.max_concurrent or 1,
-            "another chat's first token alone (s)": f"{alone:.2f}",
-            "during a compaction (s)": f"{during:.2f}", "ratio": f"{during / alone:.2f}"}
+    return [{"context": model.context_length, "max_concurrent": model.model_args.max_concurrent or 1, "the other chat asks": kind,
+             "its first token alone (s)": f"{alone[kind]:.2f}",
+             "during a compaction (s)": f"{statistics.median(during[kind]):.2f}" if during[kind] else "none",
+             "ratio": f"{statistics.median(during[kind]) / alone[kind]:.2f}" if during[kind] else "none"} for kind in others]
 
 
 def table(rows: list[dict]) -> str:
@@ -120,9 +138,9 @@ async def main() -> None:
     for context in args.contexts:
         with ChatModel({"infer_backend": "llamacpp", "max_model_len": context}) as model:
             chats.append(await long_chat(model, args.turns))
-            beside.append(await beside_a_compaction(model))
+            beside += await beside_a_compaction(model)
         with ChatModel({"infer_backend": "llamacpp", "max_model_len": context, "max_concurrent": 2}) as model:
-            beside.append(await beside_a_compaction(model))
+            beside += await beside_a_compaction(model)
     print("\nA long chat, compacted as it goes (first tokens: median; ratio to the other turns')\n")
     print(table(chats))
     print("\nAnother chat while one compacts\n")

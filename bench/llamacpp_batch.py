@@ -108,7 +108,8 @@ def main() -> None:
                    for user in range(SEQUENCES)]
         # The bare context is the one our engine opened (its weights too), with llama-cpp-python's defaults for the rest.
         settings = {key: model.engine.llama_settings[key] for key in ("n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch")}
-        reference = open_llama(str(model.engine.weights_path), {**settings, "verbose": False}, SEQUENCES)
+        reference = open_llama(str(model.engine.weights_path), {**settings, "verbose": False},
+                               SEQUENCES + model.engine.background_sequences)
         try:
             asyncio.run(ours(model, 1, 8))  # warm-up, both ways
             bare(reference, prompts[:1], [8])

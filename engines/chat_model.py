@@ -176,8 +176,8 @@ class ChatModel:
     @property
     def in_use(self) -> bool:
         """A request being answered or waiting, or a reply holding the model (``held``)."""
-        line = self.line
-        return self._holds > 0 or line.running > 0 or line.waiting > 0
+        lines = {self.line, self._engine().background_line}
+        return self._holds > 0 or any(line.running or line.waiting for line in lines)
 
     def render_prompt(self, request: ChatRequest | Messages, **options: Any) -> str:
         """The exact prompt text the model would see for this request."""

@@ -104,10 +104,18 @@ class Compaction:
 
     def note(self) -> str:
         """What it did, in a line for the user."""
-        what = "summarized" if self.policy == "compact" else "left out"
         shortened = f", {self.shortened} old block{'s' if self.shortened != 1 else ''} cut to a note" if self.shortened else ""
-        return (f"{self.replaced} earlier message{'s' if self.replaced != 1 else ''} {what}{shortened}: "
-                f"{self.tokens_before:,} → {self.tokens_after:,} tokens ({self.freed:,} freed)")
+        return f"{replaced_note(self.policy, self.replaced)}{shortened}: {freed_note(self.tokens_before, self.tokens_after)}"
+
+
+def replaced_note(policy: ContextPolicy, replaced: int) -> str:
+    """What became of the earlier messages a compaction replaced, as the page and the terminal say it."""
+    what = "Summary of" if policy == "compact" else "Left out:"
+    return f"{what} {replaced} earlier message{'s' if replaced != 1 else ''}"
+
+
+def freed_note(before: int, after: int) -> str:
+    return f"{before:,} → {after:,} tokens, {before - after:,} freed"
 
 
 class Summaries:
@@ -158,10 +166,14 @@ async def fitted(model: CompactingModel, request: ChatRequest, summaries: Summar
     started = time.monotonic()
     reply = min(int(request.generation.get("max_new_tokens", model.generation_defaults.max_new_tokens)), int(context * REPLY_SHARE))
     room = context - reply
-    plan = _Plan(model, request, int(room * TARGET_SHARE))
+    # Counted as the engine will count it (its prompt builder keeps the ids for the same text).
     tokens = await asyncio.to_thread(model.count_prompt_tokens, request)
-    if tokens <= room * TRIGGER_SHARE or plan.middle_end <= plan.middle_start:
-        yield request  # it fits; or nothing stands between the head and the latest turn, and the engine says it is too long
+    if tokens <= room * TRIGGER_SHARE:
+        yield request
+        return
+    plan = _Plan(model, request, int(room * TARGET_SHARE))
+    if plan.middle_end <= plan.middle_start:
+        yield request  # nothing stands between the head and the latest turn: the engine says it is too long
         return
     shortened = await asyncio.to_thread(plan.shorten_old_blocks)
     if await asyncio.to_thread(plan.tokens) <= plan.target:
@@ -273,8 +285,8 @@ async def _summarized(model: CompactingModel, request: ChatRequest, messages: li
     room = (model.context_length or 0) - 200 - 2 * budget
     summary = ""
     for part in await asyncio.to_thread(_parts, model, [_transcript_line(message) for message in messages], room):
-        asked = ChatRequest.build([{"role": "user", "content": _instructions(summary, part, budget)}], user=request.user,
-                                  temperature=0, max_new_tokens=budget)
+        asked = replace(ChatRequest.build([{"role": "user", "content": _instructions(summary, part, budget)}], user=request.user,
+                                          temperature=0, max_new_tokens=budget), background=True)
         [response] = await model.achat(asked)
         summary = response.parts.content.strip() or summary
     if not summary:

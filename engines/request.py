@@ -47,7 +47,9 @@ class ChatRequest:
     message is an assistant reply to go on with (one stopped, or cut at max_new_tokens): the
     template renders it open, without its end of turn, and the model's reply is what comes next.
     ``context_policy``: what the conversation becomes where it outgrows the context (None: refused,
-    as "refuse"; engines/compaction.py)."""
+    as "refuse"; engines/compaction.py). ``background``: work done behind a chat's back (a
+    compaction's summary), which gives way to every other request where the backend can pause it
+    (BaseEngine.background_sequences)."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
@@ -59,6 +61,7 @@ class ChatRequest:
     prompt: str | tuple[int, ...] | None = None
     continue_final_message: bool = False
     context_policy: ContextPolicy | None = None
+    background: bool = False
 
     @classmethod
     def build(

@@ -96,6 +96,16 @@ class MessageTree(Generic[Message]):
         self._children.setdefault(after, []).append(self.shown)
         return self.shown
 
+    def replace_shown(self, first: int, last: int, message: Message, copy: Callable[[Message], Message]) -> int:
+        """A new branch that has ``message`` where the branch shown has its messages from ``first``
+        to ``last``, then ``copy`` of each shown message after those; the branch shown before is
+        the other version of ``first``. The place of the new branch's last message, which it shows."""
+        shown = self.branch()
+        place = self.add(message, self.parents[first])
+        for kept in shown[shown.index(last) + 1:]:
+            place = self.add(copy(self.messages[kept]), place)
+        return place
+
     def show(self, place: int) -> None:
         """Show the branch through message ``place`` and on to the message written last after it."""
         self.shown = self.branch(through=place)[-1]

@@ -1,6 +1,6 @@
 """A chat that outgrows the model's context, in Chromium on the real page: it goes on, the
-summary shown as a message marked as one, the messages it replaced one arrow away (‹1/2›), kept
-across a reload, in the exported file, and read back by an import."""
+summary shown as a message marked as one (the user's to edit), the messages it replaced one arrow
+away (‹1/2›), kept across a reload, in the exported file, and read back by an import."""
 
 from __future__ import annotations
 
@@ -48,6 +48,15 @@ def test_a_chat_past_the_context_is_compacted_in_the_open_kept_exported_and_undo
     expect(page.locator("#chatbot [data-testid=user]").filter(has_text="Note 1:")).to_have_count(1)
     versions.locator(".version-go").click()
     expect(summary).to_have_count(1)
+
+    # The summary is the user's to edit: the edit is a new version of it, read from then on.
+    # Gradio shows a turn's messages (here the summary and its ‹k/n› line) as one, with its buttons beside it.
+    page.locator("#chatbot .message-row:has(.chat-summary)").hover()
+    page.locator("#chatbot .message-row:has(.chat-summary) + .message-buttons").get_by_role("button", name="Edit").click()
+    page.locator("#chatbot textarea.edit-textarea").first.fill("The keeper logged ships passing the rocks at dawn.")
+    page.get_by_role("button", name="Submit").first.click()
+    expect(bot_messages(page).filter(has=page.locator(".chat-summary"))).to_contain_text("The keeper logged ships passing the rocks at dawn.")
+    expect(versions).to_contain_text("3/3")
 
     # The chat goes on from the summary, and it is kept.
     ask(page, "Which ship passed last?")

@@ -188,13 +188,34 @@ async def test_stop_ends_a_compaction_within_a_second(llama):
     stream = asyncio.ensure_future(reply())
     await asyncio.wait_for(compacting.wait(), 60)
     await asyncio.sleep(0.5)
-    assert llama.line.running == 1, "the summary is being written"
+    summaries = llama.engine.background_line
+    assert summaries.running == 1, "the summary is being written"
     started = time.monotonic()
     stream.cancel()  # as Stop, or a client that leaves, closes the reply
     await asyncio.gather(stream, return_exceptions=True)
-    while llama.line.running and time.monotonic() - started < 1:
+    while summaries.running and time.monotonic() - started < 1:
         await asyncio.sleep(0.02)
-    assert llama.line.running == 0 and time.monotonic() - started < 1
+    assert summaries.running == 0 and time.monotonic() - started < 1
+
+
+async def test_another_chat_is_answered_at_once_while_a_summary_is_written(llama):
+    """The summary is background work: another chat's request takes no place behind it, and is
+    answered whole while the summary waits (llama.cpp pauses it, even in the middle of reading its
+    prompt); the summary then goes on and the compacted chat gets its reply."""
+    history = long_chat(llama, 1750, topic="Paused")
+    compacted = asyncio.ensure_future(answer(llama, ChatRequest.build(history, context_policy="compact", temperature=0, max_new_tokens=4)))
+    summaries = llama.engine.background_line
+    while not summaries.running:
+        assert not compacted.done(), "the chat was compacted"
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.3)
+    other, reply = await answer(llama, ChatRequest.build([{"role": "user", "content": "Say hello."}], temperature=0, max_new_tokens=8,
+                                                         user="another user"))
+    assert summaries.running == 1 and not compacted.done(), "the other chat was answered while the summary waited"
+    assert reply.response_length > 0 and not [item for item in other if getattr(item, "ahead", 0) > 0]
+    items, response = await compacted
+    [compaction] = [item for item in items if isinstance(item, Compaction)]
+    assert compaction.summary.strip() and response.response_length > 0
 
 
 def long_chat(llama: ChatModel, tokens: int, topic: str = "River") -> list[dict]:

@@ -164,5 +164,5 @@ def test_a_terminal_chat_past_the_context_goes_on_with_its_oldest_turns_left_out
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "error:" not in result.stdout, result.stdout[-2000:]
-    assert "[compacted] " in result.stdout and "earlier messages left out" in result.stdout
+    assert "[compacted] " in result.stdout and "Left out: " in result.stdout
     assert result.stdout.count("Assistant: ") == 6

@@ -26,7 +26,7 @@ from tests.page_input import CONTROLS, message, run, settings, written_imports
 from store import MessageTree
 from webui.chat_session import ChatSession
 from webui import replying
-from webui.conversation import SavedToolCall, Turn, model_request, render, turn_of_message
+from webui.conversation import SavedToolCall, SummaryNote, Turn, model_request, render, turn_of_message
 from webui.handlers import ChatHandlers, backend_options, message_box_for
 from webui.user_turns import page_user
 from webui.model_rights import ModelRights
@@ -272,6 +272,44 @@ async def test_regenerate_undo_clear_and_edit(handlers):
     assert undone["message_box"]["value"] == {"text": "Count to two.", "files": []}
     session.add(Turn(role="user", content="x"))
     assert handlers.clear(session)["chatbot"] == [] and session.turns == []
+
+
+async def test_a_reply_and_a_summary_are_edited_into_new_versions_with_the_chat_after_them_kept(handlers, monkeypatch):
+    """A reply's text, or a summary of earlier messages, edited in the Chatbot becomes a new
+    version of it (the one edited one arrow away), the conversation after it kept, and the model
+    reads the edit from the next message on; what is not the text (a stats line) is not edited."""
+    session = ChatSession()
+    note = SummaryNote(policy="compact", replaced=4, tokens_before=1900, tokens_after=900)
+    for turn in [Turn(role="user", content="Hi, I am Ada."), Turn(role="assistant", content="Ada said hello.", summary=note),
+                 Turn(role="user", content="Where do I live?"),
+                 Turn(role="assistant", content="In Paris.", stats=ReplyStats(tokens=3, tokens_per_second=6.0, first_token_seconds=0.1, backend="huggingface",
+                                                                       finish_reason="stop"))]:
+        session.add(turn)
+
+    def edit(shown_text: str, edited: str) -> SimpleNamespace:
+        shown = render(session.tree)
+        [index] = [i for i, message in enumerate(shown) if shown_text in message["content"]]
+        return SimpleNamespace(index=index, previous_value=shown[index]["content"],
+                               value=shown[index]["content"].replace(shown_text, edited))
+
+    await run(handlers.edit(session, edit("Ada said hello.", "Ada lives in Lyon."), **settings(6)))
+    await run(handlers.edit(session, edit("In Paris.", "In Lyon, as you said."), **settings(6)))
+    turns = session.turns
+    assert [turn.content for turn in turns] == ["Hi, I am Ada.", "Ada lives in Lyon.", "Where do I live?", "In Lyon, as you said."]
+    assert turns[1].summary == note and turns[3].stats is None
+    places = session.tree.branch()
+    assert [session.tree.messages[place].content for place in session.tree.versions(places[1])] == ["Ada said hello.", "Ada lives in Lyon."]
+    assert len(session.tree.versions(places[3])) == 2
+    sent = model_request(turns + [Turn(role="user", content="And my name?")]).messages
+    assert "Ada lives in Lyon." in sent[1]["content"] and sent[3]["content"] == "In Lyon, as you said."
+
+    warned = []
+    monkeypatch.setattr(gr, "Warning", warned.append)
+    session.tree.messages[places[3]].stats = ReplyStats(tokens=3, tokens_per_second=6.0, first_token_seconds=0.1, backend="huggingface",
+                                                        finish_reason="stop")
+    await run(handlers.edit(session, edit("tokens/s", "fast"), **settings(6)))
+    assert session.turns == turns and len(session.tree.versions(places[3])) == 2
+    assert warned and warned[0].startswith("Only the text of a reply")
 
 
 def test_stop_is_hidden_after_a_reply_event_and_never_shown_by_one():

@@ -39,7 +39,7 @@ class ChatTab:
                     elem_id="chatbot",
                     show_label=False,
                     height="68vh",
-                    editable="user",
+                    editable="all",
                     buttons=["copy", "copy_all"],
                     feedback_options=None,
                     placeholder="**Start a conversation.** Multimodal models also read the images, video or audio you attach.",

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from engines import ChatError, ConfigError, PromptRead, ToolCall
 from engines.prompt.media import MEDIA_EXTENSIONS
-from engines.compaction import Compacting, summary_message
+from engines.compaction import Compacting, freed_note, replaced_note, summary_message
 from engines.context_settings import ContextPolicy
 from engines.reply_format import ReplyFormatChoice
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest, parse_tools
@@ -21,7 +21,7 @@ from engines.tools import Tool
 from store import MessageTree
 
 from .attachments import AttachedDocument, chip
-from .inert_markdown import inert
+from .inert_markdown import as_written, inert
 from .python_in_browser import code_key
 from .reply_stats import ReplyStats
 from .tool_approval import question_key, question_line
@@ -66,11 +66,10 @@ class SummaryNote(BaseModel):
     tokens_after: int
 
     def title(self) -> str:
-        what = "Summary of" if self.policy == "compact" else "Left out:"
-        return f"{what} {self.replaced} earlier messages"
+        return replaced_note(self.policy, self.replaced)
 
     def tokens(self) -> str:
-        return f"{self.tokens_before:,} → {self.tokens_after:,} tokens, {self.tokens_before - self.tokens_after:,} freed"
+        return freed_note(self.tokens_before, self.tokens_after)
 
 
 class Turn(BaseModel):
@@ -257,8 +256,31 @@ def _summary_block(turn: Turn) -> dict[str, Any]:
     """A summary turn, shown whole and marked: what it replaced, and where those messages are."""
     note = turn.summary
     body = inert(turn.content.strip()) if turn.content.strip() else f"*{note.replaced} earlier messages are not sent to the model.*"
-    return {"role": "assistant", "content": f'<span class="chat-summary">📝 **{note.title()}** ({note.tokens()}; the arrows '
-                                            f"‹ › under it show them)</span>\n\n{body}"}
+    return {"role": "assistant", "content": f"{_summary_header(note)}{body}"}
+
+
+def _summary_header(note: SummaryNote) -> str:
+    return f'<span class="chat-summary">📝 **{note.title()}** ({note.tokens()}; the arrows ‹ › under it show them)</span>\n\n'
+
+
+def copied(turn: Turn) -> Turn:
+    return turn.model_copy(deep=True)
+
+
+def edited_reply(turn: Turn, shown: str, edited: str) -> Turn | None:
+    """The new version of an assistant ``turn`` whose message ``shown`` in the Chatbot (its text,
+    as the user would have written it: handlers.edited_text) the user edited to ``edited``: its text, or its summary's (the mark above it left out, as the user may
+    have left it in); None where what was edited is not the text (its thinking, a tool call, its
+    stats line)."""
+    if turn.summary is not None:
+        header = _summary_header(turn.summary)
+        text = edited.removeprefix(header).split("</span>", 1)[-1] if edited.startswith('<span class="chat-summary">') else edited
+        # A note of messages left out that the user writes a summary into is a summary now.
+        note = turn.summary.model_copy(update={"policy": "compact"}) if text.strip() else turn.summary
+        return turn.model_copy(update={"content": text.strip(), "summary": note}, deep=True)
+    if shown != as_written(inert(turn.content.strip())) or not turn.content.strip():
+        return None
+    return turn.model_copy(update={"content": edited, "stats": None, "stopped": False}, deep=True)
 
 
 def answers(count: int) -> str:

@@ -32,7 +32,7 @@ from store import MessageTree
 
 from .attachments import is_chip, page_images, read_documents, split_files, tokens_note
 from .chat_session import ChatSession, save
-from .conversation import Turn, model_request, render, turn_of_message
+from .conversation import Turn, copied, edited_reply, model_request, render, turn_of_message
 from .conversation_file import read_conversation, write_conversation
 from .inert_markdown import as_written
 from .markdown_export import write_markdown
@@ -45,6 +45,8 @@ from .versions import picked
 ENGINE_MODES = {"auto": None, "eager": True, "compiled": False}
 NOTHING_TO_CONTINUE = ("There is no reply to continue: Continue goes on with the text of the last reply (one stopped, or cut "
                        "at max_new_tokens), and a reply that called tools is answered by their results. Send a message instead.")
+NOT_EDITABLE = ("Only the text of a reply (or a summary of earlier messages) can be edited, not its thinking, its tool calls or "
+                "its stats: edit the text under them.")
 
 
 def backend_options(**values: Any) -> dict[str, Any]:
@@ -158,9 +160,11 @@ class ChatHandlers:
 
     async def edit(self, session: ChatSession, edit: gr.EditData, page_request: gr.Request | None = None,
                    **settings: Any) -> AsyncIterator[dict[str, Any]]:
-        """A past user message was edited in the Chatbot: answer it again from there. Gradio sends
-        an edit of each part of the message; a document's chip is not what the user wrote, and its
-        edit is let be (before the one-reply guard, which would refuse the edit of the text beside it)."""
+        """A past message was edited in the Chatbot. A user message is answered again from there;
+        a reply's text (or a summary of earlier messages) becomes a new version of it, the
+        conversation after it kept, and the model goes on from it at the next message. Gradio
+        sends an edit of each part of a message; a document's chip is not what the user wrote, and
+        its edit is let be (before the one-reply guard, which would refuse the edit of the text beside it)."""
         if is_chip(edit.value):
             yield {}
             return
@@ -172,6 +176,9 @@ class ChatHandlers:
         tree = session.tree
         place = turn_of_message(tree, edit.index)
         turn = tree.messages[place]
+        if turn.role == "assistant":
+            yield self._edited_reply(session, place, edit)
+            return
         if turn.role != "user":
             yield {"chatbot": render(tree)}
             return
@@ -187,6 +194,22 @@ class ChatHandlers:
         # out of the first: the reply, however long, was written with no Stop to press.
         async for update in self._answer(session, settings, page_request):
             yield {**update, "stop_btn": gr.update(visible=True)}
+
+    @staticmethod
+    def _edited_reply(session: ChatSession, place: int, edit: gr.EditData) -> dict[str, Any]:
+        """An edit of one of a reply's messages: Gradio edits the messages it shows together (the
+        reply's thinking, text, stats line) at once, and sends each one's edit, changed or not."""
+        tree = session.tree
+        shown, written = edited_text(edit.previous_value), edited_text(edit.value)
+        if written == shown:
+            return {}
+        edited = edited_reply(tree.messages[place], shown, written)
+        if edited is None:
+            gr.Warning(NOT_EDITABLE)
+        else:
+            tree.replace_shown(place, place, edited, copied)
+            save(session)
+        return {"chatbot": render(tree)}
 
     def stop(self, session: ChatSession) -> None:
         session.stop_requested = True

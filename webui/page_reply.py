@@ -25,7 +25,7 @@ from engines.tools import ApprovalAsked, StepLimitReached, ToolResult, ToolSetti
 
 from .chat_keeper import SAVE_INTERVAL
 from .chat_session import ChatSession, kept, save
-from .conversation import SavedToolCall, SummaryNote, ToolStep, Turn, kept_media, model_request, render, render_turn, turn_messages
+from .conversation import SavedToolCall, SummaryNote, ToolStep, Turn, copied, kept_media, model_request, render, render_turn, turn_messages
 from .reply_stats import ReplyClock
 from .python_in_browser import browser_python
 from .streaming import throttled, update_interval
@@ -123,9 +123,7 @@ class PageReply:
                        summary=SummaryNote(policy=compaction.policy, replaced=compaction.replaced, tokens_before=compaction.tokens_before,
                                            tokens_after=compaction.tokens_after))
         self.session.remove([self.place])
-        place = tree.add(summary, tree.parents[shown[first]])
-        for kept_place in shown[last + 1:]:
-            place = tree.add(tree.messages[kept_place].model_copy(deep=True), place)
+        place = tree.replace_shown(shown[first], shown[last], summary, copied)
         self.asked = tree.messages[place]
         self.before = render(tree, tree.branch())
         self.place = self.session.add(self.turn)

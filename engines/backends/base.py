@@ -93,6 +93,10 @@ class BaseEngine(ABC):
     # True where closing this engine would harm another one started beside it (SGLang's
     # shutdown kills every child process of ours), so a model switch closes it first.
     close_before_next_load: ClassVar[bool] = False
+    # Sequences the runtime keeps apart for background requests (ChatRequest.background), which
+    # it pauses while any other request has work. Without any, a background request waits in the
+    # line like every other.
+    background_sequences: ClassVar[int] = 0
 
     model_args: ModelArgs
     prompts: PromptBuilder
@@ -112,7 +116,7 @@ class BaseEngine(ABC):
 
     def count_prompt_tokens(self, request: ChatRequest) -> int:
         """How many tokens the prompt of ``request`` is."""
-        return self.count_tokens(self.render_prompt(request))
+        return len(self.prompts.token_ids(self.render_prompt(request)))
 
     @property
     def can_generate(self) -> bool:
@@ -136,6 +140,15 @@ class BaseEngine(ABC):
         """The requests this engine is answering and those waiting for it."""
         args = self.model_args
         return WaitingLine(args.max_concurrent, args.max_waiting, args.max_waiting_per_user)
+
+    @functools.cached_property
+    def background_line(self) -> WaitingLine:
+        """The line of background requests: beside the other line where the engine keeps
+        sequences for them (so one never takes another's slot), else that line."""
+        args = self.model_args
+        if not self.background_sequences:
+            return self.line
+        return WaitingLine(self.background_sequences, args.max_waiting, args.max_waiting_per_user)
 
     @functools.cached_property
     def _preparing(self) -> PreparationTurns:
@@ -257,7 +270,8 @@ class BaseEngine(ABC):
         (or the refusal, before any further work), then the request prepared, counted in its
         user's share of the line; the places are given up when the block ends."""
         await self._compiled(request)
-        with self.line.join(request.user, replies) as places:
+        line = self.background_line if request.background else self.line
+        with line.join(request.user, replies) as places:
             prompt = await self._preparing.run(request.user, self.prompts.prepare, request, generation)
             REQUEST_LOG.info("from %s to %s, %s: %r", request.user or "-", self.model_id, prompt.generation, prompt.text)
             yield prompt, places

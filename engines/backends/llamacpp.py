@@ -6,8 +6,9 @@ shared prompt path (the model's own chat template, with the tokenizer read from 
 whose ids are llama.cpp's) and reach llama.cpp as token ids. Generation is our own loop over
 llama.cpp's low-level API, on one thread that owns the context (llamacpp_batcher.py):
 
-- the context holds ``max_concurrent`` sequences, each with a KV cache of its own; every running
-  request is one sequence, and one llama_decode a step evaluates a token of each (continuous
+- the context holds ``max_concurrent`` sequences, each with a KV cache of its own, and one more
+  for background work (a compaction's summary), which pauses while any other request has work,
+  so that it never holds up another chat; every running request is one sequence, and one llama_decode a step evaluates a token of each (continuous
   batching: a new request joins at the next step, an ended one frees its sequence at once); a
   prompt is evaluated in steps of its own, taking turns with those, so that how it is cut into
   batches, and so its reply, does not depend on what else runs;
@@ -128,6 +129,7 @@ if mtmd is not None:
 class LlamaCppEngine(BaseEngine):
     name = "llamacpp"
     generation_settings = frozenset({"min_p", "presence_penalty", "frequency_penalty", "logprobs"})
+    background_sequences = 1
 
     def __init__(self, model_args: ModelArgs, generation: dict[str, Any] | None = None, progress: Progress | None = None) -> None:
         report = progress or (lambda fraction, message: None)
@@ -138,7 +140,7 @@ class LlamaCppEngine(BaseEngine):
         metadata = gguf_metadata_dir(gguf, within(progress, 0.0, 0.6), embedded)
         self.prompts = PromptBuilder.from_gguf_metadata(str(metadata), model_args, generation, self.shape.context_length)
         projector = find_projector(gguf, model_args.mmproj, self.shape.embedding_width)
-        sequences = model_args.max_concurrent
+        sequences = model_args.max_concurrent + self.background_sequences
         # What Llama() was given, for a reference run with the same settings (bench/).
         self.llama_settings = self._llama_args()
         self.weights_path = weights_to_read(gguf, self.shape, model_args.convert_weights, self.llama_settings["n_gpu_layers"] != 0,
@@ -152,7 +154,7 @@ class LlamaCppEngine(BaseEngine):
                                        self.llama_settings["n_gpu_layers"] != 0, error_lines)
             self.prompts.use_media(self._media.prompt_media(model_args, self.tokenizer))
         self._batcher = Batcher(self.model, sequences, self.llama_settings["n_batch"] - sequences, self._media, self._step_threads(),
-                                error_lines, self._prompt_cache(str(self.weights_path)))
+                                error_lines, self._prompt_cache(str(self.weights_path)), self.background_sequences)
         self.prompts.context_length = self._batcher.n_ctx_sequence
 
     @property
@@ -164,7 +166,7 @@ class LlamaCppEngine(BaseEngine):
         threads = args.threads or default_threads()
         # A prompt's evaluation does much work between two barriers, so all cores help it.
         prompt_threads = args.threads or psutil.cpu_count(logical=False) or 1
-        sequences = args.max_concurrent
+        sequences = args.max_concurrent + self.background_sequences
         context = _whole_steps(args.max_model_len) if args.max_model_len else _fitting_context(self.shape, sequences)
         # Room in one batch for a prompt's batch beside one token of every other sequence.
         batch = (args.batch_size or DEFAULT_BATCH) + sequences
@@ -245,7 +247,7 @@ class LlamaCppEngine(BaseEngine):
                 released.set_result(None)
 
         job = Job(prompt.ids, args, threading.Event(), lambda item: loop.call_soon_threadsafe(arrive, item),
-                   grammar=self.reply_constraint(prompt.request.reply_format))
+                  grammar=self.reply_constraint(prompt.request.reply_format), background=prompt.request.background)
         prompt_length = len(prompt.ids)
         if prompt.media:
             chunks = await loop.run_in_executor(None, self._media.chunks, prompt)

@@ -45,7 +45,8 @@ RANDOM_SEED = 0xFFFFFFFF
 class Job:
     """One reply to generate: handed to the batcher's thread, which hands back its tokens.
     ``prompt``: token ids, and libmtmd's chunks for its media; ``release`` frees those chunks.
-    ``grammar``: the GBNF the reply keeps to, if any."""
+    ``grammar``: the GBNF the reply keeps to, if any. ``background``: work that waits while any other
+    job has work (a compaction's summary), so that it holds none of them up by more than a step."""
 
     prompt: list[int | MediaChunk]
     args: GenerationArgs
@@ -53,6 +54,7 @@ class Job:
     hand_over: Callable[[Any], None]
     release: Callable[[], None] = lambda: None
     grammar: bytes | None = None
+    background: bool = False
     # Set as it starts: the prompt's positions its sequence's cache held already.
     cached: int = 0
 
@@ -149,10 +151,11 @@ class Batcher:
     sampler. A job that arrives joins at the next step; one that ends (or is cancelled) frees its
     sequence at once. What a sequence's
     cache holds stays after its job, and the next job goes to the sequence that holds the
-    longest start of its prompt."""
+    longest start of its prompt. Background jobs (a compaction's summary) have steps only where no
+    other job has work, and a background prompt's step stops as soon as another job arrives."""
 
     def __init__(self, model: llama_cpp.Llama, sequences: int, prompt_batch: int, media: MediaEncoder | None,
-                 threads: StepThreads | None, errors: Any, saved: PromptCache | None = None) -> None:
+                 threads: StepThreads | None, errors: Any, saved: PromptCache | None = None, background: int = 0) -> None:
         self._ctx = model.ctx
         self.saved = saved
         self._media = media
@@ -167,9 +170,14 @@ class Batcher:
         self._prompt_step = False
         self._arrivals = itertools.count()
         self._sequences = [_Sequence(seq_id) for seq_id in range(sequences)]
+        # The last ``background`` sequences are background work's own, so it never takes the
+        # place of a conversation another chat goes on with.
+        self._foreground = sequences - background
         self._batch = lib.llama_batch_init(prompt_batch + sequences, 0, 1)
         self._arrived: collections.deque[Job | None] = collections.deque()
         self._wake = threading.Condition()
+        # Set when a job that is not background work arrives: a background prompt's step stops for it.
+        self._arrived_ahead = threading.Event()
         # Jobs submitted and not handed back yet (written under _wake: two threads change it).
         self.unfinished = 0
         # What has been put into the caches so far: text tokens and media chunks (each encoded once).
@@ -197,6 +205,8 @@ class Batcher:
         with self._wake:
             self._arrived.append(job)
             self.unfinished += 1
+            if not job.background:
+                self._arrived_ahead.set()
             self._wake.notify()
 
     def close(self) -> None:
@@ -219,6 +229,7 @@ class Batcher:
                     self._wake.wait()
                 arrived = list(self._arrived)
                 self._arrived.clear()
+                self._arrived_ahead.clear()
             for job in arrived:
                 if job is None:
                     for sequence in self._running():
@@ -234,8 +245,18 @@ class Batcher:
     def _running(self) -> list[_Sequence]:
         return [sequence for sequence in self._sequences if sequence.job is not None]
 
+    def _stepping(self) -> list[_Sequence]:
+        """The running sequences this step is for: background work only where nothing else runs."""
+        running = self._running()
+        return [sequence for sequence in running if not sequence.job.background] or running
+
+    def _giving_way(self, job: Job) -> bool:
+        """Whether ``job`` is background work that another job has just arrived ahead of."""
+        return job.background and self._arrived_ahead.is_set()
+
     def _start(self, job: Job) -> None:
-        free = [sequence for sequence in self._sequences if sequence.job is None]
+        pool = self._sequences[self._foreground:] if job.background else self._sequences[:self._foreground]
+        free = [sequence for sequence in pool if sequence.job is None]
         if not free:
             # The waiting line in front admits no more jobs than there are sequences.
             self._hand_back(job, ChatError("llama.cpp has no free sequence for this request; try again."))
@@ -324,7 +345,7 @@ class Batcher:
         then decodes its embeddings)."""
         if self._threads is not None:
             self._threads.fit()
-        for sequence in self._running():
+        for sequence in self._stepping():
             if sequence.pending and isinstance(sequence.pending[0], MediaChunk) and not self._evaluate_media(sequence):
                 return
         takes = self._plan()
@@ -358,7 +379,7 @@ class Batcher:
         llama.cpp splits a batch over several caches into equal runs per sequence, so a prompt
         beside others would be cut where their lengths fall, and its logits (and so a seeded or
         near-tie reply) would depend on what else ran."""
-        running = self._running()
+        running = self._stepping()
         generating = [sequence for sequence in running if sequence.generated]
         # A prompt whose next item is a media chunk has it evaluated before the step.
         prompts = sorted((s for s in running if not s.generated and s.pending and isinstance(s.pending[0], int)), key=lambda s: s.arrival)
@@ -417,7 +438,7 @@ class Batcher:
         if after is None:
             # Stopped, or failed: what it put into the cache is taken out again.
             lib.llama_memory_seq_rm(self._memory, sequence.seq_id, sequence.position, -1)
-            if not sequence.job.cancel.is_set():
+            if not sequence.job.cancel.is_set() and not self._giving_way(sequence.job):
                 self._end(sequence, ChatError("llama.cpp could not evaluate this medium with the model's projector. The server log may say more."))
             return False
         sequence.add(chunk.key, after - sequence.position)
@@ -428,8 +449,9 @@ class Batcher:
 
     @contextlib.contextmanager
     def _abortable(self, prompt: _Sequence | None) -> Iterator[None]:
-        """While a ``prompt`` is evaluated, llama.cpp stops as soon as its job is cancelled. The
-        callback runs once per graph node, so it is set only then (a long prompt is where Stop
+        """While a ``prompt`` is evaluated, llama.cpp stops as soon as its job is cancelled, or,
+        for background work, as soon as another job arrives (it goes on later from where it was).
+        The callback runs once per graph node, so it is set only then (a long prompt is where Stop
         must not wait); a generation step ends within a token anyway."""
         if prompt is None:
             yield
@@ -437,7 +459,7 @@ class Batcher:
 
         @lib.ggml_abort_callback
         def abort(_: Any) -> bool:
-            return prompt.job.cancel.is_set()
+            return prompt.job.cancel.is_set() or self._giving_way(prompt.job)
 
         lib.llama_set_abort_callback(self._ctx, abort, None)
         try:
@@ -449,7 +471,11 @@ class Batcher:
         """After a llama_decode of the ``step``'s sequences that did not run: llama.cpp took the
         batch's tokens back out of the cache, and the step is tried again, unless it cannot succeed;
         then the step's conversations end with the reason, and the others go on."""
-        if status == 2:  # cancelled: the cancelled jobs end at the next step
+        if status == 2:
+            # Stopped: a cancelled job ends at the next step, background work goes on later from
+            # where it was, so what the stopped step put into the cache is taken out.
+            for sequence in step:
+                lib.llama_memory_seq_rm(self._memory, sequence.seq_id, sequence.position, -1)
             return
         if status == 1 and self._free_idle_caches():
             return

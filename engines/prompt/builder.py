@@ -7,6 +7,7 @@ model's context. Engines take the ``Prompt`` it builds and do only what is their
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from .processor import MediaProcessor, is_multimodal
 from .reply_parser import THINK_OPEN
 from .template import reasoning_variables, render_chat, template_source
 
+# The rendered prompts whose token ids are kept (PromptBuilder.token_ids).
+PROMPTS_TOKENIZED_KEPT = 8
 LOAD_HINT = "Give a local model directory (with config.json), a .gguf file, or a Hub name (which needs the network)."
 
 
@@ -67,6 +70,9 @@ class PromptBuilder:
         self.context_length = min(limits) if limits else None
         # In characters, as its vocabulary spells it (byte-level vocabularies: one per byte).
         self.longest_token = max(map(len, tokenizer.get_vocab()), default=1)
+        # A long prompt takes tens of milliseconds to tokenize, and a compaction's check
+        # (engines/compaction.py) counts each prompt just before it is prepared.
+        self._tokenized = functools.lru_cache(maxsize=PROMPTS_TOKENIZED_KEPT)(self._tokenize)
 
     @classmethod
     def from_pretrained(cls, path: str, model_args: ModelArgs, generation: dict[str, Any] | None = None) -> PromptBuilder:
@@ -133,6 +139,13 @@ class PromptBuilder:
         variables = {**request.template_kwargs, **reasoning_variables(self.template, generation)}
         return render_chat(self.tokenizer, self.template, messages, request.tools, variables, request.continue_final_message)
 
+    def token_ids(self, text: str) -> list[int]:
+        """A rendered prompt's token ids (its special tokens are the template's own text)."""
+        return list(self._tokenized(text))
+
+    def _tokenize(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer(text, add_special_tokens=False).input_ids)
+
     def prepare(self, request: ChatRequest, generation: GenerationArgs) -> Prompt:
         """Render and tokenize; check the length against the context (what cannot fit before it
         is tokenized, what does not after) and the media against the prompt's media tokens;
@@ -142,7 +155,7 @@ class PromptBuilder:
         self._refuse_what_cannot_fit(sum(len(message["content"]) for message in request.messages))
         text = self.render(request, generation)
         self._refuse_what_cannot_fit(len(text))
-        ids = self.tokenizer(text, add_special_tokens=False).input_ids
+        ids = self.token_ids(text)
         generation = self.fit(len(ids), generation)
         if self.media:
             self.media.check_tokens(text, request.media)
