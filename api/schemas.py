@@ -297,7 +297,8 @@ class CompactionReport(BaseModel):
     (context_policy). The model read ``message`` in place of the ``replaced`` messages from
     ``first_replaced`` on (counted in the request's messages), and ``shortened`` old reasoning
     blocks, tool results and documents cut to a note: send ``message`` in their place to go on
-    from the same start (the server's prompt cache then keeps it)."""
+    from the same start (the server's prompt cache then keeps it). ``tokens_estimated``: the
+    counts are estimates, as the model's server (remote) does not count prompts."""
 
     policy: ContextPolicy
     first_replaced: int
@@ -308,6 +309,7 @@ class CompactionReport(BaseModel):
     prompt_tokens_before: int
     prompt_tokens_after: int
     freed_tokens: int
+    tokens_estimated: bool = False
 
     @classmethod
     def of(cls, compaction: Compaction) -> CompactionReport:
@@ -315,7 +317,7 @@ class CompactionReport(BaseModel):
         return cls(policy=compaction.policy, first_replaced=compaction.at, replaced=compaction.replaced,
                    message={"role": message["role"], "content": message["content"]} if message else {},
                    summary=compaction.summary, shortened=compaction.shortened, prompt_tokens_before=compaction.tokens_before,
-                   prompt_tokens_after=compaction.tokens_after, freed_tokens=compaction.freed)
+                   prompt_tokens_after=compaction.tokens_after, freed_tokens=compaction.freed, tokens_estimated=compaction.estimated)
 
 
 class ChatCompletion(BaseModel):

@@ -133,14 +133,15 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--contexts", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument("--max-concurrent", type=int, nargs="+", default=[1, 2], help="for another chat beside a compaction")
     args = parser.parse_args()
     chats, beside = [], []
     for context in args.contexts:
         with ChatModel({"infer_backend": "llamacpp", "max_model_len": context}) as model:
             chats.append(await long_chat(model, args.turns))
-            beside += await beside_a_compaction(model)
-        with ChatModel({"infer_backend": "llamacpp", "max_model_len": context, "max_concurrent": 2}) as model:
-            beside += await beside_a_compaction(model)
+        for concurrent in args.max_concurrent:
+            with ChatModel({"infer_backend": "llamacpp", "max_model_len": context, "max_concurrent": concurrent}) as model:
+                beside += await beside_a_compaction(model)
     print("\nA long chat, compacted as it goes (first tokens: median; ratio to the other turns')\n")
     print(table(chats))
     print("\nAnother chat while one compacts\n")

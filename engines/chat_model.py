@@ -151,6 +151,11 @@ class ChatModel:
         """How many tokens the model's tokenizer makes of ``text``, without special tokens."""
         return self._engine().count_tokens(text)
 
+    @property
+    def counts_prompts_exactly(self) -> bool:
+        """Whether count_prompt_tokens is the model's own count, not an estimate (remote servers that do not count)."""
+        return self._engine().counts_prompts_exactly
+
     def count_prompt_tokens(self, request: ChatRequest | Messages, **options: Any) -> int:
         """How many tokens the prompt of this request is."""
         return self._engine().count_prompt_tokens(as_request(request, options))

@@ -64,6 +64,9 @@ class CompactingModel(Protocol):
 
     def count_prompt_tokens(self, request: ChatRequest) -> int: ...
 
+    @property
+    def counts_prompts_exactly(self) -> bool: ...
+
     async def achat(self, request: ChatRequest) -> list[Any]: ...
 
 
@@ -82,7 +85,7 @@ class Compaction:
     message at ``at`` (counted in the request's messages) is the summary (or the note of what was
     left out), in place of the ``replaced`` messages that stood there; ``shortened``, how many old
     reasoning blocks, tool results and documents elsewhere were cut to a note; the prompt's tokens
-    before and after."""
+    before and after (``estimated`` where the model's server does not count them)."""
 
     policy: ContextPolicy
     request: ChatRequest
@@ -93,6 +96,7 @@ class Compaction:
     tokens_before: int
     tokens_after: int
     seconds: float = 0.0
+    estimated: bool = False
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -105,7 +109,7 @@ class Compaction:
     def note(self) -> str:
         """What it did, in a line for the user."""
         shortened = f", {self.shortened} old block{'s' if self.shortened != 1 else ''} cut to a note" if self.shortened else ""
-        return f"{replaced_note(self.policy, self.replaced)}{shortened}: {freed_note(self.tokens_before, self.tokens_after)}"
+        return f"{replaced_note(self.policy, self.replaced)}{shortened}: {freed_note(self.tokens_before, self.tokens_after, self.estimated)}"
 
 
 def replaced_note(policy: ContextPolicy, replaced: int) -> str:
@@ -114,8 +118,9 @@ def replaced_note(policy: ContextPolicy, replaced: int) -> str:
     return f"{what} {replaced} earlier message{'s' if replaced != 1 else ''}"
 
 
-def freed_note(before: int, after: int) -> str:
-    return f"{before:,} → {after:,} tokens, {before - after:,} freed"
+def freed_note(before: int, after: int, estimated: bool = False) -> str:
+    about = "about " if estimated else ""
+    return f"{about}{before:,} → {after:,} tokens, {before - after:,} freed" + (" (estimated: the server does not count them)" if estimated else "")
 
 
 class Summaries:
@@ -274,7 +279,7 @@ class _Plan:
     def finished(self, policy: ContextPolicy, before: int, replaced: int, summary: str, shortened: int, started: float) -> Compaction:
         request = self.request()
         return Compaction(policy, request, self.middle_start, replaced, summary, shortened, before,
-                          self.model.count_prompt_tokens(request), time.monotonic() - started)
+                          self.model.count_prompt_tokens(request), time.monotonic() - started, not self.model.counts_prompts_exactly)
 
 
 async def _summarized(model: CompactingModel, request: ChatRequest, messages: list[dict[str, Any]], budget: int) -> str:

@@ -516,8 +516,11 @@ def test_settings_reach_llama_cpp():
         assert model.context_length == 1024, "llama.cpp sizes its context in steps of 256"
         assert model.engine.weights_path == default_gguf(), "read as it is"
         params = llama.context_params
-        # The batch has room for a prompt batch beside one token of each sequence (one here).
-        assert (params.n_threads, params.n_batch, params.flash_attn_type) == (1, 64 + 1, llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        # The batch has room for a prompt batch beside one token of each sequence (one here, and
+        # one for background work: a compaction's summary).
+        assert model.engine.background_sequences == 1
+        assert (params.n_threads, params.n_batch, params.flash_attn_type) == (1, 64 + 2, llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        assert params.n_ctx == 2 * 1024, "each sequence has the context"
         with pytest.raises(ConfigError, match="The conversation is .* tokens long, more than this model's limit of 1024"):
             model.chat(LONG_PROMPT)
         [reply] = model.chat(QUESTION, temperature=0, max_new_tokens=4)

@@ -80,6 +80,13 @@ def red_square() -> bytes:
     return picture.getvalue()
 
 
+def test_a_server_that_does_not_count_prompts_gets_them_estimated_and_said_so(through_llamacpp):
+    """llama-cpp-python's server has no /tokenize: the prompt is estimated, and the engine says so
+    (a compaction then reports its counts as estimates)."""
+    assert through_llamacpp.count_prompt_tokens(ChatRequest.build(QUESTION)) > 0
+    assert not through_llamacpp.counts_prompts_exactly
+
+
 def test_the_servers_model_under_its_own_name(through_llamacpp):
     assert through_llamacpp.model_id == MODEL
 

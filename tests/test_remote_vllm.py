@@ -12,7 +12,8 @@ import httpx
 import pytest
 from PIL import Image
 
-from engines import ChatModel, ChatRequest, ConfigError
+from engines import ChatModel, ChatRequest, ConfigError, Response
+from engines.compaction import Compaction
 from engines.backends.remote import as_sent
 from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract
 from harness.vllm_server import MODEL, VllmServer
@@ -66,6 +67,22 @@ class TestRemoteVllmContract(EngineContract):
 
 def test_the_servers_context_and_model(through_vllm):
     assert through_vllm.model_id == MODEL and through_vllm.context_length == 2048
+
+
+async def test_a_chat_past_the_servers_context_is_compacted_by_the_servers_own_count(through_vllm):
+    """vLLM counts a chat's prompt itself (its /tokenize, the model's template): compaction goes by
+    that count, says it is no estimate, and the compacted prompt is the length vLLM then reads."""
+    history = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "My name is Ada."}]
+    while through_vllm.count_prompt_tokens(ChatRequest.build(history)) < 1750:
+        history += [{"role": "assistant", "content": "Noted. " + "The river runs past the old mill. " * 8},
+                    {"role": "user", "content": f"Tell me about river {len(history)}."}]
+    assert through_vllm.counts_prompts_exactly
+    request = ChatRequest.build(history, context_policy="compact", temperature=0, max_new_tokens=8)
+    items = [item async for item in through_vllm.astream_reply(request)]
+    [compaction] = [item for item in items if isinstance(item, Compaction)]
+    [response] = [item for item in items if isinstance(item, Response)]
+    assert compaction.replaced > 0 and compaction.summary.strip() and not compaction.estimated
+    assert response.prompt_length == compaction.tokens_after <= 0.6 * 2048
 
 
 async def test_stop_ends_the_reply_in_vllm_by_its_own_count(through_vllm, server):

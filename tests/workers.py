@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 SHARED_ENGINE = {"test_vllm_api": "vllm", "test_vllm_engine": "vllm"}
-# The groups that took longest in a run of scripts/test.sh (quiet machine, 2026-11-27), slowest first. The
+# The groups that took longest in a run of scripts/test.sh (quiet machine, 2026-11-27; test_compaction 2026-11-29), slowest first. The
 # order only balances the workers: a module missing here runs after these; add one that grows slow.
 SLOWEST_FIRST = (
-    "test_isolation", "test_soak", "test_benchmarks", "vllm", "test_llamacpp_engine", "test_browser", "test_structured_output",
-    "test_api_reliability", "test_browser_chats", "test_huggingface_engine", "test_llamacpp_media", "test_llamacpp_build",
+    "test_isolation", "test_soak", "test_benchmarks", "vllm", "test_llamacpp_engine", "test_compaction", "test_browser",
+    "test_structured_output", "test_api_reliability", "test_browser_chats", "test_huggingface_engine", "test_llamacpp_media", "test_llamacpp_build",
     "test_package_install",
     # The slowest of those that `scripts/test.sh --quick` runs, so that its last module is a short one.
     "test_api", "test_webui_handlers", "test_api_text_completions", "test_tools", "test_saved_chats", "test_page_bad_input",

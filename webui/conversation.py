@@ -58,18 +58,20 @@ class ToolStep(BaseModel):
 class SummaryNote(BaseModel):
     """An assistant turn that stands for earlier messages of the chat, summarized (its content)
     or left out to fit the model's context (engines/compaction.py): how many it replaced, and the
-    prompt's tokens before and after. The messages it replaced are the other version beside it (‹1/2›)."""
+    prompt's tokens before and after (``estimated`` where the model's server does not count them).
+    The messages it replaced are the other version beside it (‹1/2›)."""
 
     policy: ContextPolicy
     replaced: int
     tokens_before: int
     tokens_after: int
+    estimated: bool = False
 
     def title(self) -> str:
         return replaced_note(self.policy, self.replaced)
 
     def tokens(self) -> str:
-        return freed_note(self.tokens_before, self.tokens_after)
+        return freed_note(self.tokens_before, self.tokens_after, self.estimated)
 
 
 class Turn(BaseModel):

@@ -97,6 +97,9 @@ class BaseEngine(ABC):
     # it pauses while any other request has work. Without any, a background request waits in the
     # line like every other.
     background_sequences: ClassVar[int] = 0
+    # Whether count_prompt_tokens is the model's own count (else an estimate: a remote server that
+    # does not count prompts).
+    counts_prompts_exactly: bool = True
 
     model_args: ModelArgs
     prompts: PromptBuilder

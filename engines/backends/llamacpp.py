@@ -7,8 +7,9 @@ whose ids are llama.cpp's) and reach llama.cpp as token ids. Generation is our o
 llama.cpp's low-level API, on one thread that owns the context (llamacpp_batcher.py):
 
 - the context holds ``max_concurrent`` sequences, each with a KV cache of its own, and one more
-  for background work (a compaction's summary), which pauses while any other request has work,
-  so that it never holds up another chat; every running request is one sequence, and one llama_decode a step evaluates a token of each (continuous
+  for background work (a compaction's summary) where memory allows, which pauses while any other
+  request has work, so that it never holds up another chat; every running request is one
+  sequence, and one llama_decode a step evaluates a token of each (continuous
   batching: a new request joins at the next step, an ended one frees its sequence at once); a
   prompt is evaluated in steps of its own, taking turns with those, so that how it is cut into
   batches, and so its reply, does not depend on what else runs;
@@ -129,7 +130,6 @@ if mtmd is not None:
 class LlamaCppEngine(BaseEngine):
     name = "llamacpp"
     generation_settings = frozenset({"min_p", "presence_penalty", "frequency_penalty", "logprobs"})
-    background_sequences = 1
 
     def __init__(self, model_args: ModelArgs, generation: dict[str, Any] | None = None, progress: Progress | None = None) -> None:
         report = progress or (lambda fraction, message: None)
@@ -140,7 +140,12 @@ class LlamaCppEngine(BaseEngine):
         metadata = gguf_metadata_dir(gguf, within(progress, 0.0, 0.6), embedded)
         self.prompts = PromptBuilder.from_gguf_metadata(str(metadata), model_args, generation, self.shape.context_length)
         projector = find_projector(gguf, model_args.mmproj, self.shape.embedding_width)
-        sequences = model_args.max_concurrent + self.background_sequences
+        # One more sequence for background work (a compaction's summary), where memory holds its
+        # KV cache without shortening the chats' context.
+        concurrent = model_args.max_concurrent
+        fits = model_args.max_model_len or _fitting_context(self.shape, concurrent + 1) == _fitting_context(self.shape, concurrent)
+        self.background_sequences = 1 if fits else 0
+        sequences = concurrent + self.background_sequences
         # What Llama() was given, for a reference run with the same settings (bench/).
         self.llama_settings = self._llama_args()
         self.weights_path = weights_to_read(gguf, self.shape, model_args.convert_weights, self.llama_settings["n_gpu_layers"] != 0,

@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..compaction import SUMMARY_MARK
 from ..errors import ChatError, ConfigError, MediaError, ModelBusyError, ModelLoadError, UnsupportedError
 from ..generation_args import GenerationArgs
 from ..logprobs import Logprob, TokenLogprobs
@@ -37,11 +39,14 @@ from ..request import MEDIA_KINDS, ChatRequest, MediaKind
 from .base import BaseEngine, Response
 from .remote_media import with_media_parts
 
+logger = logging.getLogger(__name__)
 
 # Seconds to open a connection to the server, and the longest silence within a reply (a long
 # prompt is read before the first token comes): past either, the request ends with a clear error
 # and gives its place in line back.
 CONNECT_SECONDS = 10.0
+# The most a prompt's count from the server may take; past it the count is estimated.
+COUNT_SECONDS = 10.0
 SILENCE_SECONDS = 300.0
 # How long an idle connection to the server is kept for the next request: under the 5 s after
 # which uvicorn (vLLM's, SGLang's, llama-cpp-python's and anychat's server) closes it. At httpx's
@@ -122,7 +127,9 @@ class RemotePrompts:
 
 def as_sent(message: dict[str, Any]) -> dict[str, Any]:
     """A message as OpenAI's API takes it: tool calls' arguments as JSON text (a chat template,
-    and so the request, may hold them as a mapping)."""
+    and so the request, may hold them as a mapping), without the mark of a summary (a field of
+    this app's own, which a strict server refuses)."""
+    message = {key: value for key, value in message.items() if key != SUMMARY_MARK}
     if not message.get("tool_calls"):
         return message
     return {**message, "tool_calls": [{**call, "function": {**call["function"], "arguments": as_text(call["function"]["arguments"])}}
@@ -242,6 +249,9 @@ class RemoteEngine(BaseEngine):
                                 keepalive_expiry=KEEPALIVE_SECONDS),
         )
         self._open = 0
+        # Servers that count prompts (vLLM's and SGLang's OpenAI servers) do it at their root.
+        self._tokenize_address = f"{self.address.removesuffix('/v1')}/tokenize"
+        self.counts_prompts_exactly = True
         report(1.0, f"{shown} serves {self.upstream_model}.")
 
     @property
@@ -255,9 +265,36 @@ class RemoteEngine(BaseEngine):
         return -(-len(text.encode()) // CHARACTERS_PER_TOKEN)
 
     def count_prompt_tokens(self, request: ChatRequest) -> int:
-        """An estimate (count_tokens) of the messages and tools as they are sent: the server's
-        template adds a few tokens a message."""
+        """The server's own count of the prompt, with its own template, where it counts one (vLLM's
+        and SGLang's ``/tokenize`` of a chat's messages); else an estimate (count_tokens) of the
+        messages and tools as they are sent, and ``counts_prompts_exactly`` says so from then on.
+        Asks the server: call it off the event loop."""
+        if self.counts_prompts_exactly and request.prompt is None and not request.media:
+            counted = self._servers_count(request)
+            if counted is not None:
+                return counted
         return self.count_tokens(json.dumps([request.messages, request.tools, request.prompt], ensure_ascii=False))
+
+    def _servers_count(self, request: ChatRequest) -> int | None:
+        """The server's count of ``request``'s prompt; None where it could not count it this time
+        (and for good where it has no such endpoint)."""
+        import httpx
+
+        body = {"model": self.upstream_model, "messages": [as_sent(message) for message in request.messages], "tools": request.tools,
+                "add_generation_prompt": not request.continue_final_message, "continue_final_message": request.continue_final_message}
+        try:
+            response = httpx.post(self._tokenize_address, json=body, headers=self._client.headers, follow_redirects=False,
+                                  timeout=httpx.Timeout(COUNT_SECONDS))
+            answer = response.json() if response.is_success else None
+        except (httpx.HTTPError, ValueError) as error:
+            logger.warning("The remote server did not count the prompt (%s); it is estimated.", error)
+            return None
+        count = answer.get("count") if isinstance(answer, dict) else None
+        if isinstance(count, int):
+            return count
+        if response.status_code in (404, 405) or response.is_success:
+            self.counts_prompts_exactly = False  # no such endpoint, or one that answers something else
+        return None
 
     def _compile_reply_format(self, reply_format: ReplyFormat) -> ReplyFormat:
         # The server checks and enforces the format itself.
