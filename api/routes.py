@@ -17,7 +17,8 @@ from limits import Limits
 from . import completions, text_completions
 from .errors import API_PREFIX, APIError
 from .model_loads import LoadsPerUser
-from .schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, Score, ScoreRequest, ScoreResponse, now
+from .schemas import (ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, Score, ScoreRequest, ScoreResponse, TokenizeRequest,
+                      TokenizeResponse, now)
 from .text_completion_schemas import Completion, CompletionRequest
 
 T = TypeVar("T")
@@ -116,13 +117,19 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         scores = await model.aget_scores(texts, requester(http))
         return ScoreResponse(model=model.model_id, data=[Score(index=i, score=s) for i, s in enumerate(scores)])
 
+    @router.post("/tokenize")
+    async def tokenize(body: TokenizeRequest, http: Request) -> TokenizeResponse:
+        model = await serving(body.model, http)
+        chat = await asyncio.to_thread(completions.chat_request, body.as_chat(), model, local_media_dir, requester(http), limits)
+        return TokenizeResponse(count=await asyncio.to_thread(model.count_prompt_tokens, chat), max_model_len=model.context_length)
+
     @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
     def unknown_endpoint(path: str, http: Request) -> None:
         # Without this, a mistyped /v1 path would reach the page mounted at "/" and get its 404.
         raise APIError(
             404,
             f"There is no {http.method} {API_PREFIX}/{path} here. Endpoints: GET /v1/models, "
-            "POST /v1/chat/completions, POST /v1/completions, POST /v1/score.",
+            "POST /v1/chat/completions, POST /v1/completions, POST /v1/score, POST /v1/tokenize.",
             code="not_found",
         )
 

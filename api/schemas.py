@@ -250,6 +250,26 @@ class ScoreRequest(_RequestBody):
     input: str | list[str] = Field(description="the texts to score")
 
 
+class TokenizeRequest(_RequestBody):
+    """vLLM's /tokenize of a chat: how many tokens its prompt is, counted by the model (an anychat
+    in front of this one, on its remote backend, compacts a long chat by this count)."""
+
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+
+    def as_chat(self) -> ChatCompletionRequest:
+        return ChatCompletionRequest(model=self.model, messages=self.messages, tools=self.tools,
+                                     continue_final_message=self.continue_final_message)
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int | None
+
+
 # ---- responses
 
 

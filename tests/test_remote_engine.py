@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 
 from api import add_api
-from engines import ChatError, ChatModel, ConfigError, KeepSettings, MediaError, ModelBusyError, ModelLoadError, ModelSlot, UnsupportedError
+from engines import ChatError, ChatModel, ChatRequest, ConfigError, KeepSettings, MediaError, ModelBusyError, ModelLoadError, ModelSlot, UnsupportedError
 from engines.backends import remote
 from engines.model_files.model_args import ModelArgs
 from engines.prompt.media import wav_bytes
@@ -147,6 +147,19 @@ async def _first(stream, count):
         count -= 1
         if not count:
             return
+
+
+def test_a_chats_prompt_is_counted_by_the_server_itself(remote_model):
+    """anychat counts a chat's prompt for another in front of it (/v1/tokenize, as vLLM's
+    /tokenize): the count is the upstream model's own, which a compaction goes by, also for the
+    code and CJK text that four bytes a token miscounts."""
+    request = ChatRequest.build([{"role": "system", "content": "Be brief."},
+                                 {"role": "user", "content": "数一数: 一二三四五六七八九十. def f(x): return {k: v**2 for k, v in x.items()}"}],
+                                temperature=0, max_new_tokens=2)
+    counted = remote_model.count_prompt_tokens(request)
+    assert remote_model.counts_prompts_exactly
+    [reply] = remote_model.chat(request)
+    assert reply.prompt_length == counted
 
 
 def test_a_wrong_key_an_unknown_model_and_no_server_are_clear_load_errors(address):

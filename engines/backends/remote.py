@@ -249,8 +249,8 @@ class RemoteEngine(BaseEngine):
                                 keepalive_expiry=KEEPALIVE_SECONDS),
         )
         self._open = 0
-        # Servers that count prompts (vLLM's and SGLang's OpenAI servers) do it at their root.
-        self._tokenize_address = f"{self.address.removesuffix('/v1')}/tokenize"
+        # Where servers count prompts: vLLM's and SGLang's at their root, anychat's beside its API.
+        self._count_addresses = [f"{self.address.removesuffix('/v1')}/tokenize", f"{self.address}/tokenize"]
         self.counts_prompts_exactly = True
         report(1.0, f"{shown} serves {self.upstream_model}.")
 
@@ -266,7 +266,7 @@ class RemoteEngine(BaseEngine):
 
     def count_prompt_tokens(self, request: ChatRequest) -> int:
         """The server's own count of the prompt, with its own template, where it counts one (vLLM's
-        and SGLang's ``/tokenize`` of a chat's messages); else an estimate (count_tokens) of the
+        and SGLang's ``/tokenize`` of a chat's messages, anychat's ``/v1/tokenize``); else an estimate (count_tokens) of the
         messages and tools as they are sent, and ``counts_prompts_exactly`` says so from then on.
         Asks the server: call it off the event loop."""
         if self.counts_prompts_exactly and request.prompt is None and not request.media:
@@ -282,18 +282,24 @@ class RemoteEngine(BaseEngine):
 
         body = {"model": self.upstream_model, "messages": [as_sent(message) for message in request.messages], "tools": request.tools,
                 "add_generation_prompt": not request.continue_final_message, "continue_final_message": request.continue_final_message}
-        try:
-            response = httpx.post(self._tokenize_address, json=body, headers=self._client.headers, follow_redirects=False,
-                                  timeout=httpx.Timeout(COUNT_SECONDS))
-            answer = response.json() if response.is_success else None
-        except (httpx.HTTPError, ValueError) as error:
-            logger.warning("The remote server did not count the prompt (%s); it is estimated.", error)
-            return None
-        count = answer.get("count") if isinstance(answer, dict) else None
-        if isinstance(count, int):
-            return count
-        if response.status_code in (404, 405) or response.is_success:
-            self.counts_prompts_exactly = False  # no such endpoint, or one that answers something else
+        for address in self._count_addresses:
+            try:
+                response = httpx.post(address, json=body, headers=self._client.headers, follow_redirects=False,
+                                      timeout=httpx.Timeout(COUNT_SECONDS))
+            except httpx.HTTPError as error:
+                logger.warning("The remote server did not count the prompt (%s); it is estimated.", error)
+                return None
+            try:
+                answer = response.json() if response.is_success else None
+            except ValueError:
+                answer = None
+            count = answer.get("count") if isinstance(answer, dict) else None
+            if isinstance(count, int):
+                self._count_addresses = [address]
+                return count
+            if not (response.status_code in (404, 405) or response.is_success):
+                return None  # it failed this time (busy, or a message it could not count): estimated, and asked again next time
+        self.counts_prompts_exactly = False  # no such endpoint, or one that answers something else
         return None
 
     def _compile_reply_format(self, reply_format: ReplyFormat) -> ReplyFormat:
