@@ -23,7 +23,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 
 from api import add_api
-from engines import ChatError, ChatModel, ChatRequest, ConfigError, KeepSettings, MediaError, ModelBusyError, ModelLoadError, ModelSlot, UnsupportedError
+from engines import (ChatError, ChatModel, ChatRequest, ConfigError, KeepSettings, MediaError, ModelBusyError, ModelLoadError, ModelSlot,
+                     Response, UnsupportedError)
+from engines.compaction import Compaction
 from engines.backends import remote
 from engines.model_files.model_args import ModelArgs
 from engines.prompt.media import wav_bytes
@@ -160,6 +162,32 @@ def test_a_chats_prompt_is_counted_by_the_server_itself(remote_model):
     assert remote_model.counts_prompts_exactly
     [reply] = remote_model.chat(request)
     assert reply.prompt_length == counted
+
+
+async def test_a_long_chat_through_a_remote_server_is_compacted_by_its_count_and_never_refused(tmp_path):
+    """A chat past the context of a second anychat (1,024 tokens) goes on through the remote
+    backend: compacted by the upstream's own count, its head kept, no turn refused."""
+    small = AppProcess(tmp_path, ("api", "--api-key", KEY, "--max-model-len", "1024"))
+    try:
+        with ChatModel({"model_name_or_path": small.url + "v1", "remote_api_key": KEY}) as model:
+            assert model.context_length == 1024
+            history = [{"role": "system", "content": "The secret word is PLUM."}, {"role": "user", "content": "My name is Ada."}]
+            compactions = []
+            for turn in range(8):
+                request = ChatRequest.build(history, context_policy="compact", temperature=0, max_new_tokens=8)
+                items = [item async for item in model.astream_reply(request)]
+                [reply] = [item for item in items if isinstance(item, Response)]
+                assert reply.response_text.strip() and reply.prompt_length + reply.response_length <= 1024
+                for compaction in (item for item in items if isinstance(item, Compaction)):
+                    compactions.append(compaction)
+                    history = list(compaction.messages)
+                history += [{"role": "assistant", "content": reply.response_text},
+                            {"role": "user", "content": f"Note {turn}: " + "the keeper logged a ship passing the rocks at dawn. " * 12}]
+            assert compactions and not any(compaction.estimated for compaction in compactions)
+            assert all(compaction.messages[0]["content"] == "The secret word is PLUM." and compaction.messages[1]["content"] == "My name is Ada."
+                       for compaction in compactions)
+    finally:
+        small.stop()
 
 
 def test_a_wrong_key_an_unknown_model_and_no_server_are_clear_load_errors(address):
