@@ -1,6 +1,7 @@
 """A chat that outgrows the model's context, in Chromium on the real page: it goes on, the
 summary shown as a message marked as one (the user's to edit), the messages it replaced one arrow
-away (‹1/2›), kept across a reload, in the exported file, and read back by an import."""
+away (‹1/2›), the chat going on after it (Continue and Regenerate too), kept across a reload, in
+the exported file, and read back by an import."""
 
 from __future__ import annotations
 
@@ -58,9 +59,17 @@ def test_a_chat_past_the_context_is_compacted_in_the_open_kept_exported_and_undo
     expect(bot_messages(page).filter(has=page.locator(".chat-summary"))).to_contain_text("The keeper logged ships passing the rocks at dawn.")
     expect(versions).to_contain_text("3/3")
 
-    # The chat goes on from the summary, and it is kept.
+    # The chat goes on from the summary (Continue too, after a reply cut short), and it is kept.
+    open_tab(page, "Settings")
+    set_number(page, "max-new-tokens", 4)
+    open_tab(page, "Chat")
     ask(page, "Which ship passed last?")
     expect(bot_messages(page).last).not_to_contain_text("could not answer")
+    expect(page.locator("#chatbot .reply-stats").last).to_contain_text("max_new_tokens reached")
+    cut = bot_messages(page).last.inner_text().strip()
+    click_and_wait(page, "continue-btn")
+    longer = bot_messages(page).last.inner_text().strip()
+    assert longer.startswith(cut) and len(longer) > len(cut), f"Continue after {cut!r} gave {longer!r}"
     page.reload()
     wait_until_ready(page)
     expect(page.locator("#chatbot .chat-summary")).to_have_count(1)
