@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import importlib.util
 import json
@@ -19,7 +20,7 @@ from fastapi import FastAPI
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh builds it)", exc_type=ImportError)
 
-from engines import BackendUnavailableError, ChatModel, ConfigError, MediaError, ModelBusyError, ModelLoadError, ModelSlot  # noqa: E402
+from engines import BackendUnavailableError, ChatModel, ChatRequest, ConfigError, MediaError, ModelBusyError, ModelLoadError, ModelSlot  # noqa: E402
 from engines.backends.free_cores import WINDOW  # noqa: E402
 from engines.backends.llamacpp_weights import Q8_0, weights_to_read  # noqa: E402
 from engines.model_files.gguf_header import GgufModel  # noqa: E402
@@ -529,6 +530,20 @@ def test_settings_reach_llama_cpp():
         ChatModel({**LLAMACPP, "engine_args": {"n_ctxx": 512}})
     with pytest.raises(ConfigError, match="the llamacpp backend does not use kv_cache_space_gb"):
         ChatModel({**LLAMACPP, "kv_cache_space_gb": 1})
+
+
+def test_without_memory_for_a_background_sequence_background_work_waits_in_line(monkeypatch):
+    """Where one more KV cache would shorten every chat's context, no sequence is kept for
+    background work (a compaction's summary): it takes its place in the line like any request."""
+    from engines.backends import llamacpp
+
+    monkeypatch.setattr(llamacpp, "_fitting_context", lambda shape, sequences: 4096 // sequences // 256 * 256)
+    with ChatModel(LLAMACPP) as model:
+        assert model.engine.background_sequences == 0 and model.context_length == 4096
+        assert model.engine.background_line is model.line
+        request = dataclasses.replace(ChatRequest.build(QUESTION, temperature=0, max_new_tokens=3), background=True)
+        [reply] = model.chat(request)
+        assert reply.response_length == 3
 
 
 def test_a_model_directory_or_a_broken_file_is_refused_and_the_old_model_keeps_serving(default_model_dir, tmp_path):

@@ -252,7 +252,9 @@ class LlamaCppEngine(BaseEngine):
                 released.set_result(None)
 
         job = Job(prompt.ids, args, threading.Event(), lambda item: loop.call_soon_threadsafe(arrive, item),
-                  grammar=self.reply_constraint(prompt.request.reply_format), background=prompt.request.background)
+                  grammar=self.reply_constraint(prompt.request.reply_format),
+                  # Without a sequence of its own, background work came through the line as any request.
+                  background=prompt.request.background and self.background_sequences > 0)
         prompt_length = len(prompt.ids)
         if prompt.media:
             chunks = await loop.run_in_executor(None, self._media.chunks, prompt)
