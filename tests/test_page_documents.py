@@ -72,7 +72,7 @@ async def test_documents_reach_the_model_named_by_file_and_page_and_show_as_chip
     assert edited_text(shown) == "What is the launch code?"
     assert await run(handlers.edit(session, SimpleNamespace(index=0, value=chips[0]), **settings(12))) == [{}]
     assert [turn.content for turn in session.turns] == ["What is the launch code?", answer.content]
-    await run(handlers.edit(session, SimpleNamespace(index=0, value="Repeat the code."), **settings(4)))
+    await run(handlers.edit(session, SimpleNamespace(index=0, value="Repeat the code.", previous_value="What is the launch code?"), **settings(4)))
     assert session.turns[0].content == "Repeat the code." and len(session.turns[0].documents) == 2 and len(session.turns) == 2
 
 

@@ -848,7 +848,7 @@ async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_
     assert [t.content for t in reopened.turns] == [t.content for t in session.turns] and versions_of(reopened, 1) == versions
 
     # An edit is a new version of the message; the earlier one stays, with its replies.
-    await run(handlers.edit(reopened, SimpleNamespace(index=0, value="Name a berry."), **settings(4)))
+    await run(handlers.edit(reopened, SimpleNamespace(index=0, value="Name a berry.", previous_value="Name a fruit."), **settings(4)))
     assert [t.content for t in reopened.turns][0] == "Name a berry." and len(reopened.turns) == 2
     first, edited = versions_of(reopened, 0)
     assert edited == reopened.tree.branch()[0]
@@ -937,7 +937,7 @@ async def test_a_chat_exports_and_imports_with_every_version_of_its_messages(han
     await run(handlers.send(session, message("Name a fruit."), **settings(6, temperature=1.0, seed=1)))
     for seed in (2, 3):
         await run(handlers.regenerate(session, **settings(6, temperature=1.0, seed=seed)))
-    await run(handlers.edit(session, SimpleNamespace(index=0, value="Name a berry."), **settings(4)))
+    await run(handlers.edit(session, SimpleNamespace(index=0, value="Name a berry.", previous_value="Name a fruit."), **settings(4)))
     chats.keep(session, session.chat_id, "Be brief.", "")
     shape = chat_shape(chat_store, chats.owner, session.chat_id)
     assert [parent for _, _, parent in shape[0]] == [None, 0, 0, 0, None, 4] and shape[1] == [4, 5]

@@ -263,7 +263,7 @@ async def test_regenerate_undo_clear_and_edit(handlers):
     assert [t.role for t in session.turns] == ["user", "assistant"] and session.turns[1].content == first
     await run(handlers.send(session, message("Now count to three."), **settings(6)))
 
-    edit = SimpleNamespace(index=0, value=[{"type": "text", "text": "Count to two."}])
+    edit = SimpleNamespace(index=0, value=[{"type": "text", "text": "Count to two."}], previous_value=["Count to five."])
     await run(handlers.edit(session, edit, **settings(6)))
     assert [t.content for t in session.turns][0] == "Count to two." and len(session.turns) == 2
 

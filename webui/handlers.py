@@ -163,9 +163,12 @@ class ChatHandlers:
         """A past message was edited in the Chatbot. A user message is answered again from there;
         a reply's text (or a summary of earlier messages) becomes a new version of it, the
         conversation after it kept, and the model goes on from it at the next message. Gradio
-        sends an edit of each part of a message; a document's chip is not what the user wrote, and
-        its edit is let be (before the one-reply guard, which would refuse the edit of the text beside it)."""
-        if is_chip(edit.value):
+        sends an edit of each of the messages it shows together (a reply's thinking, text and stats
+        line; a message's text and its documents' chips), changed or not: a chip is not what the
+        user wrote, and an unchanged part is no edit, so both are let be, before anything else (the
+        one-reply guard would refuse the edit of the text beside them, and once one part's edit has
+        made a new version, the index of the next may fall on another message)."""
+        if is_chip(edit.value) or edited_text(edit.value) == edited_text(edit.previous_value):
             yield {}
             return
         async for update in self._edit(session, edit, page_request, **settings):
@@ -197,13 +200,8 @@ class ChatHandlers:
 
     @staticmethod
     def _edited_reply(session: ChatSession, place: int, edit: gr.EditData) -> dict[str, Any]:
-        """An edit of one of a reply's messages: Gradio edits the messages it shows together (the
-        reply's thinking, text, stats line) at once, and sends each one's edit, changed or not."""
         tree = session.tree
-        shown, written = edited_text(edit.previous_value), edited_text(edit.value)
-        if written == shown:
-            return {}
-        edited = edited_reply(tree.messages[place], shown, written)
+        edited = edited_reply(tree.messages[place], edited_text(edit.previous_value), edited_text(edit.value))
         if edited is None:
             gr.Warning(NOT_EDITABLE)
         else:
