@@ -259,10 +259,11 @@ class TokenizeRequest(_RequestBody):
     tools: list[Tool] | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
 
     def as_chat(self) -> ChatCompletionRequest:
         return ChatCompletionRequest(model=self.model, messages=self.messages, tools=self.tools,
-                                     continue_final_message=self.continue_final_message)
+                                     continue_final_message=self.continue_final_message, chat_template_kwargs=self.chat_template_kwargs)
 
 
 class TokenizeResponse(BaseModel):
@@ -318,7 +319,8 @@ class CompactionReport(BaseModel):
     ``first_replaced`` on (counted in the request's messages), and ``shortened`` old reasoning
     blocks, tool results and documents cut to a note: send ``message`` in their place to go on
     from the same start (the server's prompt cache then keeps it). ``tokens_estimated``: the
-    counts are estimates, as the model's server (remote) does not count prompts."""
+    counts are estimates, as the model's server (remote) does not count prompts. ``summary_by``:
+    the model that wrote the summary, where the server has one write them (--summary-model)."""
 
     policy: ContextPolicy
     first_replaced: int
@@ -330,6 +332,7 @@ class CompactionReport(BaseModel):
     prompt_tokens_after: int
     freed_tokens: int
     tokens_estimated: bool = False
+    summary_by: str | None = None
 
     @classmethod
     def of(cls, compaction: Compaction) -> CompactionReport:
@@ -337,7 +340,8 @@ class CompactionReport(BaseModel):
         return cls(policy=compaction.policy, first_replaced=compaction.at, replaced=compaction.replaced,
                    message={"role": message["role"], "content": message["content"]} if message else {},
                    summary=compaction.summary, shortened=compaction.shortened, prompt_tokens_before=compaction.tokens_before,
-                   prompt_tokens_after=compaction.tokens_after, freed_tokens=compaction.freed, tokens_estimated=compaction.estimated)
+                   prompt_tokens_after=compaction.tokens_after, freed_tokens=compaction.freed, tokens_estimated=compaction.estimated,
+                   summary_by=compaction.written_by)
 
 
 class ChatCompletion(BaseModel):

@@ -89,6 +89,8 @@ class ChatModel:
         self._holds = 0
         self._holds_lock = threading.Lock()
         self._summaries = Summaries()
+        # The model that writes this one's summaries where the operator chose one (ModelSlot sets it).
+        self.summarizer: Callable[[], ChatModel | None] = lambda: None
         self._loop = EngineLoop()
         started = time.perf_counter()
         try:
@@ -206,7 +208,7 @@ class ChatModel:
         as the model wrote it (str pieces) rather than as typed chunks. Where the request's
         context_policy made the conversation smaller to fit, a Compaction comes first (index 0), and
         with ``progress`` a Compacting before it (engines/compaction.py). Every stream below is this one."""
-        async for item in fitted(self, as_request(request, options), self._summaries):
+        async for item in fitted(self, as_request(request, options), self._summaries, self.summarizer):
             if isinstance(item, ChatRequest):
                 request = item
             elif progress or isinstance(item, Compaction):

@@ -7,7 +7,8 @@ more than TRIGGER_SHARE of the room beside the reply, the conversation's middle 
 head, the system prompt and first user message, and its latest turns, which always stay) is
 made smaller, cheapest first: old reasoning dropped, old tool results and documents cut to a note
 of what they were; then, to bring the prompt to TARGET_SHARE of the room, its oldest turns are
-summarized by the loaded model (compact) or left out with a note saying so (drop_oldest). A cut
+summarized by the chat's model, or by the one the operator chose to write summaries where it is
+loaded (compact), or left out with a note saying so (drop_oldest). A cut
 falls before a user message only, so a tool call never parts from its result. The summary is a
 message of the conversation, marked as one, so that the next turns send it as it is and read
 the same start (the prompt cache keeps it): the prompt grows again for several turns before the
@@ -23,7 +24,7 @@ import json
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -67,6 +68,9 @@ class CompactingModel(Protocol):
     @property
     def counts_prompts_exactly(self) -> bool: ...
 
+    @property
+    def model_id(self) -> str: ...
+
     async def achat(self, request: ChatRequest) -> list[Any]: ...
 
 
@@ -85,7 +89,8 @@ class Compaction:
     message at ``at`` (counted in the request's messages) is the summary (or the note of what was
     left out), in place of the ``replaced`` messages that stood there; ``shortened``, how many old
     reasoning blocks, tool results and documents elsewhere were cut to a note; the prompt's tokens
-    before and after (``estimated`` where the model's server does not count them)."""
+    before and after (``estimated`` where the model's server does not count them); ``written_by``,
+    the model that wrote the summary where it is not the chat's own."""
 
     policy: ContextPolicy
     request: ChatRequest
@@ -97,6 +102,7 @@ class Compaction:
     tokens_after: int
     seconds: float = 0.0
     estimated: bool = False
+    written_by: str | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -109,13 +115,14 @@ class Compaction:
     def note(self) -> str:
         """What it did, in a line for the user."""
         shortened = f", {self.shortened} old block{'s' if self.shortened != 1 else ''} cut to a note" if self.shortened else ""
-        return f"{replaced_note(self.policy, self.replaced)}{shortened}: {freed_note(self.tokens_before, self.tokens_after, self.estimated)}"
+        return f"{replaced_note(self.policy, self.replaced, self.written_by)}{shortened}: {freed_note(self.tokens_before, self.tokens_after, self.estimated)}"
 
 
-def replaced_note(policy: ContextPolicy, replaced: int) -> str:
+def replaced_note(policy: ContextPolicy, replaced: int, written_by: str | None = None) -> str:
     """What became of the earlier messages a compaction replaced, as the page and the terminal say it."""
     what = "Summary of" if policy == "compact" else "Left out:"
-    return f"{what} {replaced} earlier message{'s' if replaced != 1 else ''}"
+    by = f", written by {written_by}" if written_by else ""
+    return f"{what} {replaced} earlier message{'s' if replaced != 1 else ''}{by}"
 
 
 def freed_note(before: int, after: int, estimated: bool = False) -> str:
@@ -159,9 +166,11 @@ def summary_message(summary: str, replaced: int, policy: ContextPolicy = "compac
     return {"role": "assistant", "content": content, SUMMARY_MARK: True}
 
 
-async def fitted(model: CompactingModel, request: ChatRequest, summaries: Summaries) -> AsyncIterator[Compacting | Compaction | ChatRequest]:
+async def fitted(model: CompactingModel, request: ChatRequest, summaries: Summaries,
+                 summarizer: Callable[[], CompactingModel | None] = lambda: None) -> AsyncIterator[Compacting | Compaction | ChatRequest]:
     """The request as its policy fits it to the context: a Compacting and a Compaction where it
     was made smaller, then the request to answer (the same one where nothing had to change).
+    ``summarizer``: the model that writes summaries in ``model``'s place, where there is one now.
     Counting renders the prompt again and again, so it runs off the event loop."""
     policy = request.context_policy or "refuse"
     context = model.context_length
@@ -193,11 +202,14 @@ async def fitted(model: CompactingModel, request: ChatRequest, summaries: Summar
     replaced = cut - plan.middle_start
     yield Compacting(policy, replaced, tokens)
     summary = reused or ""
+    written_by = None
     if policy == "compact" and reused is None:
-        summary = await _summarized(model, request, plan.messages[plan.middle_start:cut], summary_budget(context))
+        writer = summarizer() or model
+        summary = await _summarized(writer, request, plan.messages[plan.middle_start:cut], summary_budget(context), context)
         summaries.keep(request.messages[plan.middle_start:cut], summary)
+        written_by = None if writer is model else writer.model_id
     plan.replace(cut, summary_message(summary, replaced, policy))
-    compaction = await asyncio.to_thread(plan.finished, policy, tokens, replaced, summary, shortened, started)
+    compaction = replace(await asyncio.to_thread(plan.finished, policy, tokens, replaced, summary, shortened, started), written_by=written_by)
     yield compaction
     yield compaction.request
 
@@ -282,12 +294,13 @@ class _Plan:
                           self.model.count_prompt_tokens(request), time.monotonic() - started, not self.model.counts_prompts_exactly)
 
 
-async def _summarized(model: CompactingModel, request: ChatRequest, messages: list[dict[str, Any]], budget: int) -> str:
+async def _summarized(model: CompactingModel, request: ChatRequest, messages: list[dict[str, Any]], budget: int, chats_context: int) -> str:
     """The model's summary of ``messages`` in at most ``budget`` tokens; where they are longer than
-    the model can read at once, a part at a time, each with the summary of those before."""
+    the model can read at once (its context, else the chat's model's ``chats_context``), a part at a
+    time, each with the summary of those before."""
     # Each part is read with the instructions (200 tokens, with some to spare), the summary so far
     # and room for the next: at most a budget each.
-    room = (model.context_length or 0) - 200 - 2 * budget
+    room = (model.context_length or chats_context) - 200 - 2 * budget
     summary = ""
     for part in await asyncio.to_thread(_parts, model, [_transcript_line(message) for message in messages], room):
         asked = replace(ChatRequest.build([{"role": "user", "content": _instructions(summary, part, budget)}], user=request.user,

@@ -26,7 +26,7 @@ IDLE_CHECK_SECONDS = 30.0
 
 
 class KeepSettings(Settings):
-    """How many models the app keeps loaded, and for how long."""
+    """How many models the app keeps loaded, for how long, and which one writes the summaries."""
 
     kind = "model keeping"
 
@@ -41,6 +41,10 @@ class KeepSettings(Settings):
     load_on_demand: bool = Field(False, description="an API request naming a model the page's picker lists (its name there) loads it, "
                                                     "with the server's settings, where it is not loaded; beside the others with "
                                                     "--models-memory, the default model kept")
+    summary_model: str | None = Field(
+        None, description="the model (its name in the API) that writes the summaries of long chats with every model "
+                          "(context_policy compact) while it is loaded beside them (--models-memory); default, and while it is not "
+                          "loaded: each model summarizes its own chats")
 
 
 @dataclass(frozen=True)
@@ -242,7 +246,12 @@ class ModelSlot:
 
     # ---- keeping (each with the table's lock held, but for what closes models)
 
+    def _summarizer(self) -> ChatModel | None:
+        """The model that writes summaries (``keep.summary_model``), where it is loaded."""
+        return None if self.keep.summary_model is None else self.get(self.keep.summary_model)
+
     def _keep(self, model: ChatModel, default: bool) -> None:
+        model.summarizer = self._summarizer
         self._models[model.model_id] = model
         if default:
             self._default = model.model_id

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from engines import ChatModel, ChatRequest, ConfigError, Response
+from engines import ChatModel, ChatRequest, ConfigError, KeepSettings, ModelSlot, Response
 from engines.compaction import TARGET_SHARE, TRIGGER_SHARE, Compacting, Compaction, summary_budget
 
 CONTEXT = 2048
@@ -216,6 +216,38 @@ async def test_another_chat_is_answered_at_once_while_a_summary_is_written(llama
     items, response = await compacted
     [compaction] = [item for item in items if isinstance(item, Compaction)]
     assert compaction.summary.strip() and response.response_length > 0
+
+
+async def test_the_model_the_operator_chose_writes_the_summaries_while_it_is_loaded(monkeypatch):
+    """--summary-model: another loaded model writes the chat's summary (named in the note); once
+    it is unloaded, the chat's own model writes them again. (Half the context, for shorter summaries.)"""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh builds it)", exc_type=ImportError)
+    slot = ModelSlot(keep=KeepSettings(models_memory=64 << 30, summary_model="writer"))
+    try:
+        writer = await asyncio.to_thread(slot.load, {"infer_backend": "llamacpp", "max_model_len": CONTEXT // 2, "served_model_name": "writer"})
+        chat = await asyncio.to_thread(slot.load, {"infer_backend": "llamacpp", "max_model_len": CONTEXT // 2, "served_model_name": "chat"})
+        asked: list[ChatRequest] = []
+        writes = writer.achat
+
+        async def writing(request: ChatRequest) -> list[Response]:
+            asked.append(request)
+            return await writes(request)
+
+        monkeypatch.setattr(writer, "achat", writing)
+        request = ChatRequest.build(long_chat(chat, 900, topic="Written"), context_policy="compact", temperature=0, max_new_tokens=4)
+        items, response = await answer(chat, request)
+        [compaction] = [item for item in items if isinstance(item, Compaction)]
+        assert asked and all(summary.background for summary in asked), "the writer wrote the summary, as background work"
+        assert compaction.written_by == "writer" and "written by writer" in compaction.note()
+        assert compaction.summary.strip() and response.response_length > 0
+        written = len(asked)
+        await asyncio.to_thread(slot.unload, "writer")
+        request = ChatRequest.build(long_chat(chat, 900, topic="Own"), context_policy="compact", temperature=0, max_new_tokens=4)
+        items, _ = await answer(chat, request)
+        [own] = [item for item in items if isinstance(item, Compaction)]
+        assert own.written_by is None and own.summary.strip() and len(asked) == written
+    finally:
+        await asyncio.to_thread(slot.unload)
 
 
 def long_chat(llama: ChatModel, tokens: int, topic: str = "River") -> list[dict]:

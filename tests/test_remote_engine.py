@@ -154,10 +154,11 @@ async def _first(stream, count):
 def test_a_chats_prompt_is_counted_by_the_server_itself(remote_model):
     """anychat counts a chat's prompt for another in front of it (/v1/tokenize, as vLLM's
     /tokenize): the count is the upstream model's own, which a compaction goes by, also for the
-    code and CJK text that four bytes a token miscounts."""
+    code and CJK text that four bytes a token miscounts; asked with what the template reads
+    besides the messages (chat_template_kwargs), as the reply is."""
     request = ChatRequest.build([{"role": "system", "content": "Be brief."},
                                  {"role": "user", "content": "数一数: 一二三四五六七八九十. def f(x): return {k: v**2 for k, v in x.items()}"}],
-                                temperature=0, max_new_tokens=2)
+                                temperature=0, max_new_tokens=2, enable_thinking=False)
     counted = remote_model.count_prompt_tokens(request)
     assert remote_model.counts_prompts_exactly
     [reply] = remote_model.chat(request)

@@ -58,17 +58,19 @@ class ToolStep(BaseModel):
 class SummaryNote(BaseModel):
     """An assistant turn that stands for earlier messages of the chat, summarized (its content)
     or left out to fit the model's context (engines/compaction.py): how many it replaced, and the
-    prompt's tokens before and after (``estimated`` where the model's server does not count them).
-    The messages it replaced are the other version beside it (‹1/2›)."""
+    prompt's tokens before and after (``estimated`` where the model's server does not count them),
+    and the model that wrote it where it is not the chat's own (``written_by``). The messages it
+    replaced are the other version beside it (‹1/2›)."""
 
     policy: ContextPolicy
     replaced: int
     tokens_before: int
     tokens_after: int
     estimated: bool = False
+    written_by: str | None = None
 
     def title(self) -> str:
-        return replaced_note(self.policy, self.replaced)
+        return replaced_note(self.policy, self.replaced, self.written_by)
 
     def tokens(self) -> str:
         return freed_note(self.tokens_before, self.tokens_after, self.estimated)

@@ -121,7 +121,8 @@ class PageReply:
         first, last = origin[compaction.at - offset], origin[compaction.at - offset + compaction.replaced - 1]
         summary = Turn(role="assistant", content=compaction.summary,
                        summary=SummaryNote(policy=compaction.policy, replaced=compaction.replaced, tokens_before=compaction.tokens_before,
-                                           tokens_after=compaction.tokens_after, estimated=compaction.estimated))
+                                           tokens_after=compaction.tokens_after, estimated=compaction.estimated,
+                                           written_by=compaction.written_by))
         self.session.remove([self.place])
         place = tree.replace_shown(shown[first], shown[last], summary, copied)
         self.asked = tree.messages[place]

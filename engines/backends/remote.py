@@ -75,6 +75,10 @@ class RemotePrompt(Prompt):
     path: str = "/chat/completions"
 
 
+# The fields of a chat's request that the server's /tokenize reads too (vLLM's and SGLang's).
+TEMPLATE_FIELDS = ("model", "messages", "tools", "add_generation_prompt", "continue_final_message", "chat_template_kwargs")
+
+
 class RemotePrompts:
     """The part of a PromptBuilder a remote model has: its generation defaults and the request's
     checks; the messages go upstream as they are (media as content parts), for the server's own
@@ -280,8 +284,10 @@ class RemoteEngine(BaseEngine):
         (and for good where it has no such endpoint)."""
         import httpx
 
-        body = {"model": self.upstream_model, "messages": [as_sent(message) for message in request.messages], "tools": request.tools,
-                "add_generation_prompt": not request.continue_final_message, "continue_final_message": request.continue_final_message}
+        # What the reply's own request sends that the server's template reads (thinking switched on
+        # or off changes the prompt): counted as it will be rendered.
+        sent = self.prompts.prepare(request, self.prompts.generation(request)).body
+        body = {"add_generation_prompt": True, **{field: value for field, value in sent.items() if field in TEMPLATE_FIELDS}}
         for address in self._count_addresses:
             try:
                 response = httpx.post(address, json=body, headers=self._client.headers, follow_redirects=False,
