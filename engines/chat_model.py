@@ -19,8 +19,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .backends import engine_class
 from .backends.base import BaseEngine, Response
-from .compaction import Compaction, Summaries, fitted
-from .errors import ConfigError, ModelUnloadedError
+from .compaction import Compacting, Compaction, Summaries, fitted
+from .errors import ConfigError, ContextLearnedError, ModelUnloadedError
 from .event_loop import EngineLoop
 from .freed_memory import return_freed_memory_to_os
 from .generation_args import GenerationArgs
@@ -208,7 +208,22 @@ class ChatModel:
         as the model wrote it (str pieces) rather than as typed chunks. Where the request's
         context_policy made the conversation smaller to fit, a Compaction comes first (index 0), and
         with ``progress`` a Compacting before it (engines/compaction.py). Every stream below is this one."""
-        async for item in fitted(self, as_request(request, options), self._summaries, self.summarizer):
+        request = as_request(request, options)
+        context_known = self.context_length is not None
+        try:
+            async for pair in self._fitted_replies(request, progress, raw):
+                yield pair
+        except ContextLearnedError:
+            # A server that had not said its context refused the prompt as longer, saying it (and
+            # before writing anything): fitted to it now, the request goes again.
+            if context_known or (request.context_policy or "refuse") == "refuse":
+                raise
+            async for pair in self._fitted_replies(request, progress, raw):
+                yield pair
+
+    async def _fitted_replies(self, request: ChatRequest, progress: bool,
+                              raw: bool) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | TokenLogprobs | Response | Compacting | Compaction]]:
+        async for item in fitted(self, request, self._summaries, self.summarizer):
             if isinstance(item, ChatRequest):
                 request = item
             elif progress or isinstance(item, Compaction):

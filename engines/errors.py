@@ -22,6 +22,16 @@ class ModelLoadError(ChatError):
     """The model could not be loaded; the message says why."""
 
 
+class ContextLearnedError(ConfigError):
+    """A server that had not said how long its model's context is refused a prompt as longer than
+    it, saying the length (``context``): known from now on, the conversation may be fitted to it
+    and sent again."""
+
+    def __init__(self, message: str, context: int) -> None:
+        super().__init__(message)
+        self.context = context
+
+
 class ChatTemplateError(ChatError):
     """The model has no usable chat template, or the template rejected the messages."""
 

@@ -545,3 +545,17 @@ def test_an_admin_lists_a_servers_models_for_the_settings_tab(address):
     visitor = ModelRights(admins={"alice"})
     with pytest.raises(gr.Error, match="may not load or unload models"):
         server_models(visitor, address, KEY, SimpleNamespace(username="bob"))
+
+
+@pytest.mark.parametrize("answer, context", [
+    ({"error": {"message": "This model's maximum context length is 2048 tokens. However, you requested 5035 tokens (5031 in the "
+                           "messages, 4 in the completion).", "code": "context_length_exceeded"}}, 2048),  # OpenAI's words: vLLM's, llama-cpp-python's
+    ({"error": {"message": "The input (9000 tokens) is longer than the model's context length (8192 tokens)."}}, 8192),  # SGLang's
+    ({"error": {"code": 400, "message": "request (4476 tokens) exceeds the available context size (4096 tokens)",
+                "type": "exceed_context_size_error", "n_prompt_tokens": 4476, "n_ctx": 4096}}, 4096),  # llama.cpp's server
+    ({"error": {"message": "The prompt is too long."}}, None),
+])
+def test_a_refusal_that_says_the_models_context_is_read_for_it(answer, context):
+    """What a remote server whose context was not known says of it as it refuses a prompt too long
+    (the servers' own words; llama-cpp-python's, through a real server, in test_remote_llamacpp)."""
+    assert remote.stated_context(answer, remote.error_message(answer)) == context

@@ -16,7 +16,8 @@ import httpx
 import pytest
 from PIL import Image
 
-from engines import ChatError, ChatModel, ChatRequest
+from engines import ChatError, ChatModel, ChatRequest, ConfigError, Response
+from engines.compaction import Compaction
 from engines.backends.remote import as_sent
 from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract
 from harness.llamacpp_server import MODEL, LlamaCppServer
@@ -131,3 +132,30 @@ def test_a_reply_format_holds_through_the_servers_own_form_of_it(through_llamacp
     response_format = {"type": "json_schema", "json_schema": {"name": "color", "schema": schema, "strict": True}}
     [reply] = through_llamacpp.chat(QUESTION, temperature=0, max_new_tokens=32, response_format=response_format)
     assert json.loads(reply.response_text)["color"] in ("red", "green", "blue")
+
+
+def long_chat() -> list[dict]:
+    """A chat of more than the server's 2,048 tokens, its last message the user's."""
+    history = [{"role": "system", "content": "The secret word is PLUM."}, {"role": "user", "content": "My name is Ada."}]
+    for turn in range(14):
+        history += [{"role": "assistant", "content": f"Noted {turn}."},
+                    {"role": "user", "content": f"Note {turn}: " + "the keeper logged a ship passing the rocks at dawn. " * 16}]
+    return history
+
+
+async def test_a_chat_past_a_context_the_server_did_not_say_is_compacted_once_its_refusal_says_it(server):
+    """llama-cpp-python's server does not list its model's context: the first prompt past it is
+    refused, in words that say the length; the chat is compacted to it and sent again (the user
+    sees the compaction, not the refusal), and later chats are fitted before they are sent."""
+    with ChatModel({"model_name_or_path": f"{server.url}/v1", "remote_api_key": KEY}) as model:
+        assert model.context_length is None
+        request = ChatRequest.build(long_chat(), context_policy="compact", temperature=0, max_new_tokens=8)
+        items = [item async for item in model.astream_reply(request)]
+        [compaction] = [item for item in items if isinstance(item, Compaction)]
+        [reply] = [item for item in items if isinstance(item, Response)]
+        assert model.context_length == 2048 and compaction.estimated and compaction.messages[:2] == request.messages[:2]
+        assert reply.response_text.strip() and reply.prompt_length + reply.response_length <= 2048
+    with ChatModel({"model_name_or_path": f"{server.url}/v1", "remote_api_key": KEY}) as model:
+        with pytest.raises(ConfigError, match="maximum context length is 2048 tokens"):
+            model.chat(ChatRequest.build(long_chat(), context_policy="refuse", max_new_tokens=8))
+        assert model.context_length == 2048, "learned, though the chat's policy refuses"

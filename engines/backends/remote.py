@@ -20,13 +20,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..compaction import SUMMARY_MARK
-from ..errors import ChatError, ConfigError, MediaError, ModelBusyError, ModelLoadError, UnsupportedError
+from ..errors import ChatError, ConfigError, ContextLearnedError, MediaError, ModelBusyError, ModelLoadError, UnsupportedError
 from ..generation_args import GenerationArgs
 from ..logprobs import Logprob, TokenLogprobs
 from ..model_files import Progress
@@ -362,6 +363,8 @@ class RemoteEngine(BaseEngine):
         finally:
             self._open -= 1
         if finish_reason is None and not written:
+            if self.prompts.context_length is None and not prompt.request.media:
+                await self._learn_context(prompt.path, prompt.body)
             raise ChatError(f"The remote server {shown_address(self.address)} ended the reply without writing any of it: it may not "
                             "read what was sent (media, where its model reads text only); its log says why. Change the message and try again.")
         if finish_reason is None:
@@ -377,6 +380,26 @@ class RemoteEngine(BaseEngine):
             finish_reason="length" if finish_reason == "length" else "stop",
             logprobs=None if logprobs is None else tuple(logprobs),
         )
+
+    async def _learn_context(self, path: str, body: dict[str, Any]) -> None:
+        """After a streamed reply ended without a word: the same request not streamed, cut to one
+        token, whose refusal says why where the prompt was longer than the context (llama-cpp-python's
+        server says so only when not streamed), and the context's length with it: a
+        ContextLearnedError. Anything else, and the stream's own error stands."""
+        import httpx
+
+        for last_try in (False, True):
+            try:
+                async with self._answer(path, {**body, "max_tokens": 1}):
+                    return
+            except ContextLearnedError:
+                raise
+            except ChatError:
+                return
+            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+                # The failed stream's connection, which the server closes after it (see _events).
+                if last_try:
+                    return
 
     async def _events(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """The events of the server's streamed answer to ``body``, asked once more where the
@@ -414,6 +437,8 @@ class RemoteEngine(BaseEngine):
                 pause = busy_pause(response, until)
                 if pause is None:
                     error = await refusal(response)
+                    if isinstance(error, ContextLearnedError) and self.prompts.context_length is None:
+                        self.prompts.context_length = error.context
                     body = schema_in_json_object(body, error)
                     if body is None:
                         raise error
@@ -551,10 +576,13 @@ async def refusal(response: Any) -> ChatError:
         if len(body) > MAX_LINE_BYTES:
             break
     try:
-        message = error_message(json.loads(body))
+        answer = json.loads(body)
+        message = error_message(answer)
     except ValueError:
-        message = body[:ERROR_QUOTE].decode(errors="replace") or "(no message)"
+        answer, message = None, body[:ERROR_QUOTE].decode(errors="replace") or "(no message)"
     status = response.status_code
+    if status == 400 and (context := stated_context(answer, message)):
+        return ContextLearnedError(f"The remote server refused the request ({status}): {message}", context)
     if status in (429, 503):
         return ModelBusyError(f"The remote server is busy ({status}), still after {BUSY_WAIT_SECONDS:.0f} s: {message}")
     if response.is_redirect:
@@ -562,6 +590,21 @@ async def refusal(response: Any) -> ChatError:
     if 400 <= status < 500:
         return ConfigError(f"The remote server refused the request ({status}): {message}")
     return ChatError(f"The remote server failed ({status}): {message} Try again; if it goes on, ask its operator.")
+
+
+# How servers say their model's context as they refuse a prompt longer than it: OpenAI's words
+# (vLLM's, llama-cpp-python's), SGLang's, llama.cpp's server's (which gives it as a field too), anychat's.
+_STATED_CONTEXT = re.compile(r"maximum context length is ([\d,]+) tokens|model's context length \(([\d,]+) tokens\)"
+                             r"|available context size \(([\d,]+) tokens\)|model's limit of ([\d,]+) tokens")
+
+
+def stated_context(answer: Any, message: str) -> int | None:
+    """The context length a refusal says the model has, where it says one."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("n_ctx"), int) and error["n_ctx"] > 0:
+        return error["n_ctx"]
+    found = _STATED_CONTEXT.search(message)
+    return int(next(group for group in found.groups() if group).replace(",", "")) if found else None
 
 
 def error_message(body: Any) -> str:
