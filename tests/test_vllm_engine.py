@@ -25,10 +25,12 @@ from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from engines import ChatModel, ChatRequest, ConfigError, UnsupportedError  # noqa: E402
+from engines.compaction import TARGET_SHARE, Compaction  # noqa: E402
 from engines.model_files.paths import resolve_model_path  # noqa: E402
 from harness.engine_contract import LONG_REQUEST, PARITY_PROMPTS, QUESTION, EngineContract  # noqa: E402
 from harness.reply_schemas import SCHEMAS, question  # noqa: E402
 from harness.vllm_settings import VLLM  # noqa: E402
+from tests.test_compaction import answer, long_chat  # noqa: E402
 
 def family_tree(process: psutil.Process) -> list[psutil.Process]:
     return [process, *process.children(recursive=True)]
@@ -53,6 +55,21 @@ class TestVllmContract(EngineContract):
 def test_default_model_is_the_converted_directory(vllm_model):
     assert vllm_model.engine.model_path == resolve_model_path(None)
     assert vllm_model.context_length == 2048
+
+
+async def test_a_long_chat_is_compacted_by_vllms_count_and_the_next_turn_reads_it_from_the_cache(vllm_model):
+    """Compaction on vLLM (context 2,048): the summary written by the model, the compacted prompt
+    the length vLLM then reads, and the next turn, which fits, read from vLLM's prefix cache."""
+    history = long_chat(vllm_model, 1750, topic="Lock")
+    items, first = await answer(vllm_model, ChatRequest.build(history, context_policy="compact", temperature=0, max_new_tokens=8))
+    [compaction] = [item for item in items if isinstance(item, Compaction)]
+    assert compaction.summary.strip() and compaction.messages[:2] == history[:2] and compaction.messages[-1] == history[-1]
+    assert first.prompt_length == compaction.tokens_after <= TARGET_SHARE * 2048 < compaction.tokens_before
+    history = [*compaction.messages, {"role": "assistant", "content": first.response_text}, {"role": "user", "content": "And then?"}]
+    items, second = await answer(vllm_model, ChatRequest.build(history, context_policy="compact", temperature=0, max_new_tokens=8))
+    assert not any(isinstance(item, Compaction) for item in items), "the next turn fits: no compaction every turn"
+    # vLLM's CPU backend caches whole blocks of 128 tokens.
+    assert second.cached_tokens >= first.prompt_length - 128, "the compacted start is read once, then taken from vLLM's cache"
 
 
 def greedy_divergences(reference: ChatModel, candidate: ChatModel, **candidate_settings) -> list[tuple[str, list[int], list[int]]]:
