@@ -88,7 +88,8 @@ KV_CACHE_SHARE = 0.25
 _load_lock = threading.Lock()
 logger = logging.getLogger(__name__)
 # What llama.cpp logs, as errors, when our abort callback stops an evaluation on purpose.
-_ABORT_LOG_LINES = ("failed to compute graph, compute status: 1", "removing memory module entries", "failed to decode, ret = 2")
+_ABORT_LOG_LINES = ("failed to compute graph, compute status: 1", "removing memory module entries", "failed to decode, ret = 2",
+                    "graph_compute_async failed with error 1")
 # ggml's log levels (ggml.h: DEBUG 1, INFO 2, WARN 3, ERROR 4); llama-cpp-python's own table is older.
 _LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}
 

@@ -352,7 +352,8 @@ class Batcher:
         if not takes:
             return
         outputs = self._fill(takes)
-        with self._abortable(next(iter(takes)) if self._prompt_step else None):
+        stoppable = self._prompt_step or all(sequence.job.background for sequence in takes)
+        with self._abortable(next(iter(takes)) if stoppable else None):
             status = lib.llama_decode(self._ctx, self._batch)
         if status != 0:
             self._failed(status, list(takes))
@@ -448,18 +449,19 @@ class Batcher:
         return True
 
     @contextlib.contextmanager
-    def _abortable(self, prompt: _Sequence | None) -> Iterator[None]:
-        """While a ``prompt`` is evaluated, llama.cpp stops as soon as its job is cancelled, or,
-        for background work, as soon as another job arrives (it goes on later from where it was).
-        The callback runs once per graph node, so it is set only then (a long prompt is where Stop
-        must not wait); a generation step ends within a token anyway."""
-        if prompt is None:
+    def _abortable(self, stopping: _Sequence | None) -> Iterator[None]:
+        """While a prompt is evaluated (``stopping``'s), or a step of background work alone,
+        llama.cpp stops as soon as the job is cancelled, or, for background work, as soon as another
+        job arrives (it goes on later from where it was). The callback takes the GIL once per graph
+        node, so it is set only then (a long prompt is where Stop must not wait, and another chat's
+        first token must not wait for a summary's); a chat's generation step ends within a token anyway."""
+        if stopping is None:
             yield
             return
 
         @lib.ggml_abort_callback
         def abort(_: Any) -> bool:
-            return prompt.job.cancel.is_set() or self._giving_way(prompt.job)
+            return stopping.job.cancel.is_set() or self._giving_way(stopping.job)
 
         lib.llama_set_abort_callback(self._ctx, abort, None)
         try:
