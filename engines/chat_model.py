@@ -209,17 +209,18 @@ class ChatModel:
         context_policy made the conversation smaller to fit, a Compaction comes first (index 0), and
         with ``progress`` a Compacting before it (engines/compaction.py). Every stream below is this one."""
         request = as_request(request, options)
-        context_known = self.context_length is not None
-        try:
-            async for pair in self._fitted_replies(request, progress, raw):
-                yield pair
-        except ContextLearnedError:
-            # A server that had not said its context refused the prompt as longer, saying it (and
-            # before writing anything): fitted to it now, the request goes again.
-            if context_known or (request.context_policy or "refuse") == "refuse":
-                raise
-            async for pair in self._fitted_replies(request, progress, raw):
-                yield pair
+        # A server that had not said its context may refuse the prompt as longer, saying it (before
+        # writing anything): fitted to it then, the request goes once more.
+        once_more = self.context_length is None and (request.context_policy or "refuse") != "refuse"
+        for last_try in ((False, True) if once_more else (True,)):
+            try:
+                async with contextlib.aclosing(self._fitted_replies(request, progress, raw)) as replies:
+                    async for pair in replies:
+                        yield pair
+                return
+            except ContextLearnedError:
+                if last_try:
+                    raise
 
     async def _fitted_replies(self, request: ChatRequest, progress: bool,
                               raw: bool) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | TokenLogprobs | Response | Compacting | Compaction]]:
