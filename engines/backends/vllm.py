@@ -179,6 +179,15 @@ class VllmEngine(BaseEngine):
     # ---- generation
 
     async def _complete(self, prompt: Prompt, args: GenerationArgs) -> list[Response]:
+        if args.seed is not None and args.num_return_sequences > 1 and not args.greedy:
+            # vLLM hands a request's n replies to its scheduler one by one, so whether they share a
+            # step (and so, in bf16 on a CPU, their logits) depends on timing, and a seeded reply
+            # changed between two runs. Seeded, each is asked alone, with the seed vLLM gives it
+            # (seed + its index): the same replies every time, n times as long.
+            replies = []
+            for index in range(args.num_return_sequences):
+                replies += await self._complete(prompt, args.replace(num_return_sequences=1, seed=args.seed + index))
+            return replies
         engine_input, args = await self._engine_input(prompt, args)
         prompt_length = len(engine_input["prompt_token_ids"])
         final = None
