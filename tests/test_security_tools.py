@@ -51,8 +51,10 @@ MEMORY_SHARE = 0.10
 BACKTRACKING_WORD = "a" * 30 + "b"
 # What the server says as a call reaches it: the other user asks only once the attack runs.
 CALL_ARRIVED = "call arrived"
-# How long a listing may take in these tests (ToolLimits.mcp_list_seconds), for the server that never answers one.
-STALLED_LIST_SECONDS = 2
+# How long a listing may take in these tests (ToolLimits.mcp_list_seconds), for the server that never
+# answers one. The crowd's 20,000 tools take 1.2 s to list alone and passed 2 s beside the suite's
+# other worker: the limit must sit well above every listing that does answer.
+STALLED_LIST_SECONDS = 6
 
 
 def serve_tools(port: int, entries: dict | None = None, limits: dict | None = None) -> None:
