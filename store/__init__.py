@@ -2,14 +2,16 @@
 an SQLite file in the app's data folder by default or in PostgreSQL (``--database-url``).
 
 ``tables.py`` holds the schema, ``message_tree.py`` the shape of a chat's messages, ``quota.py`` what one user may keep, ``database.py`` where the database is and how it is opened (its
-migrations, in ``migrations/``, run at every start), ``chats.py`` what the page asks of it.
+migrations, in ``migrations/``, run at every start), ``chats.py`` what the page asks of it, ``library.py`` each user's
+library of long documents (passages, full-text index, vectors).
 """
 
 from .chats import Added, ChatInfo, ChatStore, ListedChat, MessageChanges, MessageRef, PresetInfo, StoredMessage
 from .database import StoreSettings, data_dir, database_url, open_store, shown_url
+from .library import DocumentLibrary, FoundPassage, LibraryEntry
 from .errors import NotYours, OverQuota, StoreError, store_problem
 from .message_tree import MessageTree
 from .quota import Quota
 
-__all__ = ["Added", "ChatInfo", "ChatStore", "ListedChat", "MessageChanges", "MessageRef", "MessageTree", "NotYours", "OverQuota", "PresetInfo", "Quota", "StoreError",
+__all__ = ["Added", "ChatInfo", "ChatStore", "DocumentLibrary", "FoundPassage", "LibraryEntry", "ListedChat", "MessageChanges", "MessageRef", "MessageTree", "NotYours", "OverQuota", "PresetInfo", "Quota", "StoreError",
            "StoreSettings", "StoredMessage", "data_dir", "database_url", "open_store", "shown_url", "store_problem"]

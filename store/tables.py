@@ -1,4 +1,5 @@
-"""The store's schema: chats, each owned by one user, and their messages, a row each.
+"""The store's schema: chats, each owned by one user, and their messages, a row each; each user's
+documents (their library), split into passages.
 
 A change to these tables goes with a migration in ``migrations/versions`` (``alembic revision``
 there, or written by hand like the first): the app upgrades every database it opens.
@@ -6,7 +7,7 @@ there, or written by hand like the first): the app upgrades every database it op
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # SQLite makes an INTEGER PRIMARY KEY its rowid (counted up by itself); BIGINT it would not.
@@ -97,3 +98,38 @@ class Preset(Base):
     updated: Mapped[float] = mapped_column(Float)
     # The characters of text it holds (store/quota.py).
     text_size: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
+
+class LibraryDocument(Base):
+    """A document ``owner`` attached that was too long for the model's context, kept to answer
+    from its passages (store/library.py); ``sha256``: of its text, to find it again when it is
+    attached again. ``characters``: its text's, counted in the owner's text quota."""
+
+    __tablename__ = "library_documents"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(300))
+    summary: Mapped[str] = mapped_column(String(200))
+    sha256: Mapped[str] = mapped_column(String(64))
+    characters: Mapped[int] = mapped_column(BigInteger)
+    created: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_library_documents_owner_sha256", "owner", "sha256"),)
+
+
+class LibraryPassage(Base):
+    """One passage of a library document, in its order (``ordinal``), with the PDF page it is on
+    (None for other formats), the heading it falls under, and its embedding (float32, unit length).
+    Full-text search reads ``text`` through the database's own index (SQLite FTS5, PostgreSQL
+    tsvector: created by migration 0008)."""
+
+    __tablename__ = "library_passages"
+    id: Mapped[int] = mapped_column(ROW_ID, primary_key=True, autoincrement=True)
+    document_id: Mapped[str] = mapped_column(ForeignKey("library_documents.id", ondelete="CASCADE"))
+    ordinal: Mapped[int] = mapped_column(Integer)
+    page: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    heading: Mapped[str] = mapped_column(Text, default="")
+    text: Mapped[str] = mapped_column(Text)
+    vector: Mapped[bytes] = mapped_column(LargeBinary)
+
+    __table_args__ = (Index("ix_library_passages_document", "document_id", "ordinal"), {"sqlite_autoincrement": True})

@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 
 from api import add_api
-from document_samples import LATIN_TEXT, docx_bytes, pdf_bytes, zip_bomb_docx_bytes
+from harness.document_samples import LATIN_TEXT, docx_bytes, pdf_bytes, zip_bomb_docx_bytes
 from engines import ChatRequest
 from harness.running_server import running_server
 from limits import Limits

@@ -11,7 +11,7 @@ import pytest
 import soundfile
 from playwright.sync_api import expect
 
-from document_samples import encrypted_pdf_bytes, pdf_bytes
+from harness.document_samples import encrypted_pdf_bytes, pdf_bytes
 from harness.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,

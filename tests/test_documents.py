@@ -13,7 +13,7 @@ from engines.prompt.documents import is_document, read_document
 from engines.prompt.pdf_pages import pdf_page_images
 from limits import Limits
 
-from document_samples import (
+from harness.document_samples import (
     LATIN_TEXT,
     docx_bytes,
     encrypted_pdf_bytes,

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("engines", "webui", "api", "store", "access", "harness", "bench")
+PACKAGES = ("engines", "webui", "api", "store", "library", "access", "harness", "bench")
 
 
 def module_files() -> dict[str, Path]:

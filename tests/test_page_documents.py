@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from PIL import Image
 
-from document_samples import docx_bytes, encrypted_pdf_bytes, pdf_bytes
+from harness.document_samples import docx_bytes, encrypted_pdf_bytes, pdf_bytes
 from engines import ModelSlot
 from engines.request import ChatRequest
 from limits import Limits

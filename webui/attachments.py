@@ -21,6 +21,7 @@ from engines.model_files.model_args import MediaSettings
 from engines.prompt.document_sandbox import ReadingLimits, read_bounded
 from engines.prompt.documents import PDF_EXTENSIONS, Document, is_document
 from engines.prompt.pdf_pages import pdf_page_images
+from library.fitting import GivenPassage, passages_for_model
 from limits import Limits
 
 # What the chip shows of a very long text: the model gets all of it, the page need not repaint it.
@@ -32,14 +33,24 @@ CHIP_CLASS = "document-chip"
 
 
 class AttachedDocument(BaseModel):
-    """A document as its turn keeps it: its name, what it is, and its text as the model gets it.
-    ``path`` (the page's copy of the file, to put it back in the box on Undo) is never saved or
-    exported: a saved chat is the browser's to edit, and must not name files on the server."""
+    """A document as its turn keeps it: its name, what it is, and its text. One too long for the
+    context (webui/long_documents.py) is answered from ``passages`` of it, found in its owner's
+    library (``library_id``), and ``note`` says so in numbers; a later message's search of it has
+    passages and no text. ``path`` (the page's copy of the file, to put it back in the box on
+    Undo) is never saved or exported: a saved chat is the browser's to edit, and must not name
+    files on the server."""
 
     name: str
     summary: str
     text: str
+    library_id: str = ""
+    passages: list[GivenPassage] = []
+    note: str = ""
     path: str = Field("", exclude=True)
+
+    def for_model(self) -> str:
+        """What the model gets of it: its text, or the passages given in its place."""
+        return passages_for_model(self.name, self.passages) if self.passages else self.text
 
 
 def split_files(files: list[str], pdfs_as_images: bool = False) -> tuple[list[str], list[str], list[str]]:
@@ -69,10 +80,15 @@ def read_documents(paths: list[str], limits: Limits, user: str | None = None) ->
     """The documents at ``paths`` (the page's uploads) of ``user``, read; a ChatError naming the first that cannot be."""
     documents = []
     for path in paths:
-        modified = os.path.getmtime(path) if os.path.exists(path) else 0.0
-        document = _read(path, modified, ReadingLimits.of(limits), user)
+        document = read_upload(path, limits, user)
         documents.append(AttachedDocument(name=document.name, summary=document.summary(), text=document.for_model(), path=path))
     return documents
+
+
+def read_upload(path: str, limits: Limits, user: str | None = None) -> Document:
+    """The document at ``path`` (an upload of ``user``'s), read once however often it is asked for."""
+    modified = os.path.getmtime(path) if os.path.exists(path) else 0.0
+    return _read(path, modified, ReadingLimits.of(limits), user)
 
 
 @lru_cache(maxsize=16)
@@ -97,12 +113,15 @@ def _tokens(model: ChatModel, text: str) -> int:
 
 
 def chip(document: AttachedDocument) -> str:
-    """The document in the conversation: its name and what it is, opening to its text. One line of
-    HTML (newlines as entities), so that Markdown takes it whole, blank lines in the text included."""
-    shown = document.text[:CHIP_CHARACTERS]
-    more = f"\n… (the first {CHIP_CHARACTERS:,} of {len(document.text):,} characters shown; the model gets all)" if shown != document.text else ""
+    """The document in the conversation: its name and what it is, opening to what the model gets of
+    it (its text, or the passages given in its place). One line of HTML (newlines as entities), so
+    that Markdown takes it whole, blank lines in the text included."""
+    given = document.for_model()
+    shown = given[:CHIP_CHARACTERS]
+    more = f"\n… (the first {CHIP_CHARACTERS:,} of {len(given):,} characters shown; the model gets all)" if shown != given else ""
     text = html.escape(shown + more).replace("\n", "&#10;")
-    return (f'<details class="{CHIP_CLASS}"><summary>📄 {html.escape(document.name)} · {html.escape(document.summary)}</summary>'
+    note = f" · {html.escape(document.note.removeprefix(document.name + ': '))}" if document.note else ""
+    return (f'<details class="{CHIP_CLASS}"><summary>📄 {html.escape(document.name)} · {html.escape(document.summary)}{note}</summary>'
             f"<pre>{text}</pre></details>")
 
 
@@ -110,10 +129,13 @@ def is_chip(part: Any) -> bool:
     return isinstance(part, str) and part.startswith(f'<details class="{CHIP_CLASS}"')
 
 
-def tokens_note(model: ChatModel | None, paths: list[str], conversation: str, limits: Limits, user: str | None = None) -> str:
+def tokens_note(model: ChatModel | None, paths: list[str], conversation: str, limits: Limits, user: str | None = None,
+                searchable: bool = False) -> str:
     """What the note under the box says of ``user``'s documents in it: each one's tokens in
     ``model``'s own tokenizer and, against the model's context, whether the message can be sent
-    after ``conversation`` (the prompt so far, as the model would get it). Empty without documents."""
+    after ``conversation`` (the prompt so far, as the model would get it), or, ``searchable`` (the
+    chat is kept, so documents can go into the user's library), that its passages will be sent
+    in their place. Empty without documents."""
     if not paths:
         return ""
     try:
@@ -130,6 +152,9 @@ def tokens_note(model: ChatModel | None, paths: list[str], conversation: str, li
         return f"📎 {listed}."
     before = model.count_tokens(conversation) if conversation else 0
     so_far = f" and the conversation so far ({before:,} tokens)" if before else ""
+    if attached + before >= context and searchable:
+        return (f"📎 {listed}. The attachments ({attached:,} tokens){so_far} are more than this model's context of {context:,} "
+                "tokens: they will be read into passages, and the passages your message is most about sent in their place.")
     if attached + before >= context:
         return (f"⚠ {listed}. The attachments ({attached:,} tokens){so_far} are more than this model's context of {context:,} "
                 "tokens, so this message cannot be sent: nothing would be left for the reply. Remove an attachment, send only "

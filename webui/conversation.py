@@ -18,6 +18,7 @@ from engines.context_settings import ContextPolicy
 from engines.reply_format import ReplyFormatChoice
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest, parse_tools
 from engines.tools import Tool
+from library.fitting import GivenPassage
 from store import MessageTree
 
 from .attachments import AttachedDocument, chip
@@ -87,7 +88,9 @@ class Turn(BaseModel):
     that the server no longer has (shown as missing, not sent). ``writing``,
     ``tool_text``, ``waiting`` (how many requests must finish before this reply starts) and
     ``asking`` (the calls that wait for the user's say: webui/tool_approval.py) and ``compacting``
-    (the conversation is being made smaller to fit) exist only while the reply streams. ``summary``: the turn is a summary of earlier messages (SummaryNote). Where it stands among the chat's messages (what it follows, its
+    (the conversation is being made smaller to fit) exist only while the reply streams. ``sources``:
+    the passages of long documents a finished reply cites, and ``unknown_citations`` the numbers it
+    cites that name none given (webui/long_documents.py). ``summary``: the turn is a summary of earlier messages (SummaryNote). Where it stands among the chat's messages (what it follows, its
     versions) is its place in the session's MessageTree (webui/chat_session.py)."""
 
     role: Literal["user", "assistant"]
@@ -103,6 +106,8 @@ class Turn(BaseModel):
     stopped: bool = False
     stats: ReplyStats | None = None
     summary: SummaryNote | None = None
+    sources: list[GivenPassage] = []
+    unknown_citations: list[int] = []
     writing: bool = Field(False, exclude=True)
     tool_text: str = Field("", exclude=True)
     waiting: int | None = Field(None, exclude=True)
@@ -181,7 +186,7 @@ def turn_messages(turn: Turn, media: dict[str, list[str]]) -> list[dict[str, Any
             raise ChatError(f"{os.path.basename(path)} is not an image, video, audio or document file; remove it.")
         media[kind].append(path)
         tags += PLACEHOLDERS[kind]
-    texts = [document.text for document in turn.documents] + ([turn.content] if turn.content else [])
+    texts = [document.for_model() for document in turn.documents] + ([turn.content] if turn.content else [])
     return [{"role": "user", "content": tags + "\n\n".join(texts)}]
 
 
@@ -249,11 +254,25 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
                       "metadata": {"title": "⚙ Tool call", "status": "pending"}})
     if turn.writing:  # a continued reply's earlier stats cover less than it will hold
         return shown
+    if turn.sources or turn.unknown_citations:
+        shown.append(_sources_block(turn))
     if turn.stats:
         shown.append({"role": "assistant", "content": f'<span class="reply-stats">{turn.stats.line()}</span>'})
     elif turn.stopped:  # cut short by an error, or stopped in a file exported before replies had stats
         shown.append({"role": "assistant", "content": "*■ Stopped*"})
     return shown
+
+
+def _sources_block(turn: Turn) -> dict[str, Any]:
+    """The passages the reply cites, collapsed under their labels: opening it shows each one as the
+    model read it. Numbers it cites that name no passage given are said, not linked."""
+    cited = " ".join(f"[{passage.number}]" for passage in turn.sources)
+    parts = [f"**[{passage.number}] {inert(passage.label())}**\n\n{inert(passage.text)}" for passage in turn.sources]
+    if turn.unknown_citations:
+        numbers = ", ".join(f"[{number}]" for number in turn.unknown_citations)
+        parts.append(f"*{numbers}: the model was given no passage of that number; what it says there has no source.*")
+    title = f"📚 Sources {cited}" if cited else "📚 Sources"
+    return {"role": "assistant", "content": "\n\n".join(parts), "metadata": {"title": title}}
 
 
 def _summary_block(turn: Turn) -> dict[str, Any]:

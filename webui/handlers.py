@@ -31,10 +31,11 @@ from limits import Limits
 from store import MessageTree
 
 from .attachments import is_chip, page_images, read_documents, split_files, tokens_note
-from .chat_session import ChatSession, save
+from .chat_session import ChatSession, kept, save
 from .conversation import Turn, copied, edited_reply, model_request, render, turn_of_message
 from .conversation_file import read_conversation, write_conversation
 from .inert_markdown import as_written
+from .long_documents import fit_documents
 from .markdown_export import write_markdown
 from .model_rights import ModelRights
 from .page_reply import PageReply, chat_model
@@ -256,6 +257,17 @@ class ChatHandlers:
         of it; later updates leave what is typed there alone. Once the tab has left the chat
         (``session.left``) the reply goes on being saved, but is no longer shown."""
         first = {"message_box": emptied} if emptied else {}
+        model = None if continuing else self._loaded(settings.get("chat_model", ""))
+        if model is not None:
+            async for shown in fit_documents(session, model, settings, self.limits, page_user(page_request)):
+                if not session.left:
+                    yield {"chatbot": shown, **first}
+                    first = {}
+            if session.turns and session.turns[-1].error:
+                await kept(session)
+                if not session.left:
+                    yield {"chatbot": render(session.tree), **first}
+                return
         reply = PageReply(self.slot, session, continuing)
         async for shown in reply.written(dict(settings), page_user(page_request)):
             if not session.left:
@@ -283,7 +295,7 @@ class ChatHandlers:
                 conversation = model.render_prompt(model_request([*session.turns, Turn(role="user")], running=running, **settings))
             except ChatError:
                 conversation = ""
-        note = tokens_note(model, documents, conversation, self.limits, page_user(page_request))
+        note = tokens_note(model, documents, conversation, self.limits, page_user(page_request), searchable=session.keeper is not None)
         return f"{note} · {pages}." if pages else note
 
     def _loaded(self, model_id: str) -> ChatModel | None:

@@ -1,0 +1,127 @@
+"""Documents longer than the context, in their owner's library: split into passages, indexed in
+the chat store (SQLite FTS5 and PostgreSQL tsvector, with the embedding model's vectors beside
+them), found again by a question (recall over a fixture of three documents and twenty questions),
+kept to their owner, deleted whole, held to the quota."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
+
+from engines.prompt.documents import read_document
+from harness.document_corpus import FACTS, corpus
+from harness.postgres import fresh_database
+from library.citations import cited, cited_numbers
+from library.fitting import GivenPassage, Room, passages_for_model
+from library.passages import PASSAGE_CHARACTERS, split_passages
+from library.retrieval import fused, kept, search
+from limits import Limits
+from store import OverQuota, Quota, open_store
+from store.tables import LibraryPassage
+
+RECALL_AT = 5
+RECALL_BAR = 0.9
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    url = f"sqlite:///{tmp_path / 'chats.db'}" if request.param == "sqlite" else fresh_database(request.getfixturevalue("postgres"))
+    opened = open_store(url, data=tmp_path)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(scope="module")
+def documents():
+    return {name: read_document(data, name, Limits()) for name, data in corpus().items()}
+
+
+def test_passages_follow_headings_and_pages_and_fit_the_embedding_window(documents):
+    manual, handbook, report = (split_passages(documents[name]) for name in ("pump_manual.md", "handbook.pdf", "field_report.docx"))
+    for passages in (manual, handbook, report):
+        assert all(len(passage.text) <= PASSAGE_CHARACTERS for passage in passages)
+        assert [passage.ordinal for passage in passages] == list(range(len(passages)))
+        assert all(passage.heading for passage in passages)  # every section opens with one
+    assert manual[0].heading == "1. Installation" and manual[0].page is None
+    # A PDF's passages never cross a page, and know theirs: one section a page here.
+    assert [passage.page for passage in handbook] == list(range(1, len(handbook) + 1))
+    assert handbook[3].heading == "4. Leave" and report[5].heading == "6. Puffins"
+    # Every fact is whole in one passage (a PDF's lines broken where the page broke them).
+    for fact in FACTS:
+        assert sum(fact.sentence in " ".join(passage.text.split()) for passage in split_passages(documents[fact.name])) == 1, fact.sentence
+
+
+def test_questions_find_the_passages_that_answer_them_by_words_meaning_and_both(store, documents):
+    ids = [kept(store.library, "login:ada", document).id for document in documents.values()]
+    recall = {}
+    for ranking in ("keyword", "vector", "hybrid"):
+        found = [search(store.library, "login:ada", ids, fact.question, RECALL_AT, ranking) for fact in FACTS]
+        recall[ranking] = sum(any(fact.answer in " ".join(passage.text.split()) for passage in passages)
+                              for fact, passages in zip(FACTS, found)) / len(FACTS)
+    print(f"\nrecall@{RECALL_AT}: {recall}")
+    assert recall["hybrid"] >= RECALL_BAR
+    # The same text attached again is the same library document: not read or embedded again.
+    again = kept(store.library, "login:ada", documents["handbook.pdf"], cancelled=lambda: pytest.fail("embedded again"))
+    assert again.id in ids and len(store.library.documents("login:ada")) == 3
+
+
+def test_another_users_documents_are_never_found_and_deleting_one_deletes_its_passages(store, documents):
+    library = store.library
+    mine = kept(library, "login:ada", documents["handbook.pdf"])
+    question = FACTS[7].question  # its answer is in the handbook
+    assert search(library, "login:ada", [mine.id], question, 3)
+    # Bob names Ada's document: nothing of it, by words, by meaning or by id.
+    assert search(library, "login:bob", [mine.id], question, 3) == []
+    assert library.keyword_ranked("login:bob", [mine.id], "leave", 10) == []
+    assert len(library.vectors("login:bob", [mine.id])[0]) == 0
+    assert library.passages("login:bob", library.keyword_ranked("login:ada", [mine.id], "leave", 10)) == []
+    assert library.find("login:bob", "anything") is None and library.documents("login:bob") == []
+    assert library.delete("login:bob", mine.id) is False
+    # Bob's own copy of the same file is his, apart.
+    his = kept(library, "login:bob", documents["handbook.pdf"])
+    assert his.id != mine.id
+    assert library.delete("login:ada", mine.id) is True
+    with Session(store.engine) as session:
+        assert session.scalar(select(func.count()).select_from(LibraryPassage).where(LibraryPassage.document_id == mine.id)) == 0
+        if store.engine.dialect.name == "sqlite":  # the full-text index forgot them too: all it finds is Bob's
+            indexed = set(session.scalars(text("SELECT rowid FROM library_passages_fts WHERE library_passages_fts MATCH 'leave'")))
+            his_passages = set(session.scalars(select(LibraryPassage.id).where(LibraryPassage.document_id == his.id)))
+            assert indexed and indexed <= his_passages
+    assert search(library, "login:ada", [mine.id], question, 3) == []
+    assert search(library, "login:bob", [his.id], question, 3)
+
+
+def test_a_document_past_the_users_quota_is_not_kept(tmp_path, documents):
+    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", Quota(text=20_000), data=tmp_path)
+    try:
+        with pytest.raises(OverQuota, match="per user"):
+            kept(store.library, "login:ada", documents["handbook.pdf"])
+        assert store.library.documents("login:ada") == []
+        with Session(store.engine) as session:
+            assert session.scalar(select(func.count()).select_from(LibraryPassage)) == 0
+    finally:
+        store.close()
+
+
+def test_fusion_ranks_what_both_rankings_agree_on_first():
+    assert fused([1, 2, 3], [3, 4, 1]) == [1, 3, 2, 4]
+    assert fused([], [5, 6]) == [5, 6]
+
+
+def test_citations_are_read_back_to_the_passages_given():
+    given = [GivenPassage(number=n, name="a.pdf", page=n, text=f"passage {n}") for n in (1, 2, 3)]
+    assert cited_numbers("As [2] says, and [1, 3]; again [2].") == [2, 1, 3]
+    sources, unknown = cited("See [3] and [7], not [x].", given)
+    assert [passage.number for passage in sources] == [3] and unknown == [7]
+    framed = passages_for_model("a.pdf", given)
+    assert framed.startswith("--- a.pdf: passages [1]-[3] ---\n[1] (a.pdf, page 1)\npassage 1")
+    assert "--- end of a.pdf: passages [1]-[3] ---" in framed and "[1]" in framed.splitlines()[-1]
+
+
+def test_the_room_left_for_documents():
+    room = Room.of(context=8192, max_new_tokens=512, before=1000)
+    assert room.left == 8192 - 512 - 1000 and room.fits(room.left) and not room.fits(room.left + 1)
+    assert room.budget == int((8192 - 512) * 0.5)  # much left: at most half the room
+    crowded = Room.of(context=8192, max_new_tokens=512, before=7000)
+    assert crowded.left == 680 and crowded.budget == int((8192 - 512) * 0.3)  # compaction makes the rest

@@ -1,0 +1,125 @@
+"""Documents longer than the model's context, in the page, on the real default model (transformers,
+SmolLM2, 8,192 tokens of context): read into passages in the user's library with progress shown,
+the passages the message is most about sent in their place with the choice said in numbers, found
+again for a later question, cited passages shown under the reply, and Stop while reading."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness.document_corpus import FACTS, corpus
+from store import open_store
+from tests.page_input import CONTROLS, message, run, settings
+from webui.attachments import is_chip
+from webui.chat_keeper import ChatKeeper
+from webui.chat_session import ChatSession
+from webui.conversation import model_request, render
+from webui.handlers import ChatHandlers
+from webui.long_documents import sources
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def store(tmp_path):
+    opened = open_store(f"sqlite:///{tmp_path / 'chats.db'}", data=tmp_path)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def uploads(tmp_path):
+    paths = {}
+    for number, (name, data) in enumerate(corpus().items()):
+        path = tmp_path / f"upload{number}" / name
+        path.parent.mkdir()
+        path.write_bytes(data)
+        paths[name] = str(path)
+    return paths
+
+
+def kept_session(store, chat_id="chat1"):
+    return ChatSession(chat_id=chat_id, keeper=ChatKeeper(store, "login:ada", chat_id))
+
+
+def fact(question_start):
+    return next(fact for fact in FACTS if fact.question.startswith(question_start))
+
+
+async def test_a_message_with_documents_past_the_context_is_answered_from_their_passages(slot, store, uploads):
+    handlers = ChatHandlers(slot, CONTROLS)
+    session = kept_session(store)
+    context = slot.model.context_length
+    attached = [uploads["pump_manual.md"], uploads["handbook.pdf"]]
+    note = handlers.attachments_note(session, message("", attached), system="", tools="")
+    assert f"more than this model's context of {context:,} tokens: they will be read into passages" in note
+    vacation = fact("How many vacation days")
+    updates = await run(handlers.send(session, message(vacation.question, attached), **settings(8)))
+    # Reading them into passages showed its progress, then the reply was written.
+    progress = [update["chatbot"][-1]["content"] for update in updates if update.get("chatbot")
+                and "reading it into passages" in str(update["chatbot"][-1].get("content"))]
+    assert progress and re.search(r"of \d+ passages", " ".join(progress))
+    asked, reply = session.turns
+    assert asked.error is None and reply.content and len(store.library.documents("login:ada")) == 2
+    manual, handbook = asked.documents
+    for document in (manual, handbook):
+        tokens = slot.model.count_tokens(document.text)
+        assert document.library_id and document.text  # kept whole in the chat, answered from passages
+        assert re.fullmatch(rf"{re.escape(document.name)}: {tokens:,} tokens > [\d,]+ left in the context: answered from "
+                            rf"{len(document.passages)} passages?, [\d,]+ tokens", document.note), document.note
+    given = manual.passages + handbook.passages
+    assert [passage.number for passage in given] == list(range(1, len(given) + 1))
+    assert any(vacation.answer in passage.text for passage in handbook.passages)
+    assert all(passage.page is not None for passage in handbook.passages)
+    # What the model read: the passages, numbered, in the documents' place, within the context.
+    prompt = model_request(session.turns[:1]).messages[-1]["content"]
+    assert "--- handbook.pdf: passages" in prompt and "cite each one you use by its number" in prompt
+    assert handbook.text not in prompt and prompt.endswith(vacation.question)
+    assert slot.model.count_prompt_tokens(model_request(session.turns[:1])) < context
+    chips = [part for part in render(session.tree)[0]["content"] if is_chip(part)]
+    assert "answered from" in chips[1] and "[1]" in chips[0]
+    # The reply's citations open the passages given; a number given none is said, not linked.
+    place = session.tree.branch()[-1]
+    session.tree.messages[place].content = f"Staff get {vacation.answer} [{given[-1].number}], see also [{len(given) + 5}]."
+    cited, unknown = sources(session, place)
+    assert cited == [given[-1]] and unknown == [len(given) + 5]
+    session.tree.messages[place].sources, session.tree.messages[place].unknown_citations = cited, unknown
+    block = next(shown for shown in render(session.tree) if shown.get("metadata", {}).get("title", "").startswith("📚 Sources"))
+    assert block["metadata"]["title"] == f"📚 Sources [{given[-1].number}]" and given[-1].label() in block["content"]
+    assert "was given no passage of that number" in block["content"]
+
+    # A later question, with nothing attached, searches the chat's documents again.
+    pressure = fact("How much pressure can the HX-200")
+    await run(handlers.send(session, message(pressure.question), **settings(8)))
+    later = session.turns[2]
+    # Each document the search found passages in: the manual at least, which holds the answer.
+    assert later.error is None and later.documents[0].name == "pump_manual.md"
+    assert {document.name for document in later.documents} <= {"pump_manual.md", "handbook.pdf"}
+    assert all(not document.text and "searched again for this message" in document.note for document in later.documents)
+    assert any(pressure.answer in passage.text for passage in later.documents[0].passages)
+    assert session.turns[3].content
+    # The same file in another chat of the same user is not read into passages again.
+    other = kept_session(store, "chat2")
+    updates = await run(handlers.send(other, message(vacation.question, [uploads["handbook.pdf"], uploads["pump_manual.md"]]), **settings(2)))
+    assert not any("reading it into passages" in str(update.get("chatbot", "")) for update in updates)
+    assert len(store.library.documents("login:ada")) == 2 and other.turns[0].documents[0].passages
+
+
+async def test_stop_while_a_document_is_read_into_passages_keeps_the_conversation(slot, store, uploads):
+    handlers = ChatHandlers(slot, CONTROLS)
+    session = kept_session(store)
+    report = uploads["field_report.docx"]
+    doubled = report.replace("field_report.docx", "long_report.docx")
+    with open(report, "rb") as source, open(doubled, "wb") as copy:
+        copy.write(source.read())
+    stopped = False
+    async for update in handlers.send(session, message("How many puffins?", [report, doubled]), **settings(4)):
+        if not stopped and "reading it into passages" in str(update.get("chatbot", "")):
+            handlers.stop(session)
+            stopped = True
+    assert stopped
+    [asked] = session.turns
+    assert asked.error.startswith("Stopped while field_report.docx was read into passages")
+    assert store.library.documents("login:ada") == []

@@ -1,0 +1,147 @@
+"""Documents too long for what is left of the model's context, in the page (library/fitting.py
+makes the choice). Before a reply, the message's documents that do not fit are read into
+passages and kept in the user's library (with progress shown, and Stop stops it), and the
+passages the message is most about go to the model in their place; documents answered so from
+earlier messages of the chat are searched again for each new question. The note on each
+document's chip says the choice in numbers; the reply's citations open the passages
+(``sources``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from engines import ChatError, ChatModel
+from engines.prompt.documents import Document
+from engines.tools import ToolSettings
+from library.citations import cited
+from library.embedder import Cancelled
+from library.fitting import GivenPassage, Room, choice_note, given_passages
+from library.retrieval import kept
+from limits import Limits
+from store import LibraryEntry, StoreError
+
+from .attachments import AttachedDocument, read_upload
+from .chat_session import ChatSession
+from .conversation import Turn, model_request, render
+
+# How often the page hears how far reading a document into passages has got.
+PROGRESS_SECONDS = 0.5
+
+
+async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[str, Any], limits: Limits,
+                        user: str | None) -> AsyncIterator[list[dict[str, Any]]]:
+    """Fit the documents of the conversation's last user message to ``model``'s context, showing
+    the Chatbot's messages while documents are read into passages. Where one cannot be (stopped,
+    or past the user's quota), the message's ``error`` says so and no reply is to be written."""
+    keeper, context = session.keeper, model.context_length
+    shown = session.tree.branch()
+    asked = session.tree.messages[shown[-1]] if shown else None
+    if keeper is None or context is None or asked is None or asked.role != "user":
+        return
+    library, owner = keeper.store.library, keeper.owner
+    # Its own documents have their text; those searched again for it (from earlier messages) have none.
+    mine = [document for document in asked.documents if document.text]
+    earlier = _searched_before(session, mine) if asked.content.strip() else []
+    if not mine and not earlier:
+        return
+    generation = {name: value for name, value in settings.items() if name != "chat_model"}
+    counts = await asyncio.to_thread(lambda: [model.count_tokens(document.text) for document in mine])
+    bare = asked.model_copy(update={"documents": []})
+    before = await asyncio.to_thread(_prompt_tokens, model, [*session.turns[:-1], bare], generation)
+    room = Room.of(context, int(generation.get("max_new_tokens") or model.generation_defaults.max_new_tokens), before)
+    whole = room.fits(sum(counts))
+    if whole and not earlier:
+        return
+    session.stop_requested = False
+    entries: dict[str, LibraryEntry] = {}
+    for document in ([] if whole else mine):
+        if document.library_id:  # read into passages for this message before (it is answered again)
+            entries[document.name] = LibraryEntry(document.library_id, document.name, document.summary, 0, 0.0)
+            continue
+        progress = {"done": 0, "total": 0}
+        reading = asyncio.ensure_future(asyncio.to_thread(
+            kept, library, owner, _document(document, limits, user), lambda done, total: progress.update(done=done, total=total),
+            lambda: session.stop_requested or session.left))
+        # A document kept before is found at once, and shows no progress.
+        while not (await asyncio.wait([reading], timeout=PROGRESS_SECONDS))[0]:
+            yield render(session.tree) + [_progress_line(document.name, progress)]
+        try:
+            entries[document.name] = reading.result()
+        except Cancelled:
+            asked.error = f"Stopped while {document.name} was read into passages to search. Send it again to answer from it."
+            return
+        except (StoreError, ChatError) as error:
+            asked.error = f"{document.name} is too long for the model's context, and could not be kept to answer from its passages: {error}"
+            return
+    searched = [*(entries[document.name] for document in mine if document.name in entries), *(entry for entry, _ in earlier)]
+    passages, _ = await asyncio.to_thread(given_passages, library, owner, searched, asked.content, room.budget, model.count_tokens)
+    by_document = {entry.name: [passage for passage in passages if passage.name == entry.name] for entry in searched}
+    number = 1
+    documents = []
+    for document, tokens in zip(mine, counts):
+        entry = entries.get(document.name)
+        if entry is None:
+            documents.append(document)
+            continue
+        given, number = _numbered(by_document[entry.name], number)
+        spent = await asyncio.to_thread(lambda: sum(model.count_tokens(passage.text) for passage in given))
+        documents.append(document.model_copy(update={"library_id": entry.id, "passages": given,
+                                                     "note": choice_note(document.name, tokens, room, given, spent)}))
+    for entry, summary in earlier:
+        given, number = _numbered(by_document[entry.name], number)
+        if given:
+            documents.append(AttachedDocument(name=entry.name, summary=summary, text="", library_id=entry.id, passages=given,
+                                              note=f"{entry.name}: searched again for this message: {len(given)} passage"
+                                                   f"{'s' if len(given) != 1 else ''}"))
+    asked.documents = documents
+
+
+def sources(session: ChatSession, place: int) -> tuple[list[GivenPassage], list[int]]:
+    """The passages the reply at ``place`` cites, of those its question was given, and the numbers
+    it cites that name none."""
+    branch = session.tree.branch(place)
+    reply = session.tree.messages[place]
+    asked = next((session.tree.messages[p] for p in reversed(branch[:-1]) if session.tree.messages[p].role == "user"), None)
+    given = [passage for document in (asked.documents if asked else []) for passage in document.passages]
+    if not given:
+        return [], []
+    return cited(reply.content, given)
+
+
+def _searched_before(session: ChatSession, mine: list[AttachedDocument]) -> list[tuple[LibraryEntry, str]]:
+    """The library documents earlier messages of the branch were answered from, each once, that
+    the last message does not attach itself (``mine``)."""
+    own = {document.library_id for document in mine}
+    found: dict[str, tuple[LibraryEntry, str]] = {}
+    for turn in session.turns[:-1]:
+        for document in turn.documents if turn.role == "user" else []:
+            if document.library_id and document.library_id not in own:
+                found[document.library_id] = (LibraryEntry(document.library_id, document.name, document.summary, 0, 0.0), document.summary)
+    return list(found.values())
+
+
+def _document(attached: AttachedDocument, limits: Limits, user: str | None) -> Document:
+    """The document with its pages, read again from the page's copy while it has one; else its text as one page."""
+    try:
+        return read_upload(attached.path, limits, user) if attached.path else Document(attached.name, "text", (attached.text,))
+    except ChatError:
+        return Document(attached.name, "text", (attached.text,))
+
+
+def _numbered(passages: list[GivenPassage], first: int) -> tuple[list[GivenPassage], int]:
+    numbered = [passage.model_copy(update={"number": first + index}) for index, passage in enumerate(passages)]
+    return numbered, first + len(numbered)
+
+
+def _prompt_tokens(model: ChatModel, turns: list[Turn], generation: dict[str, Any]) -> int:
+    tools, rest = ToolSettings.split(dict(generation))
+    return model.count_prompt_tokens(model_request(turns, running=tuple(tools.tools().values()), **rest))
+
+
+def _progress_line(name: str, progress: dict[str, int]) -> dict[str, Any]:
+    done, total = progress["done"], progress["total"]
+    counted = f": {done:,} of {total:,} passages" if total else ""
+    return {"role": "assistant", "content": f"*{name} is longer than the model's context: reading it into passages to search{counted}…*",
+            "metadata": {"title": "⏳ Reading the document", "status": "pending"}}
