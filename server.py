@@ -59,7 +59,7 @@ def loaded_app(slot, settings: dict[str, Any], args: argparse.Namespace) -> Iter
         load_slot(slot, settings)
     else:
         load_slot(slot, settings)
-        app = api_app(slot, args, server_logins(page_users(args), args))
+        app = api_app(slot, args, server_logins(page_users(args), args), library=chat_store(args).library)
     try:
         yield app
     finally:
@@ -79,7 +79,6 @@ def web_app(slot, args: argparse.Namespace):
 
     from access.session_owners import SessionOwnerCheck, SessionOwners, keep_sessions_to_their_logins, state_dropper
     from api.body_limit import BodyLimit, is_api_path
-    from store import Quota, StoreError, open_store, shown_url
     from webui.file_cache import FileCache
     from webui.layout import PAGE_KWARGS, build_demo
     from webui.python_in_browser import PYODIDE_PREFIX, serve_pyodide
@@ -93,17 +92,13 @@ def web_app(slot, args: argparse.Namespace):
     check_admins(rights, users)
     limits = limits_of(args)
     logins = server_logins(users, args)
+    store = chat_store(args)
     # /v1 first: the page mounted at / takes every path added after it.
-    app = api_app(slot, args, logins, read_by_any_page=(PYODIDE_PREFIX,))
+    app = api_app(slot, args, logins, read_by_any_page=(PYODIDE_PREFIX,), library=store.library)
     serve_pyodide(app)
     uploads = f"{PAGE_PREFIX}/upload"  # each file bounded by --max-upload-size instead
     app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
                        flag="--max-page-request-size", advice="Send a shorter message, or ask the server's operator to raise the limit.")
-    try:
-        store = open_store(args.database_url, Quota.of(limits))
-    except StoreError as error:
-        raise SystemExit(str(error)) from None
-    print(f"Chats kept in {shown_url(args.database_url)}", flush=True)
     # api_open=False: a queued event run directly (POST /gradio_api/run/…) would skip the queue and its limits.
     demo = build_demo(slot, rights, limits, models_dir(args), store, args.context_policy or "compact").queue(max_size=limits.max_queue_size, api_open=False)
     refuse_events_short_of_inputs(demo)
@@ -144,10 +139,23 @@ def load_slot(slot, settings: dict[str, Any]) -> None:
     print(slot.describe(), flush=True)
 
 
-def api_app(slot, args: argparse.Namespace, logins: Logins, read_by_any_page: tuple[str, ...] = ()):
+def chat_store(args: argparse.Namespace):
+    """The chat store --database-url names (the page's chats, and every user's library of long
+    documents), or the exit with what to do where it cannot be opened."""
+    from store import Quota, StoreError, open_store, shown_url
+
+    try:
+        store = open_store(args.database_url, Quota.of(limits_of(args)))
+    except StoreError as error:
+        raise SystemExit(str(error)) from None
+    print(f"Chats and documents kept in {shown_url(args.database_url)}", flush=True)
+    return store
+
+
+def api_app(slot, args: argparse.Namespace, logins: Logins, read_by_any_page: tuple[str, ...] = (), library=None):
     """/v1 over ``slot``, with every request to the app (the page mounted on it later included)
-    checked for who sends it (any page may read under ``read_by_any_page``); says at startup who
-    can reach it."""
+    checked for who sends it (any page may read under ``read_by_any_page``), documents too long
+    for the context kept in ``library``; says at startup who can reach it."""
     from fastapi import FastAPI
 
     from access import AllowedHosts, exposure_warnings, guard
@@ -155,7 +163,7 @@ def api_app(slot, args: argparse.Namespace, logins: Logins, read_by_any_page: tu
     from api.errors import refusal
 
     app = add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args), args.max_request_size, logins,
-                  limits_of(args), args.context_policy)
+                  limits_of(args), args.context_policy, library)
     guard(app, AllowedHosts(args.allowed_hosts or (), bound=args.host), refusal, read_by_any_page)
     for warning in exposure_warnings(args.host, args.port, bool(logins), args.api_key is not None, args.secret_flags):
         print(warning, flush=True)

@@ -11,15 +11,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
-from engines import ChatModel, ChatRequest, PromptRead, QueuePlace, Response
+from engines import ChatModel, ChatRequest, ConfigError, PromptRead, QueuePlace, Response
 from engines.compaction import Compacting, Compaction
 from engines.context_settings import ContextPolicy
 from engines.prompt.document_sandbox import SandboxLimits
 from engines.logprobs import TokenLogprobs
 from engines.prompt.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
 
+from library.citations import cited
+from store import DocumentLibrary, StoreError
+
 from .errors import APIError
+from .long_documents import fitted
 from .event_stream import event_stream, first_of, sse_data
 from .logprobs import chat_logprobs
 from .media import to_engine_input
@@ -31,6 +36,7 @@ from .schemas import (
     Choice,
     ChunkChoice,
     CompactionReport,
+    DocumentReport,
     PromptProgress,
     Delta,
     FunctionCall,
@@ -46,10 +52,13 @@ from .schemas import (
 
 
 def chat_request(body: ChatCompletionRequest, model: ChatModel, local_media_dir: Path | None, user: str,
-                 limits: SandboxLimits, context_policy: ContextPolicy | None = None) -> ChatRequest:
+                 limits: SandboxLimits, context_policy: ContextPolicy | None = None,
+                 library: tuple[DocumentLibrary, str] | None = None) -> tuple[ChatRequest, list[DocumentReport]]:
     """The engine's request for this API request (``user``: whom it counts for in the line;
     ``context_policy``: the server's, for a request that names none); what the server cannot do
-    is refused before any work starts. Slow where documents are read: call it off the event loop."""
+    is refused before any work starts. ``library``: where documents too long for the context are
+    kept, and whose they are; with it, they are answered from their passages (api/long_documents.py),
+    which the reports say. Slow where documents are read: call it off the event loop."""
     refuse_unsupported(body, model)
     engine_input = to_engine_input(body.messages, local_media_dir, limits, user)
     generation = body.generation()
@@ -58,11 +67,23 @@ def chat_request(body: ChatCompletionRequest, model: ChatModel, local_media_dir:
     tool_choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, NamedToolChoice) else body.tool_choice
     if tool_choice not in (None, "auto", "none") and not body.tools:
         raise APIError(400, "tool_choice forces a tool call, but no tools were given: give tools, or leave tool_choice out.", param="tool_choice")
-    return ChatRequest.build(engine_input.messages, tools=tools, media=engine_input.media,
-                             chat_template_kwargs=body.chat_template_kwargs, user=user, response_format=body.response_format,
-                             tool_choice=tool_choice, parallel_tool_calls=body.parallel_tool_calls,
-                             continue_final_message=body.continue_final_message, context_policy=body.context_policy or context_policy,
-                             **generation)
+
+    def build(messages: list[dict[str, Any]]) -> ChatRequest:
+        return ChatRequest.build(messages, tools=tools, media=engine_input.media,
+                                 chat_template_kwargs=body.chat_template_kwargs, user=user, response_format=body.response_format,
+                                 tool_choice=tool_choice, parallel_tool_calls=body.parallel_tool_calls,
+                                 continue_final_message=body.continue_final_message, context_policy=body.context_policy or context_policy,
+                                 **generation)
+
+    request = build(engine_input.messages)
+    if library is None:
+        return request, []
+    store, owner = library
+    try:
+        return fitted(engine_input, request, model, store, owner, build)
+    except (StoreError, ConfigError) as error:
+        raise APIError(400, f"A document is too long for the model's context, and could not be kept to answer from its passages: {error}",
+                       code="document_not_kept") from None
 
 
 def refuse_unsupported(body: ChatCompletionRequest, model: ChatModel) -> None:
@@ -97,7 +118,7 @@ def _kept_calls(body: ChatCompletionRequest, calls: tuple[ParsedToolCall, ...]) 
     return calls[:1] if body.parallel_tool_calls is False else calls
 
 
-async def complete(body: ChatCompletionRequest, model: ChatModel, request: ChatRequest) -> ChatCompletion:
+async def complete(body: ChatCompletionRequest, model: ChatModel, request: ChatRequest, documents: list[DocumentReport] = ()) -> ChatCompletion:
     finished: dict[int, Response] = {}
     compaction = None
     async with contextlib.aclosing(model.astream_replies(request)) as replies:
@@ -113,12 +134,21 @@ async def complete(body: ChatCompletionRequest, model: ChatModel, request: ChatR
         calls = _kept_calls(body, reply.tool_calls)
         choices.append(Choice(
             index=index,
-            message=AssistantMessage(content=reply.content, reasoning_content=reply.reasoning, tool_calls=_tool_calls(calls)),
+            message=AssistantMessage(content=reply.content, reasoning_content=reply.reasoning, tool_calls=_tool_calls(calls),
+                                     **_citations(reply.content, documents)),
             finish_reason="tool_calls" if calls else response.finish_reason,
             logprobs=chat_logprobs(response.logprobs),
         ))
     return ChatCompletion(id=completion_id(), created=now(), model=model.model_id, choices=choices, usage=_usage(responses),
-                          compaction=compaction)
+                          compaction=compaction, documents=list(documents) or None)
+
+
+def _citations(content: str, documents: list[DocumentReport]) -> dict[str, Any]:
+    """A reply's citations of the passages given, where the request's documents were answered from passages."""
+    if not documents:
+        return {}
+    sources, unknown = cited(content, [passage for document in documents for passage in document.passages])
+    return {"citations": sources, "unknown_citations": unknown or None}
 
 
 def _usage(responses: list[Response]) -> Usage:
@@ -130,15 +160,17 @@ def _usage(responses: list[Response]) -> Usage:
 # ---- streaming
 
 
-async def start_stream(body: ChatCompletionRequest, model: ChatModel, request: ChatRequest) -> AsyncIterator[str]:
+async def start_stream(body: ChatCompletionRequest, model: ChatModel, request: ChatRequest,
+                       documents: list[DocumentReport] = ()) -> AsyncIterator[str]:
     """The SSE body, once the first reply item has come (see api/event_stream.py); the replies
-    take their places in line together, so a refusal is of them all."""
+    take their places in line together, so a refusal is of them all. ``documents``: said in the
+    first chunk, and the replies' citations in their last."""
     replies = model.astream_replies(request, progress=wants_progress(body))
-    return _sse(body, model.model_id, replies, await first_of(replies))
+    return _sse(body, model.model_id, replies, await first_of(replies), list(documents))
 
 
 def _sse(body: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tuple[int, ReplyChunk | TokenLogprobs | Response]],
-         first: tuple[int, ReplyChunk | TokenLogprobs | Response]) -> AsyncIterator[str]:
+         first: tuple[int, ReplyChunk | TokenLogprobs | Response], documents: list[DocumentReport]) -> AsyncIterator[str]:
     chunk_id, created = completion_id(), now()
     # Each reply's token logprobs not sent yet: they go with the reply's next chunk.
     unsent: dict[int, list[TokenLogprobs]] = {}
@@ -175,10 +207,11 @@ def _sse(body: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tupl
                 ]
                 yield chunk(index, Delta(tool_calls=deltas))
             finished.append(item)
-            yield chunk(index, Delta(), "tool_calls" if calls else item.finish_reason)
+            yield chunk(index, Delta(**_citations(item.parts.content, documents)), "tool_calls" if calls else item.finish_reason)
             if len(finished) == body.n and body.stream_options and body.stream_options.include_usage:
                 usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=_usage(finished))
                 yield sse_data(usage.model_dump(exclude_none=True))
 
-    opening = (chunk(index, Delta(role="assistant", content="")) for index in range(body.n))
+    said = [sse_data(ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], documents=documents).model_dump(exclude_none=True))]
+    opening = (*(said if documents else ()), *(chunk(index, Delta(role="assistant", content="")) for index in range(body.n)))
     return event_stream(replies, first, opening, events, lambda: len(finished) == body.n)

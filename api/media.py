@@ -22,6 +22,7 @@ from typing import Any
 
 from engines import MediaError
 from engines.prompt.document_sandbox import SandboxLimits, read_bounded
+from engines.prompt.documents import Document
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, MediaKind
 
 from .errors import APIError
@@ -30,20 +31,30 @@ from .schemas import AudioURLPart, FilePart, ImagePart, InputAudioPart, Message,
 SEND_AS_DATA_URL = "Send the file inline as a data: URL, like data:image/png;base64,<base64 of the file>."
 
 
+@dataclass(frozen=True)
+class SentDocument:
+    """A document of a ``file`` part: read, and its text (``text``) in message ``message``."""
+
+    message: int
+    document: Document
+    text: str
+
+
 @dataclass
 class EngineInput:
     """The messages as the engine reads them (text, with a placeholder where each file goes),
-    and those files by kind."""
+    those files by kind, and the documents whose text the messages hold."""
 
     messages: list[dict[str, Any]]
     media: dict[MediaKind, list[Any]] = field(default_factory=lambda: {kind: [] for kind in MEDIA_KINDS})
+    documents: list[SentDocument] = field(default_factory=list)
 
 
 def to_engine_input(messages: list[Message], local_media_dir: Path | None, limits: SandboxLimits, user: str | None = None) -> EngineInput:
     """Slow where documents are read: call it off the event loop. ``user``: whose documents they are (read one at a time)."""
     result = EngineInput(messages=[])
     for index, message in enumerate(messages):
-        content = _content_text(message.content, result, f"messages[{index}].content", local_media_dir, limits, user)
+        content = _content_text(message.content, result, index, local_media_dir, limits, user)
         converted: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role, "content": content}
         if message.tool_calls:
             converted["tool_calls"] = [_template_tool_call(call, f"messages[{index}].tool_calls[{i}]") for i, call in enumerate(message.tool_calls)]
@@ -55,10 +66,11 @@ def to_engine_input(messages: list[Message], local_media_dir: Path | None, limit
     return result
 
 
-def _content_text(content: str | list | None, result: EngineInput, param: str, local_media_dir: Path | None,
+def _content_text(content: str | list | None, result: EngineInput, message: int, local_media_dir: Path | None,
                   limits: SandboxLimits, user: str | None) -> str:
     if content is None or isinstance(content, str):
         return content or ""
+    param = f"messages[{message}].content"
     text = ""
     previous_was_text = False
     for index, part in enumerate(content):
@@ -66,7 +78,9 @@ def _content_text(content: str | list | None, result: EngineInput, param: str, l
         if isinstance(part, TextPart):
             text += ("\n" if previous_was_text else "") + part.text
         elif isinstance(part, FilePart):
-            text += ("\n" if previous_was_text else "") + _document_text(part, where, limits, user)
+            document = _document(part, where, limits, user)
+            result.documents.append(SentDocument(message, document, document.for_model()))
+            text += ("\n" if previous_was_text else "") + result.documents[-1].text
             previous_was_text = True
             continue
         elif isinstance(part, ImagePart):
@@ -85,7 +99,7 @@ def _content_text(content: str | list | None, result: EngineInput, param: str, l
     return text
 
 
-def _document_text(part: FilePart, param: str, limits: SandboxLimits, user: str | None) -> str:
+def _document(part: FilePart, param: str, limits: SandboxLimits, user: str | None) -> Document:
     if part.file.file_data is None:
         reason = "file_id names a file uploaded to OpenAI's Files API, which this server does not have" if part.file.file_id else "it has no file_data"
         raise APIError(400, f"{param}.file: {reason}. Send the file itself in file_data, as a data: URL "
@@ -95,7 +109,7 @@ def _document_text(part: FilePart, param: str, limits: SandboxLimits, user: str 
     mime = part.file.file_data[len("data:"):].partition(";")[0].partition(",")[0] if data_url else ""
     name = os.path.basename(part.file.filename or "") or "document" + (mimetypes.guess_extension(mime) or ".txt")
     try:
-        return read_bounded(data, name, limits, user).for_model()
+        return read_bounded(data, name, limits, user)
     except MediaError as error:
         raise APIError(400, f"{param}: {error}", param=param, code="invalid_document") from None
 

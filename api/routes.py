@@ -13,6 +13,7 @@ from fastapi.responses import Response, StreamingResponse
 from engines import ChatModel, ModelSlot, line_user
 from engines.context_settings import ContextPolicy
 from limits import Limits
+from store import DocumentLibrary
 
 from . import completions, text_completions
 from .errors import API_PREFIX, APIError
@@ -56,11 +57,13 @@ async def _disconnected(http: Request) -> None:
 
 
 def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: Limits = Limits(),
-                  context_policy: ContextPolicy | None = None) -> APIRouter:
+                  context_policy: ContextPolicy | None = None, library: DocumentLibrary | None = None) -> APIRouter:
     """``local_media_dir``: the folder whose files content parts may name (none: no local files);
     ``limits``: what a document sent in a ``file`` part may take, and how many models one user's
     requests may load; ``context_policy``: for a chat request that names none (none: refused where
-    too long, as OpenAI's API does). Who may send requests is checked before they get here (ApiAccessCheck)."""
+    too long, as OpenAI's API does); ``library``: where documents too long for the context are kept
+    to answer from their passages (none: such a request is refused as too long). Who may send
+    requests is checked before they get here (ApiAccessCheck)."""
     router = APIRouter(prefix=API_PREFIX)
     loads = LoadsPerUser(limits.max_model_loads_per_user)
 
@@ -92,11 +95,12 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
     @router.post("/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
         model = await serving(body.model, http)
-        chat = await asyncio.to_thread(completions.chat_request, body, model, local_media_dir, requester(http), limits,
-                                       context_policy)
+        kept = (library, library_owner(http)) if library is not None else None
+        chat, documents = await asyncio.to_thread(completions.chat_request, body, model, local_media_dir, requester(http), limits,
+                                                  context_policy, kept)
         if not body.stream:
-            return await while_connected(http, completions.complete(body, model, chat))
-        stream = await while_connected(http, completions.start_stream(body, model, chat))
+            return await while_connected(http, completions.complete(body, model, chat, documents))
+        stream = await while_connected(http, completions.start_stream(body, model, chat, documents))
         return _event_stream(stream)
 
     @router.post("/completions", response_model=None)
@@ -120,7 +124,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
     @router.post("/tokenize")
     async def tokenize(body: TokenizeRequest, http: Request) -> TokenizeResponse:
         model = await serving(body.model, http)
-        chat = await asyncio.to_thread(completions.chat_request, body.as_chat(), model, local_media_dir, requester(http), limits)
+        chat, _ = await asyncio.to_thread(completions.chat_request, body.as_chat(), model, local_media_dir, requester(http), limits)
         return TokenizeResponse(count=await asyncio.to_thread(model.count_prompt_tokens, chat), max_model_len=model.context_length)
 
     @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
@@ -134,6 +138,13 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         )
 
     return router
+
+
+def library_owner(http: Request) -> str:
+    """Whose library a request's documents go into: its login's, the same as that user's in the
+    page; else its client address's."""
+    login = getattr(http.state, "user", None)
+    return f"login:{login}" if login else f"api:{http.client.host if http.client else 'unknown'}"
 
 
 def modalities(reads: tuple[str, ...] | None) -> list[str] | None:

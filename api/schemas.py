@@ -26,6 +26,7 @@ from engines.generation_args import REASONING_EFFORTS, GenerationArgs
 from engines.logprobs import MAX_TOP_LOGPROBS
 from engines.prompt_progress import PromptRead
 from engines.settings import field_range
+from library.fitting import GivenPassage
 
 from .logprobs import ChatLogprobs
 
@@ -300,10 +301,29 @@ class Usage(BaseModel):
 
 
 class AssistantMessage(BaseModel):
+    """``citations``, ``unknown_citations``: this server's extension, where the request's
+    documents were answered from passages (``documents``): the passages the reply cites as [n],
+    and the numbers it cites that name none given."""
+
     role: Literal["assistant"] = "assistant"
     content: str | None
     reasoning_content: str | None = None
     tool_calls: list[ToolCall] | None = None
+    citations: list[GivenPassage] | None = None
+    unknown_citations: list[int] | None = None
+
+
+class DocumentReport(BaseModel):
+    """This server's extension: a document of the request too long for what was left of the
+    model's context (``tokens`` > ``tokens_left``), answered from ``passages`` of it
+    (``passage_tokens`` in all), numbered as the model read them; ``note`` says it in a line."""
+
+    name: str
+    tokens: int
+    tokens_left: int
+    passage_tokens: int
+    note: str
+    passages: list[GivenPassage]
 
 
 class Choice(BaseModel):
@@ -352,6 +372,7 @@ class ChatCompletion(BaseModel):
     choices: list[Choice]
     usage: Usage
     compaction: CompactionReport | None = None
+    documents: list[DocumentReport] | None = None
 
 
 class FunctionCallDelta(BaseModel):
@@ -371,6 +392,8 @@ class Delta(BaseModel):
     content: str | None = None
     reasoning_content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
+    citations: list[GivenPassage] | None = None
+    unknown_citations: list[int] | None = None
 
 
 class ChunkChoice(BaseModel):
@@ -389,6 +412,7 @@ class ChatCompletionChunk(BaseModel):
     usage: Usage | None = None
     prompt_progress: PromptProgress | None = None
     compaction: CompactionReport | None = None
+    documents: list[DocumentReport] | None = None
 
 
 class ModelCard(BaseModel):

@@ -90,6 +90,18 @@ def given_passages(library: DocumentLibrary, owner: str, documents: Sequence[Lib
     return given, spent
 
 
+def numbered_by_document(passages: Sequence[GivenPassage], names: Sequence[str], first: int = 1) -> dict[str, list[GivenPassage]]:
+    """The passages grouped by document, in the order of ``names`` (best first within each), and
+    numbered again from ``first`` in that order: the model reads them so, [1] first."""
+    grouped: dict[str, list[GivenPassage]] = {}
+    number = first
+    for name in dict.fromkeys(names):
+        grouped[name] = [passage.model_copy(update={"number": number + index})
+                         for index, passage in enumerate(passage for passage in passages if passage.name == name)]
+        number += len(grouped[name])
+    return grouped
+
+
 def passages_for_model(name: str, passages: Sequence[GivenPassage]) -> str:
     """The passages of one document as the model reads them, framed as a document is (so that
     compaction cuts them to a note like one)."""
@@ -99,8 +111,10 @@ def passages_for_model(name: str, passages: Sequence[GivenPassage]) -> str:
     return f"--- {frame} ---\n{body}\n--- end of {frame} ---\n{CITE}"
 
 
-def choice_note(name: str, tokens: int, room: Room, passages: Sequence[GivenPassage], passage_tokens: int) -> str:
-    """What the page and the API say of the choice for one document."""
+def choice_note(name: str, tokens: int, together: int, room: Room, passages: Sequence[GivenPassage], passage_tokens: int) -> str:
+    """What the page and the API say of the choice for one document of ``tokens``, sent with
+    others of ``together`` tokens in all (itself included)."""
     count = len(passages)
-    return (f"{name}: {tokens:,} tokens > {room.left:,} left in the context: answered from {count} passage{'s' if count != 1 else ''}, "
+    size = f"{tokens:,} tokens" if together == tokens else f"{tokens:,} tokens ({together:,} with the other documents)"
+    return (f"{name}: {size} > {room.left:,} left in the context: answered from {count} passage{'s' if count != 1 else ''}, "
             f"{passage_tokens:,} tokens")

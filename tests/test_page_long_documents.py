@@ -64,11 +64,12 @@ async def test_a_message_with_documents_past_the_context_is_answered_from_their_
     asked, reply = session.turns
     assert asked.error is None and reply.content and len(store.library.documents("login:ada")) == 2
     manual, handbook = asked.documents
+    together = sum(slot.model.count_tokens(document.text) for document in asked.documents)
     for document in (manual, handbook):
         tokens = slot.model.count_tokens(document.text)
         assert document.library_id and document.text  # kept whole in the chat, answered from passages
-        assert re.fullmatch(rf"{re.escape(document.name)}: {tokens:,} tokens > [\d,]+ left in the context: answered from "
-                            rf"{len(document.passages)} passages?, [\d,]+ tokens", document.note), document.note
+        assert re.fullmatch(rf"{re.escape(document.name)}: {tokens:,} tokens \({together:,} with the other documents\) > [\d,]+ left in "
+                            rf"the context: answered from {len(document.passages)} passages?, [\d,]+ tokens", document.note), document.note
     given = manual.passages + handbook.passages
     assert [passage.number for passage in given] == list(range(1, len(given) + 1))
     assert any(vacation.answer in passage.text for passage in handbook.passages)

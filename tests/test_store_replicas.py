@@ -43,7 +43,7 @@ def chats(tab):
 def test_two_app_processes_over_one_postgresql_serve_the_same_users_chats(replicas):
     one, two = (PageClient(app.url, "alice", PASSWORD) for app in replicas)
     try:
-        assert "Chats kept in postgresql+psycopg://anychat@127.0.0.1" in replicas[0].log()
+        assert "Chats and documents kept in postgresql+psycopg://anychat@127.0.0.1" in replicas[0].log()
         first = opened(one)
         assert error(one.chat("Say apple.")) is None
         opened(two)

@@ -17,7 +17,7 @@ from engines.prompt.documents import Document
 from engines.tools import ToolSettings
 from library.citations import cited
 from library.embedder import Cancelled
-from library.fitting import GivenPassage, Room, choice_note, given_passages
+from library.fitting import GivenPassage, Room, choice_note, given_passages, numbered_by_document
 from library.retrieval import kept
 from limits import Limits
 from store import LibraryEntry, StoreError
@@ -77,20 +77,19 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
             return
     searched = [*(entries[document.name] for document in mine if document.name in entries), *(entry for entry, _ in earlier)]
     passages, _ = await asyncio.to_thread(given_passages, library, owner, searched, asked.content, room.budget, model.count_tokens)
-    by_document = {entry.name: [passage for passage in passages if passage.name == entry.name] for entry in searched}
-    number = 1
+    by_document = numbered_by_document(passages, [entry.name for entry in searched])
     documents = []
     for document, tokens in zip(mine, counts):
         entry = entries.get(document.name)
         if entry is None:
             documents.append(document)
             continue
-        given, number = _numbered(by_document[entry.name], number)
+        given = by_document[entry.name]
         spent = await asyncio.to_thread(lambda: sum(model.count_tokens(passage.text) for passage in given))
         documents.append(document.model_copy(update={"library_id": entry.id, "passages": given,
-                                                     "note": choice_note(document.name, tokens, room, given, spent)}))
+                                                     "note": choice_note(document.name, tokens, sum(counts), room, given, spent)}))
     for entry, summary in earlier:
-        given, number = _numbered(by_document[entry.name], number)
+        given = by_document[entry.name]
         if given:
             documents.append(AttachedDocument(name=entry.name, summary=summary, text="", library_id=entry.id, passages=given,
                                               note=f"{entry.name}: searched again for this message: {len(given)} passage"
@@ -128,11 +127,6 @@ def _document(attached: AttachedDocument, limits: Limits, user: str | None) -> D
         return read_upload(attached.path, limits, user) if attached.path else Document(attached.name, "text", (attached.text,))
     except ChatError:
         return Document(attached.name, "text", (attached.text,))
-
-
-def _numbered(passages: list[GivenPassage], first: int) -> tuple[list[GivenPassage], int]:
-    numbered = [passage.model_copy(update={"number": first + index}) for index, passage in enumerate(passages)]
-    return numbered, first + len(numbered)
 
 
 def _prompt_tokens(model: ChatModel, turns: list[Turn], generation: dict[str, Any]) -> int:

@@ -1,0 +1,84 @@
+"""Documents past the model's context through the API, with the official `openai` client against a
+real server on the default model: answered from their passages, the choice in the response's
+``documents`` extension, each reply's citations read back to them, streamed and not; kept in the
+library of the client, once."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import httpx
+import openai
+import pytest
+from fastapi import FastAPI
+
+from api import add_api
+from harness.document_corpus import FACTS, corpus
+from harness.running_server import running_server
+from store import open_store
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def served(slot, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("library")
+    store = open_store(f"sqlite:///{folder / 'chats.db'}", data=folder)
+    try:
+        with running_server(add_api(FastAPI(), slot, library=store.library)) as url:
+            yield url, store
+    finally:
+        store.close()
+
+
+def file_part(name: str) -> dict:
+    data = base64.b64encode(corpus()[name]).decode()
+    return {"type": "file", "file": {"file_data": f"data:application/octet-stream;base64,{data}", "filename": name}}
+
+
+def test_a_document_past_the_context_is_answered_from_passages_said_in_the_response(served, slot):
+    url, store = served
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+    fact = next(fact for fact in FACTS if fact.name == "pump_manual.md" and "warranty" in fact.question)
+    messages = [{"role": "user", "content": [file_part("pump_manual.md"), file_part("handbook.pdf"), {"type": "text", "text": fact.question}]}]
+    answer = client.chat.completions.create(model=slot.model.model_id, messages=messages, temperature=0, max_tokens=6)
+    extra = answer.model_extra
+    manual, handbook = extra["documents"]
+    together = manual["tokens"] + handbook["tokens"]
+    for report, name in ((manual, "pump_manual.md"), (handbook, "handbook.pdf")):
+        assert report["name"] == name and together > report["tokens_left"]
+        assert report["note"] == (f"{name}: {report['tokens']:,} tokens ({together:,} with the other documents) > {report['tokens_left']:,} "
+                                  "left in the context: answered from "
+                                  f"{len(report['passages'])} passage{'s' if len(report['passages']) != 1 else ''}, "
+                                  f"{report['passage_tokens']:,} tokens")
+    given = manual["passages"] + handbook["passages"]
+    assert [passage["number"] for passage in given] == list(range(1, len(given) + 1))
+    assert any(fact.answer in passage["text"] for passage in manual["passages"])
+    assert answer.usage.prompt_tokens < slot.model.context_length
+    # Every citation the reply makes is a passage given, by its number; the rest are said apart.
+    message = answer.choices[0].message.model_extra
+    numbers = [passage["number"] for passage in message["citations"]]
+    assert set(numbers) <= {passage["number"] for passage in given} and not set(numbers) & set(message.get("unknown_citations") or [])
+    assert [library.name for library in store.library.documents("api:127.0.0.1")] == ["handbook.pdf", "pump_manual.md"]
+
+    # Streamed: the documents first, then the reply, its citations with its end. The same files are not embedded again.
+    with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=600, json={
+            "model": slot.model.model_id, "messages": messages, "temperature": 0, "max_tokens": 6, "stream": True}) as response:
+        events = [json.loads(line[len("data: "):]) for line in response.iter_lines() if line.startswith("data: {")]
+    # (A stream's chunks leave out what is null, as OpenAI's do: a text file's passages have no page.)
+    assert events[0]["documents"] == [{**report, "passages": [{name: value for name, value in passage.items() if value is not None}
+                                                              for passage in report["passages"]]} for report in extra["documents"]]
+    last = next(event for event in reversed(events) if event.get("choices") and event["choices"][0].get("finish_reason"))
+    assert "citations" in last["choices"][0]["delta"]
+    assert len(store.library.documents("api:127.0.0.1")) == 2
+
+
+def test_documents_that_fit_go_whole_and_say_nothing(served, slot):
+    url, _ = served
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+    small = base64.b64encode(b"The gate code is 4471.").decode()
+    answer = client.chat.completions.create(model=slot.model.model_id, max_tokens=4, messages=[{"role": "user", "content": [
+        {"type": "file", "file": {"file_data": f"data:text/plain;base64,{small}", "filename": "gate.txt"}},
+        {"type": "text", "text": "What is the gate code?"}]}])
+    assert answer.model_extra["documents"] is None and answer.choices[0].message.model_extra["citations"] is None
