@@ -11,11 +11,13 @@ import pytest
 import soundfile
 from playwright.sync_api import expect
 
+from harness.document_corpus import FACTS, corpus
 from harness.document_samples import encrypted_pdf_bytes, pdf_bytes
 from harness.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     bot_messages,
+    import_conversation,
     load_model,
     open_chat,
     open_tab,
@@ -26,6 +28,11 @@ from harness.browser import (
     wait_until_answered,
 )
 from harness.tiny_models import build_qwen2_audio
+from library.fitting import GivenPassage
+from store import MessageTree
+from webui.attachments import AttachedDocument
+from webui.conversation import Turn
+from webui.conversation_file import write_conversation
 from webui.long_paste import LONG_PASTE_CHARACTERS
 from webui.read_aloud import READ, STOP
 
@@ -165,3 +172,42 @@ def test_the_microphone_records_and_the_recording_reaches_an_audio_model(app, br
         # model's 4 tokens for a recording whose length varies may all be special tokens.
         expect(page.locator("#chatbot .reply-stats")).to_have_count(1)
         expect(page.locator("#chatbot")).not_to_contain_text("could not answer")
+
+
+def test_documents_past_the_context_are_answered_from_passages_whose_citations_open(page, chat_model, tmp_path):
+    greedy(page, 8)
+    files = []
+    for name in ("pump_manual.md", "handbook.pdf"):
+        files.append(tmp_path / name)
+        files[-1].write_bytes(corpus()[name])
+    page.locator(FILE_INPUT).set_input_files([str(path) for path in files])
+    expect(page.locator(NOTE)).to_contain_text("they will be read into passages, and the passages your message is most about sent in their place")
+    vacation = next(fact for fact in FACTS if fact.question.startswith("How many vacation days"))
+    before = send(page, vacation.question)
+    # Reading them into passages shows its progress, then the reply comes.
+    expect(page.locator("#chatbot").get_by_text("⏳ Reading the document")).to_be_visible(timeout=60_000)
+    page.wait_for_function(f"window.replies > {before}", timeout=120_000)
+    expect(page.locator("#stop-btn")).to_be_hidden(timeout=120_000)
+    chips = user_messages(page).locator("details.document-chip")
+    expect(chips).to_have_count(2)
+    expect(chips.last.locator("summary")).to_contain_text(re.compile(r"📄 handbook\.pdf · PDF, 60 pages · .* left in the context: "
+                                                                     r"answered from \d+ passages?, [\d,]+ tokens"))
+    chips.last.locator("summary").click()
+    expect(chips.last.locator("pre")).to_contain_text(re.compile(r"\[\d+\] \(handbook\.pdf, page \d+ · "))
+    expect(chips.last.locator("pre")).to_contain_text(vacation.answer)
+
+    # A reply that cites [1]: its sources open to the passage, where it is.
+    given = GivenPassage(number=1, name="handbook.pdf", page=8, heading="8. Leave", text=vacation.sentence)
+    conversation = tmp_path / "cited.json"
+    write_conversation(str(conversation), MessageTree.line([
+        Turn(role="user", content=vacation.question, documents=[AttachedDocument(name="handbook.pdf", summary="PDF, 60 pages", text="(the handbook)",
+                                                                                   passages=[given], note="handbook.pdf: answered from 1 passage")]),
+        Turn(role="assistant", content=f"{vacation.answer} [1].")]), "", 10**6)
+    import_conversation(page, conversation)
+    sources = page.locator("#chatbot").get_by_text("📚 Sources [1]")
+    expect(sources).to_be_visible()
+    passage = page.locator("#chatbot").get_by_text(vacation.sentence, exact=True)
+    expect(passage).to_be_hidden()
+    sources.click()
+    expect(passage).to_be_visible()
+    expect(page.locator("#chatbot").get_by_text("[1] handbook.pdf, page 8 · 8. Leave")).to_be_visible()

@@ -18,6 +18,7 @@ from engines.context_settings import ContextPolicy
 from engines.reply_format import ReplyFormatChoice
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest, parse_tools
 from engines.tools import Tool
+from library.citations import cited
 from library.fitting import GivenPassage
 from store import MessageTree
 
@@ -88,9 +89,7 @@ class Turn(BaseModel):
     that the server no longer has (shown as missing, not sent). ``writing``,
     ``tool_text``, ``waiting`` (how many requests must finish before this reply starts) and
     ``asking`` (the calls that wait for the user's say: webui/tool_approval.py) and ``compacting``
-    (the conversation is being made smaller to fit) exist only while the reply streams. ``sources``:
-    the passages of long documents a finished reply cites, and ``unknown_citations`` the numbers it
-    cites that name none given (webui/long_documents.py). ``summary``: the turn is a summary of earlier messages (SummaryNote). Where it stands among the chat's messages (what it follows, its
+    (the conversation is being made smaller to fit) exist only while the reply streams. ``summary``: the turn is a summary of earlier messages (SummaryNote). Where it stands among the chat's messages (what it follows, its
     versions) is its place in the session's MessageTree (webui/chat_session.py)."""
 
     role: Literal["user", "assistant"]
@@ -106,8 +105,6 @@ class Turn(BaseModel):
     stopped: bool = False
     stats: ReplyStats | None = None
     summary: SummaryNote | None = None
-    sources: list[GivenPassage] = []
-    unknown_citations: list[int] = []
     writing: bool = Field(False, exclude=True)
     tool_text: str = Field("", exclude=True)
     waiting: int | None = Field(None, exclude=True)
@@ -204,12 +201,21 @@ def offered_tools(declared: str | None, running: tuple[Tool, ...]) -> list[dict[
 
 def render_turn(tree: MessageTree[Turn], place: int) -> list[dict[str, Any]]:
     """The Chatbot messages for the turn at ``place``: thinking and tool calls as collapsible
-    blocks, and under a message that has other versions, which one it is."""
+    blocks, the passages a reply cites, and under a message that has other versions, which one it is."""
     line = version_line(place, tree.versions(place))
-    return _messages(tree.messages[place]) + ([line] if line else [])
+    return _messages(tree.messages[place], given_passages(tree, place)) + ([line] if line else [])
 
 
-def _messages(turn: Turn) -> list[dict[str, Any]]:
+def given_passages(tree: MessageTree[Turn], place: int) -> list[GivenPassage]:
+    """The passages of long documents the model was given with the message that the reply at
+    ``place`` answers (none for a user message): what its citations name."""
+    if tree.messages[place].role != "assistant":
+        return []
+    asked = next((tree.messages[p] for p in reversed(tree.branch(place)[:-1]) if tree.messages[p].role == "user"), None)
+    return [passage for document in (asked.documents if asked else []) for passage in document.passages]
+
+
+def _messages(turn: Turn, given: list[GivenPassage] = ()) -> list[dict[str, Any]]:
     if turn.role == "user":
         content: list[Any] = [{"path": path} for path in turn.files] + [chip(document) for document in turn.documents]
         if turn.content:
@@ -254,8 +260,9 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
                       "metadata": {"title": "⚙ Tool call", "status": "pending"}})
     if turn.writing:  # a continued reply's earlier stats cover less than it will hold
         return shown
-    if turn.sources or turn.unknown_citations:
-        shown.append(_sources_block(turn))
+    sources, unknown = cited(turn.content, given) if given else ([], [])
+    if sources or unknown:
+        shown.append(_sources_block(sources, unknown))
     if turn.stats:
         shown.append({"role": "assistant", "content": f'<span class="reply-stats">{turn.stats.line()}</span>'})
     elif turn.stopped:  # cut short by an error, or stopped in a file exported before replies had stats
@@ -263,16 +270,16 @@ def _messages(turn: Turn) -> list[dict[str, Any]]:
     return shown
 
 
-def _sources_block(turn: Turn) -> dict[str, Any]:
-    """The passages the reply cites, collapsed under their labels: opening it shows each one as the
-    model read it. Numbers it cites that name no passage given are said, not linked."""
-    cited = " ".join(f"[{passage.number}]" for passage in turn.sources)
-    parts = [f"**[{passage.number}] {inert(passage.label())}**\n\n{inert(passage.text)}" for passage in turn.sources]
-    if turn.unknown_citations:
-        numbers = ", ".join(f"[{number}]" for number in turn.unknown_citations)
-        parts.append(f"*{numbers}: the model was given no passage of that number; what it says there has no source.*")
-    title = f"📚 Sources {cited}" if cited else "📚 Sources"
-    return {"role": "assistant", "content": "\n\n".join(parts), "metadata": {"title": title}}
+def _sources_block(sources: list[GivenPassage], unknown: list[int]) -> dict[str, Any]:
+    """The passages a reply cites, collapsed under their numbers: opening it shows each one as the
+    model read it, where it is. Numbers it cites that name no passage given are said, not linked."""
+    numbers = " ".join(f"[{passage.number}]" for passage in sources)
+    parts = [f"**[{passage.number}] {inert(passage.label())}**\n\n{inert(passage.text)}" for passage in sources]
+    if unknown:
+        named = ", ".join(f"[{number}]" for number in unknown)
+        parts.append(f"*{named}: the model was given no passage of that number; what it says there has no source.*")
+    title = f"📚 Sources {numbers}" if numbers else "📚 Sources"
+    return {"role": "assistant", "content": "\n\n".join(parts), "metadata": {"title": title, "status": "done"}}
 
 
 def _summary_block(turn: Turn) -> dict[str, Any]:

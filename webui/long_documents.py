@@ -4,7 +4,7 @@ passages and kept in the user's library (with progress shown, and Stop stops it)
 passages the message is most about go to the model in their place; documents answered so from
 earlier messages of the chat are searched again for each new question. The note on each
 document's chip says the choice in numbers; the reply's citations open the passages
-(``sources``)."""
+(webui/conversation.py, given_passages)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from typing import Any
 from engines import ChatError, ChatModel
 from engines.prompt.documents import Document
 from engines.tools import ToolSettings
-from library.citations import cited
 from library.embedder import Cancelled
-from library.fitting import GivenPassage, Room, choice_note, given_passages, numbered_by_document
+from library.fitting import Room, choice_note, given_passages, numbered_by_document
 from library.retrieval import kept
 from limits import Limits
 from store import LibraryEntry, StoreError
@@ -95,18 +94,6 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
                                               note=f"{entry.name}: searched again for this message: {len(given)} passage"
                                                    f"{'s' if len(given) != 1 else ''}"))
     asked.documents = documents
-
-
-def sources(session: ChatSession, place: int) -> tuple[list[GivenPassage], list[int]]:
-    """The passages the reply at ``place`` cites, of those its question was given, and the numbers
-    it cites that name none."""
-    branch = session.tree.branch(place)
-    reply = session.tree.messages[place]
-    asked = next((session.tree.messages[p] for p in reversed(branch[:-1]) if session.tree.messages[p].role == "user"), None)
-    given = [passage for document in (asked.documents if asked else []) for passage in document.passages]
-    if not given:
-        return [], []
-    return cited(reply.content, given)
 
 
 def _searched_before(session: ChatSession, mine: list[AttachedDocument]) -> list[tuple[LibraryEntry, str]]:

@@ -25,7 +25,6 @@ from engines.tools import ApprovalAsked, StepLimitReached, ToolResult, ToolSetti
 
 from .chat_keeper import SAVE_INTERVAL
 from .chat_session import ChatSession, kept, save
-from .long_documents import sources
 from .conversation import SavedToolCall, SummaryNote, ToolStep, Turn, copied, kept_media, model_request, render, render_turn, turn_messages
 from .reply_stats import ReplyClock
 from .python_in_browser import browser_python
@@ -142,7 +141,6 @@ class PageReply:
         """The model has finished, or the user stopped it: the turn gets its stats line."""
         self.turn.stopped = self.session.stop_requested
         self.turn.stats = clock.stats(self.new_text()).after(self.earlier.stats)
-        self.turn.sources, self.turn.unknown_citations = sources(self.session, self.place)
 
     def fail(self, error: ChatError) -> None:
         """The model could not answer, or stopped answering: a reply cut short keeps what it
