@@ -122,17 +122,23 @@ def manual_text(count: int = 70) -> str:
     return "\n\n".join(f"## {heading}\n\n{body}" for heading, body in sections("pump_manual.md", count))
 
 
-def handbook_pdf(count: int = 60) -> bytes:
-    """One section a page, its body in lines of a printed page's width."""
+def handbook_pdf(count: int = 60, per_page: int = 1) -> bytes:
+    """``per_page`` sections a page (one: a short page; four fill a printed page, some 2,500
+    characters), their bodies in lines of a printed page's width."""
     pages = []
-    for heading, body in sections("handbook.pdf", count):
-        lines, line = [heading], ""
-        for word in body.split():
-            if len(line) + len(word) > 90:
-                lines.append(line)
-                line = ""
-            line = f"{line} {word}".strip()
-        pages.append("\n".join([*lines, line]))
+    written = sections("handbook.pdf", count)
+    for start in range(0, count, per_page):
+        lines = []
+        for heading, body in written[start:start + per_page]:
+            lines.append(heading)
+            line = ""
+            for word in body.split():
+                if len(line) + len(word) > 90:
+                    lines.append(line)
+                    line = ""
+                line = f"{line} {word}".strip()
+            lines.append(line)
+        pages.append("\n".join(lines))
     return pdf_bytes(pages)
 
 

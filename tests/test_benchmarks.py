@@ -48,6 +48,7 @@ SMOKE_RUNS = [
     pytest.param("store.py", ["--tokens", "4", "--rounds", "1", "--messages", "10"], ["way", "database"], id="store"),
     pytest.param("start.py", ["--rounds", "1"], ["way"], id="start", marks=NEEDS_LLAMACPP),
     pytest.param("model_switch.py", ["--rounds", "1", "--tokens", "4"], ["way"], id="model_switch", marks=NEEDS_LLAMACPP),
+    pytest.param("library.py", ["--pages", "4", "--rounds", "1"], ["database", "ranking"], id="library"),
     pytest.param("pdf_page_count.py", ["--pages", "50", "--rounds", "1"], ["way"], id="pdf_page_count"),
     pytest.param("soak.py", ["--page-cycles", "1", "--api-disconnects", "1", "--lifetime-cycles", "1", "--cancel-backends", "huggingface",
                              "--lifetime-backends", "huggingface", "--no-kill"], ["figure"], id="soak"),
