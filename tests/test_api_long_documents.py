@@ -14,6 +14,7 @@ import pytest
 from fastapi import FastAPI
 
 from api import add_api
+from engines import ChatModel, ModelSlot
 from harness.document_corpus import FACTS, corpus
 from harness.running_server import running_server
 from store import open_store
@@ -22,12 +23,21 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def served(slot, tmp_path_factory):
+def llamacpp_slot():
+    pytest.importorskip("llama_cpp", reason="llama.cpp is not installed: bash scripts/setup.sh")
+    with ChatModel({"infer_backend": "llamacpp"}) as model:
+        yield ModelSlot(model)
+
+
+@pytest.fixture(scope="module", params=["huggingface", "llamacpp"])
+def served(request, tmp_path_factory):
+    """The API on the default model, on transformers and on llama.cpp, each with a library of its own."""
+    slot = request.getfixturevalue("slot" if request.param == "huggingface" else "llamacpp_slot")
     folder = tmp_path_factory.mktemp("library")
     store = open_store(f"sqlite:///{folder / 'chats.db'}", data=folder)
     try:
         with running_server(add_api(FastAPI(), slot, library=store.library)) as url:
-            yield url, store
+            yield url, store, slot
     finally:
         store.close()
 
@@ -37,8 +47,8 @@ def file_part(name: str) -> dict:
     return {"type": "file", "file": {"file_data": f"data:application/octet-stream;base64,{data}", "filename": name}}
 
 
-def test_a_document_past_the_context_is_answered_from_passages_said_in_the_response(served, slot):
-    url, store = served
+def test_a_document_past_the_context_is_answered_from_passages_said_in_the_response(served):
+    url, store, slot = served
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
     fact = next(fact for fact in FACTS if fact.name == "pump_manual.md" and "warranty" in fact.question)
     messages = [{"role": "user", "content": [file_part("pump_manual.md"), file_part("handbook.pdf"), {"type": "text", "text": fact.question}]}]
@@ -74,8 +84,8 @@ def test_a_document_past_the_context_is_answered_from_passages_said_in_the_respo
     assert len(store.library.documents("api:127.0.0.1")) == 2
 
 
-def test_documents_that_fit_go_whole_and_say_nothing(served, slot):
-    url, _ = served
+def test_documents_that_fit_go_whole_and_say_nothing(served):
+    url, _, slot = served
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
     small = base64.b64encode(b"The gate code is 4471.").decode()
     answer = client.chat.completions.create(model=slot.model.model_id, max_tokens=4, messages=[{"role": "user", "content": [

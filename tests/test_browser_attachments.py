@@ -196,6 +196,17 @@ def test_documents_past_the_context_are_answered_from_passages_whose_citations_o
     expect(chips.last.locator("pre")).to_contain_text(re.compile(r"\[\d+\] \(handbook\.pdf, page \d+ · "))
     expect(chips.last.locator("pre")).to_contain_text(vacation.answer)
 
+    # Both are in the user's library in the sidebar, and one deleted there is gone from it.
+    page.locator("#document-library").get_by_text("Documents").click()
+    expect(page.locator("#library-note")).to_contain_text("2 documents")
+    page.locator("#library-list input").click()
+    page.get_by_role("option", name=re.compile(r"handbook\.pdf · PDF, 60 pages")).click()
+    page.locator("#delete-document-btn").click()
+    expect(page.locator("#library-note")).to_contain_text("1 document,")
+    page.locator("#library-list input").click()
+    expect(page.get_by_role("option")).to_have_text([re.compile(r"pump_manual\.md · text, ")])
+    page.keyboard.press("Escape")
+
     # A reply that cites [1]: its sources open to the passage, where it is.
     given = GivenPassage(number=1, name="handbook.pdf", page=8, heading="8. Leave", text=vacation.sentence)
     conversation = tmp_path / "cited.json"

@@ -13,6 +13,7 @@ from limits import Limits
 from store import ChatStore, Quota, open_store
 
 from .chat_presets import ChatPresets
+from .document_library import DocumentLibrary
 from .chat_session import ChatSession
 from .chat_sidebar import SIDEBAR_HEAD, ChatSidebar
 from .chat_tab import ChatTab
@@ -83,7 +84,9 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, kept, replies=chat.replies, changes=chat.changes, imported=chat.imported)
         with sidebar.panel:
             presets = ChatPresets()
+            library = DocumentLibrary()
         presets.wire(sidebar.opened, sidebar.chats, chat.system, generation)
+        library.wire(sidebar.opened, sidebar.chats)
         for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS, APPROVAL_CHOICES, RUN_BUTTONS):
             demo.load(None, js=script)
         settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, chat.chat_model, generation)

@@ -1,0 +1,65 @@
+"""The user's library in the page: the documents too long for a context that they attached, kept
+to answer from their passages (webui/long_documents.py), listed with what each is and takes of
+their quota, and deleted with their passages, vectors and index entries. Chats that were answered
+from a deleted document keep the passages they were given; later questions no longer search it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+from gradio.events import Dependency
+
+from limits import size_text
+
+from .by_name import by_name
+from .chat_sidebar import opened, store_errors
+from .saved_chats import SavedChats
+from .user_turns import in_users_turn
+
+EMPTY = "No documents yet: one longer than the model's context is kept here when you attach it."
+
+
+class DocumentLibrary:
+    """Built inside the sidebar; ``wire`` once the page's opening exists."""
+
+    def __init__(self) -> None:
+        with gr.Accordion("Documents", open=False, elem_id="document-library") as self.panel:
+            self.note = gr.Markdown(EMPTY, elem_id="library-note")
+            self.list = gr.Dropdown([], label="Document", elem_id="library-list",
+                                    info="Documents too long for the context, kept to answer from their passages")
+            self.delete_btn = gr.Button("Delete document", elem_id="delete-document-btn", size="sm")
+
+    def wire(self, opened_page: Dependency, chats: gr.State) -> None:
+        """``opened_page``: the page's opening, which settles whose documents they are (``chats``)."""
+        private = {"api_visibility": "private", "concurrency_limit": None}
+        listed = {"library_list": self.list, "library_note": self.note}
+        opened_page.success(inputs=chats, **by_name(in_users_turn(list_documents), listed), **private)
+        self.panel.expand(inputs=chats, **by_name(in_users_turn(list_documents), listed), **private)
+        self.delete_btn.click(inputs=[chats, self.list], **by_name(in_users_turn(delete_document), listed), **private)
+
+
+def _listed(chats: SavedChats) -> dict[str, Any]:
+    documents = chats.store.library.documents(chats.owner)
+    if not documents:
+        return {"library_list": gr.update(choices=[], value=None), "library_note": EMPTY}
+    total = sum(document.characters for document in documents)
+    note = (f"{len(documents)} document{'s' if len(documents) != 1 else ''}, {size_text(total)} of text in your quota. "
+            "Each is searched for the passages a question is about, in any of your chats.")
+    choices = [(f"{document.name} · {document.summary}", document.id) for document in documents]
+    return {"library_list": gr.update(choices=choices, value=None), "library_note": note}
+
+
+@store_errors
+def list_documents(chats: SavedChats | None) -> dict[str, Any]:
+    return _listed(opened(chats))
+
+
+@store_errors
+def delete_document(chats: SavedChats | None, document_id: str | None) -> dict[str, Any]:
+    chats = opened(chats)
+    named = {document.id: document.name for document in chats.store.library.documents(chats.owner)}
+    if not document_id or not chats.store.library.delete(chats.owner, document_id):
+        raise gr.Error("Pick the document to delete from the list.", print_exception=False)
+    gr.Info(f"Deleted {named[document_id]}, with its passages. Chats answered from it keep the passages they were given.")
+    return _listed(chats)
