@@ -78,7 +78,7 @@ def given_passages(library: DocumentLibrary, owner: str, documents: Sequence[Lib
     if question.strip():
         found = search(library, owner, [document.id for document in documents], question, wanted)
     else:
-        found = [passage for document in documents for passage in library.first_passages(owner, document.id, wanted // len(documents) + 1)]
+        found = [passage for document in documents for passage in library.in_order(owner, document.id, wanted // len(documents) + 1)]
     given: list[GivenPassage] = []
     spent = 0
     for passage in found:

@@ -140,11 +140,12 @@ class DocumentLibrary:
                  for passage, name in rows}
         return [found[id_] for id_ in passage_ids if id_ in found]
 
-    def first_passages(self, owner: str, document_id: str, count: int) -> list[FoundPassage]:
-        """A document's opening passages (for a message that asks nothing in words)."""
+    def in_order(self, owner: str, document_id: str, count: int | None = None) -> list[FoundPassage]:
+        """A document's passages in their order (its first ``count``, where given)."""
         with Session(self.engine) as session:
-            ids = list(session.scalars(select(LibraryPassage.id).where(LibraryPassage.document_id.in_(self._owns(session, owner, [document_id])))
-                                       .order_by(LibraryPassage.ordinal).limit(count)))
+            query = (select(LibraryPassage.id).where(LibraryPassage.document_id.in_(self._owns(session, owner, [document_id])))
+                     .order_by(LibraryPassage.ordinal))
+            ids = list(session.scalars(query.limit(count) if count is not None else query))
         return self.passages(owner, ids)
 
     @staticmethod

@@ -83,6 +83,56 @@ def test_a_pdf_is_counted_sent_shown_as_a_chip_and_answered_from(page, chat_mode
     expect(bot_messages(page)).to_have_count(1)
 
 
+def test_documents_past_the_context_are_answered_from_passages_whose_citations_open(page, chat_model, tmp_path):
+    greedy(page, 8)
+    files = []
+    for name in ("pump_manual.md", "handbook.pdf"):
+        files.append(tmp_path / name)
+        files[-1].write_bytes(corpus()[name])
+    page.locator(FILE_INPUT).set_input_files([str(path) for path in files])
+    expect(page.locator(NOTE)).to_contain_text("they will be read into passages, and the passages your message is most about sent in their place")
+    vacation = next(fact for fact in FACTS if fact.question.startswith("How many vacation days"))
+    before = send(page, vacation.question)
+    # Reading them into passages shows its progress, then the reply comes.
+    expect(page.locator("#chatbot").get_by_text("⏳ Reading the document")).to_be_visible(timeout=60_000)
+    page.wait_for_function(f"window.replies > {before}", timeout=120_000)
+    expect(page.locator("#stop-btn")).to_be_hidden(timeout=120_000)
+    chips = user_messages(page).locator("details.document-chip")
+    expect(chips).to_have_count(2)
+    expect(chips.last.locator("summary")).to_contain_text(re.compile(r"📄 handbook\.pdf · PDF, 60 pages · .* left in the context: "
+                                                                     r"answered from \d+ passages?, [\d,]+ tokens"))
+    chips.last.locator("summary").click()
+    expect(chips.last.locator("pre")).to_contain_text(re.compile(r"\[\d+\] \(handbook\.pdf, page \d+ · "))
+    expect(chips.last.locator("pre")).to_contain_text(vacation.answer)
+
+    # Both are in the user's library in the sidebar, and one deleted there is gone from it.
+    page.locator("#document-library").get_by_text("Documents").click()
+    expect(page.locator("#library-note")).to_contain_text("2 documents")
+    page.locator("#library-list input").click()
+    page.get_by_role("option", name=re.compile(r"handbook\.pdf · PDF, 60 pages")).click()
+    page.locator("#delete-document-btn").click()
+    expect(page.locator("#library-note")).to_contain_text("1 document,")
+    page.locator("#library-list input").click()
+    expect(page.get_by_role("option")).to_have_text([re.compile(r"pump_manual\.md · text, ")])
+    page.keyboard.press("Escape")
+
+    # A reply that cites [1]: its sources open to the passage, where it is.
+    given = GivenPassage(number=1, name="handbook.pdf", page=8, heading="8. Leave", text=vacation.sentence)
+    conversation = tmp_path / "cited.json"
+    write_conversation(str(conversation), MessageTree.line([
+        Turn(role="user", content=vacation.question, documents=[AttachedDocument(name="handbook.pdf", summary="PDF, 60 pages", text="(the handbook)",
+                                                                                   passages=[given], note="handbook.pdf: answered from 1 passage")]),
+        Turn(role="assistant", content=f"{vacation.answer} [1].")]), "", 10**6)
+    import_conversation(page, conversation)
+    sources = page.locator("#chatbot").get_by_text("📚 Sources [1]")
+    expect(sources).to_be_visible()
+    passage = page.locator("#chatbot").get_by_text(vacation.sentence, exact=True)
+    expect(passage).to_be_hidden()
+    sources.click()
+    expect(passage).to_be_visible()
+    expect(page.locator("#chatbot").get_by_text("[1] handbook.pdf, page 8 · 8. Leave")).to_be_visible()
+
+
 def test_a_document_that_cannot_be_read_says_why_and_nothing_is_lost(page, tmp_path):
     greedy(page, 8)
     wait_until_answered(page, send(page, "Hello"))
@@ -172,53 +222,3 @@ def test_the_microphone_records_and_the_recording_reaches_an_audio_model(app, br
         # model's 4 tokens for a recording whose length varies may all be special tokens.
         expect(page.locator("#chatbot .reply-stats")).to_have_count(1)
         expect(page.locator("#chatbot")).not_to_contain_text("could not answer")
-
-
-def test_documents_past_the_context_are_answered_from_passages_whose_citations_open(page, chat_model, tmp_path):
-    greedy(page, 8)
-    files = []
-    for name in ("pump_manual.md", "handbook.pdf"):
-        files.append(tmp_path / name)
-        files[-1].write_bytes(corpus()[name])
-    page.locator(FILE_INPUT).set_input_files([str(path) for path in files])
-    expect(page.locator(NOTE)).to_contain_text("they will be read into passages, and the passages your message is most about sent in their place")
-    vacation = next(fact for fact in FACTS if fact.question.startswith("How many vacation days"))
-    before = send(page, vacation.question)
-    # Reading them into passages shows its progress, then the reply comes.
-    expect(page.locator("#chatbot").get_by_text("⏳ Reading the document")).to_be_visible(timeout=60_000)
-    page.wait_for_function(f"window.replies > {before}", timeout=120_000)
-    expect(page.locator("#stop-btn")).to_be_hidden(timeout=120_000)
-    chips = user_messages(page).locator("details.document-chip")
-    expect(chips).to_have_count(2)
-    expect(chips.last.locator("summary")).to_contain_text(re.compile(r"📄 handbook\.pdf · PDF, 60 pages · .* left in the context: "
-                                                                     r"answered from \d+ passages?, [\d,]+ tokens"))
-    chips.last.locator("summary").click()
-    expect(chips.last.locator("pre")).to_contain_text(re.compile(r"\[\d+\] \(handbook\.pdf, page \d+ · "))
-    expect(chips.last.locator("pre")).to_contain_text(vacation.answer)
-
-    # Both are in the user's library in the sidebar, and one deleted there is gone from it.
-    page.locator("#document-library").get_by_text("Documents").click()
-    expect(page.locator("#library-note")).to_contain_text("2 documents")
-    page.locator("#library-list input").click()
-    page.get_by_role("option", name=re.compile(r"handbook\.pdf · PDF, 60 pages")).click()
-    page.locator("#delete-document-btn").click()
-    expect(page.locator("#library-note")).to_contain_text("1 document,")
-    page.locator("#library-list input").click()
-    expect(page.get_by_role("option")).to_have_text([re.compile(r"pump_manual\.md · text, ")])
-    page.keyboard.press("Escape")
-
-    # A reply that cites [1]: its sources open to the passage, where it is.
-    given = GivenPassage(number=1, name="handbook.pdf", page=8, heading="8. Leave", text=vacation.sentence)
-    conversation = tmp_path / "cited.json"
-    write_conversation(str(conversation), MessageTree.line([
-        Turn(role="user", content=vacation.question, documents=[AttachedDocument(name="handbook.pdf", summary="PDF, 60 pages", text="(the handbook)",
-                                                                                   passages=[given], note="handbook.pdf: answered from 1 passage")]),
-        Turn(role="assistant", content=f"{vacation.answer} [1].")]), "", 10**6)
-    import_conversation(page, conversation)
-    sources = page.locator("#chatbot").get_by_text("📚 Sources [1]")
-    expect(sources).to_be_visible()
-    passage = page.locator("#chatbot").get_by_text(vacation.sentence, exact=True)
-    expect(passage).to_be_hidden()
-    sources.click()
-    expect(passage).to_be_visible()
-    expect(page.locator("#chatbot").get_by_text("[1] handbook.pdf, page 8 · 8. Leave")).to_be_visible()

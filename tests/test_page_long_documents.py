@@ -12,6 +12,7 @@ import pytest
 from harness.document_corpus import FACTS, corpus
 from store import open_store
 from tests.page_input import CONTROLS, message, run, settings
+from library.whole_document import NOTE_TOKENS, asks_about_the_whole, parts
 from webui.attachments import is_chip
 from webui.chat_keeper import ChatKeeper
 from webui.chat_session import ChatSession
@@ -120,3 +121,55 @@ async def test_stop_while_a_document_is_read_into_passages_keeps_the_conversatio
     [asked] = session.turns
     assert asked.error.startswith("Stopped while field_report.docx was read into passages")
     assert store.library.documents("login:ada") == []
+
+
+async def test_a_question_about_a_whole_document_reads_all_of_it_part_by_part(slot, store, uploads):
+    handlers = ChatHandlers(slot, CONTROLS)
+    session = kept_session(store)
+    question = "How many sections does each document have? List all the section titles."
+    attached = [uploads["pump_manual.md"], uploads["handbook.pdf"]]
+    updates = await run(handlers.send(session, message(question, attached), **settings(8)))
+    asked, reply = session.turns
+    assert asked.error is None and reply.content
+    shown = [str(update["chatbot"][-1]["content"]) for update in updates if update.get("chatbot")]
+    number = 1
+    for document in asked.documents:
+        [entry] = [entry for entry in store.library.documents("login:ada") if entry.name == document.name]
+        every = store.library.in_order("login:ada", entry.id)
+        split = parts(every, (slot.model.context_length - NOTE_TOKENS) // 2, slot.model.count_tokens)
+        # Every passage was read, in parts that fit the context, each noted by the model, numbered on.
+        assert [passage.id for part in split for passage in part] == [passage.id for passage in every] and len(split) > 1
+        assert [note.number for note in document.passages] == list(range(number, number + len(split)))
+        assert [note.heading.split(",")[0] for note in document.passages] == [f"part {index} of {len(split)}" for index in range(1, len(split) + 1)]
+        assert all(note.text for note in document.passages)
+        assert document.note == (f"{document.name}: {slot.model.count_tokens(document.text):,} tokens, read whole for a question about all "
+                                 f"of it: the notes of its {len(split)} parts sent")
+        assert any(f"{len(split)} of {len(split)} parts noted" in line and document.name in line for line in shown)
+        number += len(split)
+    assert asked.documents[1].passages[0].heading.startswith("part 1 of ") and ", pages 1-" in asked.documents[1].passages[0].heading
+    prompt = model_request(session.turns[:1]).messages[-1]["content"]
+    assert all(note.text in prompt for document in asked.documents for note in document.passages)
+    assert "--- pump_manual.md: passages [1]-" in prompt
+
+
+async def test_stop_while_a_whole_document_is_read_keeps_the_conversation(slot, store, uploads):
+    handlers = ChatHandlers(slot, CONTROLS)
+    session = kept_session(store)
+    stopped = False
+    attached = [uploads["pump_manual.md"], uploads["handbook.pdf"]]
+    async for update in handlers.send(session, message("Summarize the whole manual.", attached), **settings(4)):
+        if not stopped and "parts noted" in str(update.get("chatbot", "")):
+            handlers.stop(session)
+            stopped = True
+    assert stopped
+    [asked] = session.turns
+    assert asked.error.startswith("Stopped while all of pump_manual.md was read")
+
+
+@pytest.mark.parametrize(("question", "whole"), [
+    ("How many functions does the file define?", True), ("List all the section titles.", True), ("Summarize the report.", True),
+    ("Compare chapters 2 and 5.", True), ("What is the warranty period?", False), ("Where do I file travel expenses?", False),
+    ("How many vacation days do staff get each year?", False), ("What is reviewed every season?", False),
+])
+def test_questions_about_a_whole_document_are_told_from_others(question, whole):
+    assert asks_about_the_whole(question) is whole

@@ -2,7 +2,8 @@
 makes the choice). Before a reply, the message's documents that do not fit are read into
 passages and kept in the user's library (with progress shown, and Stop stops it), and the
 passages the message is most about go to the model in their place; documents answered so from
-earlier messages of the chat are searched again for each new question. The note on each
+earlier messages of the chat are searched again for each new question, and a question about a
+whole document (library/whole_document.py) has all of it read, part by part. The note on each
 document's chip says the choice in numbers; the reply's citations open the passages
 (webui/conversation.py, given_passages)."""
 
@@ -16,10 +17,11 @@ from engines import ChatError, ChatModel
 from engines.prompt.documents import Document
 from engines.tools import ToolSettings
 from library.embedder import Cancelled
-from library.fitting import Room, choice_note, given_passages, numbered_by_document
+from library.fitting import GivenPassage, Room, choice_note, given_passages, numbered_by_document
 from library.retrieval import kept
+from library.whole_document import NOTE_TOKENS, asks_about_the_whole, notes, parts, whole_note
 from limits import Limits
-from store import LibraryEntry, StoreError
+from store import DocumentLibrary, LibraryEntry, StoreError
 
 from .attachments import AttachedDocument, read_upload
 from .chat_session import ChatSession
@@ -35,8 +37,8 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
     the Chatbot's messages while documents are read into passages. Where one cannot be (stopped,
     or past the user's quota), the message's ``error`` says so and no reply is to be written."""
     keeper, context = session.keeper, model.context_length
-    shown = session.tree.branch()
-    asked = session.tree.messages[shown[-1]] if shown else None
+    branch = session.tree.branch()
+    asked = session.tree.messages[branch[-1]] if branch else None
     if keeper is None or context is None or asked is None or asked.role != "user":
         return
     library, owner = keeper.store.library, keeper.owner
@@ -55,7 +57,46 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
         return
     session.stop_requested = False
     entries: dict[str, LibraryEntry] = {}
-    for document in ([] if whole else mine):
+    async for shown in _kept(session, library, owner, [] if whole else mine, limits, user, entries):
+        yield shown
+    if asked.error:
+        return
+    searched = [*(entries[document.name] for document in mine if document.name in entries), *(entry for entry, _ in earlier)]
+    read_whole = asks_about_the_whole(asked.content)
+    by_document: dict[str, list[GivenPassage]] = {}
+    if read_whole:
+        async for shown in _noted(session, model, library, owner, searched, user, by_document):
+            yield shown
+        if asked.error:
+            return
+    else:
+        passages, _ = await asyncio.to_thread(given_passages, library, owner, searched, asked.content, room.budget, model.count_tokens)
+        by_document = numbered_by_document(passages, [entry.name for entry in searched])
+    documents = []
+    for document, tokens in zip(mine, counts):
+        entry = entries.get(document.name)
+        if entry is None:
+            documents.append(document)
+            continue
+        given = by_document[entry.name]
+        spent = await asyncio.to_thread(lambda: sum(model.count_tokens(passage.text) for passage in given))
+        note = whole_note(document.name, tokens, len(given)) if read_whole else choice_note(document.name, tokens, sum(counts), room, given, spent)
+        documents.append(document.model_copy(update={"library_id": entry.id, "passages": given, "note": note}))
+    for entry, summary in earlier:
+        given = by_document[entry.name]
+        if given:
+            again = f"read whole again for this message: {len(given)} part" if read_whole else f"searched again for this message: {len(given)} passage"
+            documents.append(AttachedDocument(name=entry.name, summary=summary, text="", library_id=entry.id, passages=given,
+                                              note=f"{entry.name}: {again}{'s' if len(given) != 1 else ''}"))
+    asked.documents = documents
+
+
+async def _kept(session: ChatSession, library: DocumentLibrary, owner: str, documents: list[AttachedDocument], limits: Limits,
+                user: str | None, entries: dict[str, LibraryEntry]) -> AsyncIterator[list[dict[str, Any]]]:
+    """Each of ``documents`` in the owner's library, by name in ``entries``: read into passages
+    where it is not there yet, with progress shown; the message's error where it cannot be."""
+    asked = session.turns[-1]
+    for document in documents:
         if document.library_id:  # read into passages for this message before (it is answered again)
             entries[document.name] = LibraryEntry(document.library_id, document.name, document.summary, 0, 0.0)
             continue
@@ -74,26 +115,31 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
         except (StoreError, ChatError) as error:
             asked.error = f"{document.name} is too long for the model's context, and could not be kept to answer from its passages: {error}"
             return
-    searched = [*(entries[document.name] for document in mine if document.name in entries), *(entry for entry, _ in earlier)]
-    passages, _ = await asyncio.to_thread(given_passages, library, owner, searched, asked.content, room.budget, model.count_tokens)
-    by_document = numbered_by_document(passages, [entry.name for entry in searched])
-    documents = []
-    for document, tokens in zip(mine, counts):
-        entry = entries.get(document.name)
-        if entry is None:
-            documents.append(document)
-            continue
-        given = by_document[entry.name]
-        spent = await asyncio.to_thread(lambda: sum(model.count_tokens(passage.text) for passage in given))
-        documents.append(document.model_copy(update={"library_id": entry.id, "passages": given,
-                                                     "note": choice_note(document.name, tokens, sum(counts), room, given, spent)}))
-    for entry, summary in earlier:
-        given = by_document[entry.name]
-        if given:
-            documents.append(AttachedDocument(name=entry.name, summary=summary, text="", library_id=entry.id, passages=given,
-                                              note=f"{entry.name}: searched again for this message: {len(given)} passage"
-                                                   f"{'s' if len(given) != 1 else ''}"))
-    asked.documents = documents
+
+
+async def _noted(session: ChatSession, model: ChatModel, library: DocumentLibrary, owner: str, documents: list[LibraryEntry],
+                 user: str | None, by_document: dict[str, list[GivenPassage]]) -> AsyncIterator[list[dict[str, Any]]]:
+    """Each of ``documents`` read whole for the message's question about all of it, its parts'
+    notes by name in ``by_document``, numbered on from one document to the next, with progress
+    shown; the message's error where it is stopped or cannot be."""
+    asked = session.turns[-1]
+    part_room = max(256, (model.context_length - NOTE_TOKENS) // 2)
+    for entry in documents:
+        in_order = await asyncio.to_thread(library.in_order, owner, entry.id)
+        split = await asyncio.to_thread(parts, in_order, part_room, model.count_tokens)
+        first = 1 + sum(len(given) for given in by_document.values())
+        noted = by_document[entry.name] = []
+        yield render(session.tree) + [_whole_line(entry.name, 0, len(split))]
+        try:
+            async for note in notes(model, entry.name, asked.content, split, user, lambda: session.stop_requested or session.left, first):
+                noted.append(note)
+                yield render(session.tree) + [_whole_line(entry.name, len(noted), len(split))]
+        except Cancelled:
+            asked.error = f"Stopped while all of {entry.name} was read to answer about the whole of it. Send the message again to go on."
+            return
+        except ChatError as error:
+            asked.error = f"All of {entry.name} could not be read to answer about the whole of it: {error}"
+            return
 
 
 def _searched_before(session: ChatSession, mine: list[AttachedDocument]) -> list[tuple[LibraryEntry, str]]:
@@ -119,6 +165,11 @@ def _document(attached: AttachedDocument, limits: Limits, user: str | None) -> D
 def _prompt_tokens(model: ChatModel, turns: list[Turn], generation: dict[str, Any]) -> int:
     tools, rest = ToolSettings.split(dict(generation))
     return model.count_prompt_tokens(model_request(turns, running=tuple(tools.tools().values()), **rest))
+
+
+def _whole_line(name: str, done: int, total: int) -> dict[str, Any]:
+    return {"role": "assistant", "content": f"*Your question is about all of {name}: reading it part by part, {done} of {total} parts noted…*",
+            "metadata": {"title": "⏳ Reading the whole document", "status": "pending"}}
 
 
 def _progress_line(name: str, progress: dict[str, int]) -> dict[str, Any]:
