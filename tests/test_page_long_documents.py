@@ -44,6 +44,16 @@ def kept_session(store, chat_id="chat1"):
     return ChatSession(chat_id=chat_id, keeper=ChatKeeper(store, "login:ada", chat_id))
 
 
+async def stopped_once_shown(handlers, session, sent, shown) -> bool:
+    """Send ``sent`` and press Stop once the chat shows ``shown``; whether it did."""
+    stopped = False
+    async for update in handlers.send(session, sent, **settings(4)):
+        if not stopped and shown in str(update.get("chatbot", "")):
+            handlers.stop(session)
+            stopped = True
+    return stopped
+
+
 def fact(question_start):
     return next(fact for fact in FACTS if fact.question.startswith(question_start))
 
@@ -112,12 +122,7 @@ async def test_stop_while_a_document_is_read_into_passages_keeps_the_conversatio
     doubled = report.replace("field_report.docx", "long_report.docx")
     with open(report, "rb") as source, open(doubled, "wb") as copy:
         copy.write(source.read())
-    stopped = False
-    async for update in handlers.send(session, message("How many puffins?", [report, doubled]), **settings(4)):
-        if not stopped and "reading it into passages" in str(update.get("chatbot", "")):
-            handlers.stop(session)
-            stopped = True
-    assert stopped
+    assert await stopped_once_shown(handlers, session, message("How many puffins?", [report, doubled]), "reading it into passages")
     [asked] = session.turns
     assert asked.error.startswith("Stopped while field_report.docx was read into passages")
     assert store.library.documents("login:ada") == []
@@ -155,13 +160,8 @@ async def test_a_question_about_a_whole_document_reads_all_of_it_part_by_part(sl
 async def test_stop_while_a_whole_document_is_read_keeps_the_conversation(slot, store, uploads):
     handlers = ChatHandlers(slot, CONTROLS)
     session = kept_session(store)
-    stopped = False
     attached = [uploads["pump_manual.md"], uploads["handbook.pdf"]]
-    async for update in handlers.send(session, message("Summarize the whole manual.", attached), **settings(4)):
-        if not stopped and "parts noted" in str(update.get("chatbot", "")):
-            handlers.stop(session)
-            stopped = True
-    assert stopped
+    assert await stopped_once_shown(handlers, session, message("Summarize the whole manual.", attached), "parts noted")
     [asked] = session.turns
     assert asked.error.startswith("Stopped while all of pump_manual.md was read")
 
