@@ -36,7 +36,7 @@ def fitted(engine_input: EngineInput, request: ChatRequest, model: ChatModel, li
     asked = engine_input.messages[max(document.message for document in sent)]["content"]
     for document in sent:
         asked = asked.replace(document.text, "")
-    passages, _ = given_passages(library, owner, entries, asked, room.budget, model.count_tokens)
+    passages = given_passages(library, owner, entries, asked, room.budget, model.count_tokens)
     by_document = numbered_by_document(passages, [document.document.name for document in sent])
     messages = [dict(message) for message in engine_input.messages]
     reports = []

@@ -70,10 +70,10 @@ class Room:
 
 
 def given_passages(library: DocumentLibrary, owner: str, documents: Sequence[LibraryEntry], question: str, budget: int,
-                   count_tokens: Callable[[str], int], first: int = 1) -> tuple[list[GivenPassage], int]:
+                   count_tokens: Callable[[str], int]) -> list[GivenPassage]:
     """The passages of ``documents`` that ``question`` is most about, best first, as many as
-    ``budget`` tokens hold (one at least), numbered from ``first``, and the tokens they take. A
-    message with no words to search by gets each document's opening passages."""
+    ``budget`` tokens hold (one at least), numbered from 1. A message with no words to search by
+    gets each document's opening passages."""
     wanted = max(2, budget // TYPICAL_PASSAGE_TOKENS + 2)
     if question.strip():
         found = search(library, owner, [document.id for document in documents], question, wanted)
@@ -86,15 +86,15 @@ def given_passages(library: DocumentLibrary, owner: str, documents: Sequence[Lib
         if given and spent + tokens > budget:
             break
         spent += tokens
-        given.append(GivenPassage(number=first + len(given), name=passage.name, page=passage.page, heading=passage.heading, text=passage.text))
-    return given, spent
+        given.append(GivenPassage(number=1 + len(given), name=passage.name, page=passage.page, heading=passage.heading, text=passage.text))
+    return given
 
 
-def numbered_by_document(passages: Sequence[GivenPassage], names: Sequence[str], first: int = 1) -> dict[str, list[GivenPassage]]:
+def numbered_by_document(passages: Sequence[GivenPassage], names: Sequence[str]) -> dict[str, list[GivenPassage]]:
     """The passages grouped by document, in the order of ``names`` (best first within each), and
-    numbered again from ``first`` in that order: the model reads them so, [1] first."""
+    numbered again from 1 in that order: the model reads them so, [1] first."""
     grouped: dict[str, list[GivenPassage]] = {}
-    number = first
+    number = 1
     for name in dict.fromkeys(names):
         grouped[name] = [passage.model_copy(update={"number": number + index})
                          for index, passage in enumerate(passage for passage in passages if passage.name == name)]

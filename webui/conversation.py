@@ -203,10 +203,10 @@ def render_turn(tree: MessageTree[Turn], place: int) -> list[dict[str, Any]]:
     """The Chatbot messages for the turn at ``place``: thinking and tool calls as collapsible
     blocks, the passages a reply cites, and under a message that has other versions, which one it is."""
     line = version_line(place, tree.versions(place))
-    return _messages(tree.messages[place], given_passages(tree, place)) + ([line] if line else [])
+    return _messages(tree.messages[place], asked_passages(tree, place)) + ([line] if line else [])
 
 
-def given_passages(tree: MessageTree[Turn], place: int) -> list[GivenPassage]:
+def asked_passages(tree: MessageTree[Turn], place: int) -> list[GivenPassage]:
     """The passages of long documents the model was given with the message that the reply at
     ``place`` answers (none for a user message): what its citations name."""
     if tree.messages[place].role != "assistant":

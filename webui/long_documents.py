@@ -5,7 +5,7 @@ passages the message is most about go to the model in their place; documents ans
 earlier messages of the chat are searched again for each new question, and a question about a
 whole document (library/whole_document.py) has all of it read, part by part. The note on each
 document's chip says the choice in numbers; the reply's citations open the passages
-(webui/conversation.py, given_passages)."""
+(webui/conversation.py, asked_passages)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
         if asked.error:
             return
     else:
-        passages, _ = await asyncio.to_thread(given_passages, library, owner, searched, asked.content, room.budget, model.count_tokens)
+        passages = await asyncio.to_thread(given_passages, library, owner, searched, asked.content, room.budget, model.count_tokens)
         by_document = numbered_by_document(passages, [entry.name for entry in searched])
     documents = []
     for document, tokens in zip(mine, counts):
