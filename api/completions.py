@@ -8,6 +8,7 @@ closed, and ChatModel passes that on to the engine, which stops generating.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -51,16 +52,16 @@ from .schemas import (
 )
 
 
-def chat_request(body: ChatCompletionRequest, model: ChatModel, local_media_dir: Path | None, user: str,
-                 limits: SandboxLimits, context_policy: ContextPolicy | None = None,
-                 library: tuple[DocumentLibrary, str] | None = None) -> tuple[ChatRequest, list[DocumentReport]]:
+async def chat_request(body: ChatCompletionRequest, model: ChatModel, local_media_dir: Path | None, user: str,
+                       limits: SandboxLimits, context_policy: ContextPolicy | None = None,
+                       library: tuple[DocumentLibrary, str] | None = None) -> tuple[ChatRequest, list[DocumentReport]]:
     """The engine's request for this API request (``user``: whom it counts for in the line;
     ``context_policy``: the server's, for a request that names none); what the server cannot do
     is refused before any work starts. ``library``: where documents too long for the context are
     kept, and whose they are; with it, they are answered from their passages (api/long_documents.py),
-    which the reports say. Slow where documents are read: call it off the event loop."""
+    which the reports say. Documents are read on worker threads."""
     refuse_unsupported(body, model)
-    engine_input = to_engine_input(body.messages, local_media_dir, limits, user)
+    engine_input = await asyncio.to_thread(to_engine_input, body.messages, local_media_dir, limits, user)
     generation = body.generation()
     use_tools = bool(body.tools) and body.tool_choice != "none"
     tools = [tool.model_dump(exclude_none=True) for tool in body.tools] if use_tools else None
@@ -80,7 +81,7 @@ def chat_request(body: ChatCompletionRequest, model: ChatModel, local_media_dir:
         return request, []
     store, owner = library
     try:
-        return fitted(engine_input, request, model, store, owner, build)
+        return await fitted(engine_input, request, model, store, owner, build)
     except (StoreError, ConfigError) as error:
         raise APIError(400, f"A document is too long for the model's context, and could not be kept to answer from its passages: {error}",
                        code="document_not_kept") from None

@@ -96,8 +96,12 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
     async def chat_completions(body: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
         model = await serving(body.model, http)
         kept = (library, library_owner(http)) if library is not None else None
-        chat, documents = await asyncio.to_thread(completions.chat_request, body, model, local_media_dir, requester(http), limits,
-                                                  context_policy, kept)
+        # Reading a whole document is the model's work too: a client that leaves stops it.
+        prepared = await while_connected(http, completions.chat_request(body, model, local_media_dir, requester(http), limits,
+                                                                        context_policy, kept))
+        if isinstance(prepared, Response):
+            return prepared
+        chat, documents = prepared
         if not body.stream:
             return await while_connected(http, completions.complete(body, model, chat, documents))
         stream = await while_connected(http, completions.start_stream(body, model, chat, documents))
@@ -124,7 +128,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
     @router.post("/tokenize")
     async def tokenize(body: TokenizeRequest, http: Request) -> TokenizeResponse:
         model = await serving(body.model, http)
-        chat, _ = await asyncio.to_thread(completions.chat_request, body.as_chat(), model, local_media_dir, requester(http), limits)
+        chat, _ = await completions.chat_request(body.as_chat(), model, local_media_dir, requester(http), limits)
         return TokenizeResponse(count=await asyncio.to_thread(model.count_prompt_tokens, chat), max_model_len=model.context_length)
 
     @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)

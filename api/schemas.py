@@ -316,7 +316,9 @@ class AssistantMessage(BaseModel):
 class DocumentReport(BaseModel):
     """This server's extension: a document of the request too long for what was left of the
     model's context (``tokens`` > ``tokens_left``), answered from ``passages`` of it
-    (``passage_tokens`` in all), numbered as the model read them; ``note`` says it in a line."""
+    (``passage_tokens`` in all), numbered as the model read them; ``note`` says it in a line.
+    ``read_whole``: the question was about all of it, so the passages are its outline (counted by
+    the server) and the model's notes of each of its parts, not the parts most like the question."""
 
     name: str
     tokens: int
@@ -324,6 +326,7 @@ class DocumentReport(BaseModel):
     passage_tokens: int
     note: str
     passages: list[GivenPassage]
+    read_whole: bool = False
 
 
 class Choice(BaseModel):

@@ -149,3 +149,31 @@ def field_report_docx(count: int = 60) -> bytes:
 def corpus() -> dict[str, bytes]:
     """The three documents by file name."""
     return {"pump_manual.md": manual_text().encode(), "handbook.pdf": handbook_pdf(), "field_report.docx": field_report_docx()}
+
+
+_VERBS = ["load", "save", "count", "check", "merge", "split", "price", "ship", "order", "audit", "restock", "label"]
+_NOUNS = ["stock", "shelf", "invoice", "parcel", "supplier", "pallet", "barcode", "refund", "batch", "route", "crate", "ledger"]
+
+
+def inventory_code(functions: int = 128, classes: int = 6, seed: int = 7) -> str:
+    """A Python module of about 40 KB defining ``functions`` functions and ``classes`` classes
+    (records without methods, so that "how many functions" has one answer): what a question
+    about a whole code file is asked of. Comments and docstrings that look like code ("def" in
+    prose) are in it too, which a count by text search would take for definitions."""
+    chance = random.Random(f"{seed}:inventory")
+    names = [f"{verb}_{noun}" for verb in _VERBS for noun in _NOUNS]
+    chance.shuffle(names)
+    blocks = ['"""Inventory of a warehouse: every def here keeps the stock and the ledger in step."""\n\nfrom dataclasses import dataclass']
+    for index in range(classes):
+        noun = _NOUNS[index].capitalize()
+        blocks.append(f"@dataclass\nclass {noun}Record:\n    \"\"\"One {noun.lower()} as the ledger keeps it.\"\"\"\n\n"
+                      f"    key: str\n    quantity: int = 0\n    note: str = \"\"")
+    for name in names[:functions]:
+        verb, noun = name.split("_")
+        steps = chance.randint(2, 5)
+        body = "\n".join(f"    {noun}_{step} = {noun}_{step - 1} * {chance.randint(2, 9)} + len(key) % {chance.randint(3, 11)}"
+                         for step in range(1, steps + 1))
+        blocks.append(f"def {name}(key: str, {noun}_0: int = 0) -> int:\n"
+                      f"    \"\"\"{verb.capitalize()} the {noun} for ``key``; the def of the old system did it by hand.\"\"\"\n"
+                      f"{body}\n    return {noun}_{steps}")
+    return "\n\n\n".join(blocks) + "\n"

@@ -3,30 +3,36 @@
 few passages found is wrong: LM Studio's issue 789), so every passage is read. In parts that fit
 the context, the model writes down from each what bears on the question (map); the notes of all
 the parts, numbered, then go to the model in the document's place, and it answers from them
-(reduce), citing a part as it would a passage. Chosen by the question's words; Stop ends it
-between parts."""
+(reduce), citing a part as it would a passage. Before the notes goes what the server counts
+itself (outline.py: a code file's functions and classes, a document's sections), which a small
+model would count wrong; where the question asks only that ("how many functions"), the outline
+alone. Chosen by the question's words; Stop ends it between parts."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
 
 from engines import ChatModel, ChatRequest
-from store import FoundPassage
+from store import DocumentLibrary, FoundPassage, LibraryEntry
 
 from .embedder import Cancelled
 from .fitting import GivenPassage
+from .outline import Outline, outline
 
 # Words that ask about the whole rather than a place in it. "How many" alone is no sign ("how many
 # days of leave do staff get" is answered in one place): it is where it asks what the document has.
 _WHOLE = re.compile(
-    r"\bhow (?:many|often)\b.*\b(?:are there|in (?:the|this|it|all)\b|does (?:it|the \w+|this \w+) (?:have|contain|define|list|include|mention))"
+    r"\bhow (?:many|often)\b.*\b(?:are there|in (?:the|this|it|all)\b|does (?:it|the \w+|this \w+|[\w-]+\.\w+) (?:have|contain|define|list|include|mention))"
     r"|\bcount (?:the|all|every|how)\b|\blist (?:all|every|each)\b|\b(?:every|each) (?:section|chapter|page|function|class|item|part|time)s?\b"
     r"|\bsummari[sz]e\b|\bsummary\b|\boverview\b|\boutline\b|\bcompare\b|\bwhole\b|\bentire\b|\boverall\b|\bthroughout\b",
     re.IGNORECASE)
 # What a part's note may take: enough for a list or a few facts, small beside the parts' text.
 NOTE_TOKENS = 128
 NOTHING = "NONE"
+OUTLINE_HEADING = "outline, counted by the server"
 
 
 def asks_about_the_whole(question: str) -> bool:
@@ -45,6 +51,42 @@ def parts(passages: Sequence[FoundPassage], room: int, count_tokens: Callable[[s
         grouped[-1].append(passage)
         spent += tokens
     return [part for part in grouped if part]
+
+
+def outline_passage(found: Outline, number: int) -> GivenPassage:
+    """The document's outline as the passage given under ``number``."""
+    return GivenPassage(number=number, name=found.name, heading=OUTLINE_HEADING, text=found.for_model())
+
+
+@dataclass
+class Reading:
+    """How far reading a whole document has got: ``given``, what goes in its place so far (its
+    outline, then a note a part); ``noted`` of its ``parts`` (none where the outline answers)."""
+
+    given: list[GivenPassage] = field(default_factory=list)
+    noted: int = 0
+    parts: int = 0
+
+
+async def read_whole(model: ChatModel, library: DocumentLibrary, owner: str, document: LibraryEntry, question: str,
+                     user: str | None, cancelled: Callable[[], bool], first: int = 1) -> AsyncIterator[Reading]:
+    """``document`` read whole for ``question``, its passages numbered from ``first``: the reading
+    after its outline and after each part's note (the last one is the whole); Cancelled where
+    ``cancelled`` says so before a part."""
+    in_order = await asyncio.to_thread(library.in_order, owner, document.id)
+    found = await asyncio.to_thread(outline, document.name, in_order)
+    reading = Reading([outline_passage(found, first)] if found else [])
+    if found and found.answers(question):
+        yield reading
+        return
+    part_room = max(256, (model.context_length - NOTE_TOKENS) // 2)
+    split = await asyncio.to_thread(parts, in_order, part_room, model.count_tokens)
+    reading.parts = len(split)
+    yield reading
+    async for note in notes(model, document.name, question, split, user, cancelled, first + len(reading.given)):
+        reading.given.append(note)
+        reading.noted += 1
+        yield reading
 
 
 async def notes(model: ChatModel, name: str, question: str, document_parts: list[list[FoundPassage]], user: str | None,
@@ -68,6 +110,11 @@ async def notes(model: ChatModel, name: str, question: str, document_parts: list
                            heading=f"part {index + 1} of {total}{where}", text=reply.parts.content.strip() or NOTHING)
 
 
-def whole_note(name: str, tokens: int, noted: int) -> str:
-    """What the page says of a document read whole for a question about all of it."""
-    return f"{name}: {tokens:,} tokens, read whole for a question about all of it: the notes of its {noted} part{'s' if noted != 1 else ''} sent"
+def whole_note(name: str, tokens: int, given: Sequence[GivenPassage]) -> str:
+    """What the page says of a document read whole for a question about all of it, ``given`` in its place."""
+    noted = sum(passage.heading != OUTLINE_HEADING for passage in given)
+    if given and not noted:
+        return f"{name}: {tokens:,} tokens, read whole for a question about all of it: its outline sent, which counts what the question asks"
+    outline = "its outline and " if len(given) > noted else ""
+    return (f"{name}: {tokens:,} tokens, read whole for a question about all of it: {outline}the notes of its {noted} "
+            f"part{'s' if noted != 1 else ''} sent")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import httpx
 import openai
@@ -15,8 +16,9 @@ from fastapi import FastAPI
 
 from api import add_api
 from engines import ChatModel, ModelSlot
-from harness.document_corpus import FACTS, corpus
+from harness.document_corpus import FACTS, corpus, inventory_code
 from harness.running_server import running_server
+from library.whole_document import OUTLINE_HEADING
 from store import open_store
 
 pytestmark = pytest.mark.slow
@@ -92,3 +94,18 @@ def test_documents_that_fit_go_whole_and_say_nothing(served):
         {"type": "file", "file": {"file_data": f"data:text/plain;base64,{small}", "filename": "gate.txt"}},
         {"type": "text", "text": "What is the gate code?"}]}])
     assert answer.model_extra["documents"] is None and answer.choices[0].message.model_extra["citations"] is None
+
+
+def test_a_count_over_a_whole_code_file_is_answered_with_the_exact_count(served):
+    url, _, slot = served
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+    code = base64.b64encode(inventory_code().encode()).decode()  # 40 KB: 128 functions, 6 classes, "def" 257 times
+    answer = client.chat.completions.create(model=slot.model.model_id, temperature=0, max_tokens=24, messages=[{"role": "user", "content": [
+        {"type": "file", "file": {"file_data": f"data:text/x-python;base64,{code}", "filename": "inventory.py"}},
+        {"type": "text", "text": "How many functions does inventory.py define?"}]}])
+    [report] = answer.model_extra["documents"]
+    # A question about the whole file that only asks what the server counts: its outline alone goes to the model.
+    assert report["read_whole"] and [passage["heading"] for passage in report["passages"]] == [OUTLINE_HEADING]
+    assert report["passages"][0]["text"].startswith("Outline, counted by the server: inventory.py defines exactly 128 functions and 6 classes.")
+    assert report["note"].endswith("read whole for a question about all of it: its outline sent, which counts what the question asks")
+    assert re.search(r"\b128\b", answer.choices[0].message.content), answer.choices[0].message.content

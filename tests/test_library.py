@@ -9,15 +9,16 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from engines.prompt.documents import read_document
-from harness.document_corpus import FACTS, corpus
+from engines.prompt.documents import Document, read_document
+from harness.document_corpus import FACTS, corpus, inventory_code
 from harness.postgres import fresh_database
 from library.citations import cited, cited_numbers
 from library.fitting import GivenPassage, Room, passages_for_model
+from library.outline import Outline, outline
 from library.passages import PASSAGE_CHARACTERS, split_passages
 from library.retrieval import fused, kept, search
 from limits import Limits
-from store import OverQuota, Quota, open_store
+from store import FoundPassage, OverQuota, Quota, open_store
 from store.tables import LibraryPassage
 
 RECALL_AT = 5
@@ -125,3 +126,38 @@ def test_the_room_left_for_documents():
     assert room.budget == int((8192 - 512) * 0.5)  # much left: at most half the room
     crowded = Room.of(context=8192, max_new_tokens=512, before=7000)
     assert crowded.left == 680 and crowded.budget == int((8192 - 512) * 0.3)  # compaction makes the rest
+
+
+def found_passages(document):
+    """The document's passages as the library gives them back."""
+    return [FoundPassage(passage.ordinal, "doc", document.name, passage.ordinal, passage.page, passage.heading, passage.text)
+            for passage in split_passages(document)]
+
+
+@pytest.mark.parametrize(("name", "code", "functions", "classes"), [
+    ("inventory.py", inventory_code(), 128, 6),
+    # Methods are functions too; "def" in a docstring is not one.
+    ("shapes.py", 'class Shape:\n    def area(self):\n        """def perimeter(): in prose"""\n        return 0\n\n\nasync def load():\n    pass\n', 2, 1),
+    ("app.js", "function start(a) { return stop(a); }\nclass Player { }\nasync function pause() {}\n", 2, 1),
+    ("main.c", "int main(int argc) { return helper(1); }\nstatic int helper(int x) { return x; }\nstruct point { int x; };\n", 2, 1),
+])
+def test_an_outline_counts_what_a_source_file_defines(name, code, functions, classes):
+    found = outline(name, found_passages(Document(name, "text", (code,))))
+    assert (len(found.functions), len(found.classes)) == (functions, classes)
+    assert found.for_model().startswith(f"Outline, counted by the server: {name} defines exactly {functions} function")
+
+
+def test_an_outline_of_a_document_lists_its_sections_once_each_in_order():
+    found = outline("pump_manual.md", found_passages(read_document(corpus()["pump_manual.md"], "pump_manual.md", Limits())))
+    assert not found.functions and len(found.sections) == 70 and found.sections[:2] == ("1. Installation", "2. Commissioning")
+    assert outline("notes.txt", found_passages(Document("notes.txt", "text", ("No headings here, just words.",)))) is None
+
+
+@pytest.mark.parametrize(("question", "answers"), [
+    ("How many functions does inventory.py define?", True), ("how many classes are there", True), ("List all the functions.", True),
+    ("How many functions handle refunds, and why?", False), ("What does load_stock do?", False),
+    ("How many sections does it have? Summarize each.", False), ("Count the sections.", False),
+])
+def test_an_outline_answers_only_a_question_about_what_it_counts(question, answers):
+    assert Outline("inventory.py", functions=("load_stock",), classes=("Record",)).answers(question) is answers
+    assert Outline("manual.md", sections=("1. Start",)).answers("Count the sections.")

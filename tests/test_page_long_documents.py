@@ -9,10 +9,10 @@ import re
 
 import pytest
 
-from harness.document_corpus import FACTS, corpus
+from harness.document_corpus import FACTS, corpus, inventory_code
 from store import open_store
 from tests.page_input import CONTROLS, message, run, settings
-from library.whole_document import NOTE_TOKENS, asks_about_the_whole, parts
+from library.whole_document import NOTE_TOKENS, OUTLINE_HEADING, asks_about_the_whole, parts
 from webui.attachments import is_chip
 from webui.chat_keeper import ChatKeeper
 from webui.chat_session import ChatSession
@@ -132,6 +132,7 @@ async def test_a_question_about_a_whole_document_reads_all_of_it_part_by_part(sl
     handlers = ChatHandlers(slot, CONTROLS)
     session = kept_session(store)
     question = "How many sections does each document have? List all the section titles."
+    sections = {"pump_manual.md": 70, "handbook.pdf": 60}
     attached = [uploads["pump_manual.md"], uploads["handbook.pdf"]]
     updates = await run(handlers.send(session, message(question, attached), **settings(8)))
     asked, reply = session.turns
@@ -144,17 +145,39 @@ async def test_a_question_about_a_whole_document_reads_all_of_it_part_by_part(sl
         split = parts(every, (slot.model.context_length - NOTE_TOKENS) // 2, slot.model.count_tokens)
         # Every passage was read, in parts that fit the context, each noted by the model, numbered on.
         assert [passage.id for part in split for passage in part] == [passage.id for passage in every] and len(split) > 1
-        assert [note.number for note in document.passages] == list(range(number, number + len(split)))
-        assert [note.heading.split(",")[0] for note in document.passages] == [f"part {index} of {len(split)}" for index in range(1, len(split) + 1)]
-        assert all(note.text for note in document.passages)
+        outline, *notes = document.passages
+        assert [note.number for note in document.passages] == list(range(number, number + 1 + len(split)))
+        # The sections counted by the server, each heading once, in order (the manual's 70, the handbook's 60).
+        assert outline.heading == OUTLINE_HEADING and outline.text.startswith(
+            f"Outline, counted by the server: {document.name} has exactly {sections[document.name]} sections.\nSections, in order: 1. ")
+        assert [note.heading.split(",")[0] for note in notes] == [f"part {index} of {len(split)}" for index in range(1, len(split) + 1)]
+        assert all(note.text for note in notes)
         assert document.note == (f"{document.name}: {slot.model.count_tokens(document.text):,} tokens, read whole for a question about all "
-                                 f"of it: the notes of its {len(split)} parts sent")
+                                 f"of it: its outline and the notes of its {len(split)} parts sent")
         assert any(f"{len(split)} of {len(split)} parts noted" in line and document.name in line for line in shown)
-        number += len(split)
-    assert asked.documents[1].passages[0].heading.startswith("part 1 of ") and ", pages 1-" in asked.documents[1].passages[0].heading
+        number += 1 + len(split)
+    assert asked.documents[1].passages[1].heading.startswith("part 1 of ") and ", pages 1-" in asked.documents[1].passages[1].heading
     prompt = model_request(session.turns[:1]).messages[-1]["content"]
     assert all(note.text in prompt for document in asked.documents for note in document.passages)
     assert "--- pump_manual.md: passages [1]-" in prompt
+
+
+async def test_a_count_over_a_whole_code_file_is_answered_with_the_exact_count(slot, store, tmp_path):
+    # 40 KB of Python, some 14,000 tokens: 128 functions and 6 classes, and "def" 257 times.
+    path = tmp_path / "upload" / "inventory.py"
+    path.parent.mkdir()
+    path.write_text(inventory_code())
+    handlers = ChatHandlers(slot, CONTROLS)
+    session = kept_session(store)
+    await run(handlers.send(session, message("How many functions does inventory.py define?", [str(path)]), **settings(24)))
+    asked, reply = session.turns
+    [document] = asked.documents
+    # The question asks only what the server counts: the outline goes alone, no part is read by the model.
+    [outline] = document.passages
+    assert (outline.number, outline.heading) == (1, OUTLINE_HEADING)
+    assert outline.text.startswith("Outline, counted by the server: inventory.py defines exactly 128 functions and 6 classes.\nFunctions: ")
+    assert document.note.endswith("read whole for a question about all of it: its outline sent, which counts what the question asks")
+    assert re.search(r"\b128\b", reply.content), reply.content
 
 
 async def test_stop_while_a_whole_document_is_read_keeps_the_conversation(slot, store, uploads):

@@ -19,7 +19,7 @@ from engines.tools import ToolSettings
 from library.embedder import Cancelled
 from library.fitting import GivenPassage, Room, choice_note, given_passages, numbered_by_document
 from library.retrieval import kept
-from library.whole_document import NOTE_TOKENS, asks_about_the_whole, notes, parts, whole_note
+from library.whole_document import asks_about_the_whole, read_whole, whole_note
 from limits import Limits
 from store import DocumentLibrary, LibraryEntry, StoreError
 
@@ -80,7 +80,7 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
             continue
         given = by_document[entry.name]
         spent = await asyncio.to_thread(lambda: sum(model.count_tokens(passage.text) for passage in given))
-        note = whole_note(document.name, tokens, len(given)) if read_whole else choice_note(document.name, tokens, sum(counts), room, given, spent)
+        note = whole_note(document.name, tokens, given) if read_whole else choice_note(document.name, tokens, sum(counts), room, given, spent)
         documents.append(document.model_copy(update={"library_id": entry.id, "passages": given, "note": note}))
     for entry, summary in earlier:
         given = by_document[entry.name]
@@ -119,21 +119,19 @@ async def _kept(session: ChatSession, library: DocumentLibrary, owner: str, docu
 
 async def _noted(session: ChatSession, model: ChatModel, library: DocumentLibrary, owner: str, documents: list[LibraryEntry],
                  user: str | None, by_document: dict[str, list[GivenPassage]]) -> AsyncIterator[list[dict[str, Any]]]:
-    """Each of ``documents`` read whole for the message's question about all of it, its parts'
-    notes by name in ``by_document``, numbered on from one document to the next, with progress
-    shown; the message's error where it is stopped or cannot be."""
+    """Each of ``documents`` read whole for the message's question about all of it
+    (library/whole_document.py), what goes in its place by name in ``by_document``, numbered on
+    from one document to the next, with progress shown; the message's error where it is stopped
+    or cannot be."""
     asked = session.turns[-1]
-    part_room = max(256, (model.context_length - NOTE_TOKENS) // 2)
     for entry in documents:
-        in_order = await asyncio.to_thread(library.in_order, owner, entry.id)
-        split = await asyncio.to_thread(parts, in_order, part_room, model.count_tokens)
         first = 1 + sum(len(given) for given in by_document.values())
-        noted = by_document[entry.name] = []
-        yield render(session.tree) + [_whole_line(entry.name, 0, len(split))]
         try:
-            async for note in notes(model, entry.name, asked.content, split, user, lambda: session.stop_requested or session.left, first):
-                noted.append(note)
-                yield render(session.tree) + [_whole_line(entry.name, len(noted), len(split))]
+            async for reading in read_whole(model, library, owner, entry, asked.content, user,
+                                            lambda: session.stop_requested or session.left, first):
+                by_document[entry.name] = reading.given
+                if reading.parts:
+                    yield render(session.tree) + [_whole_line(entry.name, reading.noted, reading.parts)]
         except Cancelled:
             asked.error = f"Stopped while all of {entry.name} was read to answer about the whole of it. Send the message again to go on."
             return
