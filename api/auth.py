@@ -3,7 +3,8 @@
 A server with logins takes them on /v1 too, rather than leaving the API open beside a login page
 or refusing to start: whoever may use the page may use the model through the API, with the
 credentials they already have. A login goes as the API key (``Authorization: Bearer USER:PASS``,
-which is what the openai client sends for ``api_key="USER:PASS"``) or as HTTP Basic (``curl -u``).
+which is what the openai client sends for ``api_key="USER:PASS"``, or ``x-api-key``, which is
+what Anthropic's sends) or as HTTP Basic (``curl -u``).
 Failed tries, of the key or a login, are slowed down with the page's own login throttle.
 """
 
@@ -71,12 +72,19 @@ class ApiAccess:
             key = "this server's API key (--api-key or ANYCHAT_API_KEY), or " if self.api_key is not None else ""
             return (
                 f"Incorrect or missing credentials. Send {key}a login of this server's page as USER:PASS, "
-                "as 'Authorization: Bearer USER:PASS' (the openai client's api_key), or as HTTP Basic."
+                "as 'Authorization: Bearer USER:PASS' (the openai client's api_key) or 'x-api-key: USER:PASS' (Anthropic's), or as HTTP Basic."
             )
         return (
             "Incorrect or missing API key. Send the key this server was started with "
-            "(--api-key or ANYCHAT_API_KEY) as 'Authorization: Bearer <key>'."
+            "(--api-key or ANYCHAT_API_KEY) as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
         )
+
+
+def _authorization(headers: Headers) -> str:
+    """The request's Authorization, or its ``x-api-key`` (what Anthropic's clients send) as a
+    bearer token: the same keys and logins either way."""
+    key = headers.get("x-api-key")
+    return headers.get("authorization", "") or (f"Bearer {key}" if key else "")
 
 
 def _credentials(authorization: str) -> tuple[str, tuple[str, str] | None]:
@@ -112,9 +120,9 @@ class ApiAccessCheck:
             return
         client = scope.get("client")
         try:
-            user = await self.access.user(Headers(scope=scope).get("authorization", ""), client[0] if client else "")
+            user = await self.access.user(_authorization(Headers(scope=scope)), client[0] if client else "")
         except APIError as refused:
-            await JSONResponse(refused.body(), status_code=refused.status, headers=refused.headers)(scope, receive, send)
+            await JSONResponse(refused.body_for(scope["path"]), status_code=refused.status, headers=refused.headers)(scope, receive, send)
             return
         scope.setdefault("state", {})["user"] = user
         await self.app(scope, receive, send)

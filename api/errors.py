@@ -1,4 +1,6 @@
-"""Errors in OpenAI's shape ({"error": {"message", "type", "param", "code"}}) with the right status."""
+"""Errors with the right status, in the shape of the dialect the path speaks: OpenAI's
+({"error": {"message", "type", "param", "code"}}), or under /v1/messages Anthropic's
+({"type": "error", "error": {"type", "message"}})."""
 
 from __future__ import annotations
 
@@ -16,6 +18,11 @@ from engines import ChatError, MemoryBudgetError, ModelBusyError, ModelLoadingEr
 logger = logging.getLogger(__name__)
 
 API_PREFIX = "/v1"
+ANTHROPIC_PREFIX = f"{API_PREFIX}/messages"
+# Anthropic's error types by status (its API's errors page); 529 is its "overloaded", which a
+# busy or loading local model is too.
+ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+                         413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
 # OpenAI's codes for the HTTP errors Starlette and our middleware raise.
 HTTP_ERROR_CODES = {404: "not_found", 413: "request_too_large"}
 # How long a client is asked to wait while a model loads, while too many requests wait for it, or
@@ -39,12 +46,23 @@ class APIError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
+    def anthropic_body(self) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": ANTHROPIC_ERROR_TYPES.get(self.status, "api_error"), "message": self.message}}
+
+    def body_for(self, path: str) -> dict[str, Any]:
+        """The body in the shape of the dialect ``path`` speaks."""
+        return self.anthropic_body() if speaks_anthropic(path) else self.body()
+
+
+def speaks_anthropic(path: str) -> bool:
+    return path == ANTHROPIC_PREFIX or path.startswith(f"{ANTHROPIC_PREFIX}/")
+
 
 def refusal(path: str, status: int, message: str, code: str) -> Response:
     """A request refused before any route runs (by a middleware): in OpenAI's error shape under
     /v1, as plain text elsewhere (a browser shows it as it is)."""
     if path.startswith(API_PREFIX):
-        return JSONResponse(APIError(status, message, code=code).body(), status_code=status)
+        return JSONResponse(APIError(status, message, code=code).body_for(path), status_code=status)
     return PlainTextResponse(message, status_code=status)
 
 
@@ -83,14 +101,14 @@ def _validation_message(error: RequestValidationError) -> tuple[str, str | None]
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """OpenAI-shaped errors under /v1; other paths (the page) keep FastAPI's own answers."""
+    """Errors in each dialect's shape under /v1; other paths (the page) keep FastAPI's own answers."""
 
     def on_api_path(http: Request) -> bool:
         return http.url.path.startswith(API_PREFIX)
 
     async def api_error(http: Request, error: Exception) -> JSONResponse:
         refused = from_exception(error)
-        return JSONResponse(refused.body(), status_code=refused.status, headers=refused.headers)
+        return JSONResponse(refused.body_for(http.url.path), status_code=refused.status, headers=refused.headers)
 
     async def unexpected_error(http: Request, error: Exception) -> Response:
         if not on_api_path(http):  # a failure under the mounted page, which shows its own errors
@@ -101,14 +119,14 @@ def install_error_handlers(app: FastAPI) -> None:
         if not on_api_path(http):
             return await request_validation_exception_handler(http, error)
         message, param = _validation_message(error)
-        return JSONResponse(APIError(400, message, param=param).body(), status_code=400)
+        return JSONResponse(APIError(400, message, param=param).body_for(http.url.path), status_code=400)
 
     async def http_error(http: Request, error: HTTPException) -> JSONResponse:
         if not on_api_path(http):
             return await http_exception_handler(http, error)
         code = HTTP_ERROR_CODES.get(error.status_code)
         message = f"{http.method} {http.url.path}: {error.detail}."
-        return JSONResponse(APIError(error.status_code, message, code=code).body(), status_code=error.status_code)
+        return JSONResponse(APIError(error.status_code, message, code=code).body_for(http.url.path), status_code=error.status_code)
 
     app.add_exception_handler(APIError, api_error)
     app.add_exception_handler(ChatError, api_error)

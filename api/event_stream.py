@@ -1,7 +1,7 @@
 """The server-sent events of a streamed completion, chat or text: what both send around the
 replies' own chunks. The first reply item is awaited before the response starts, so a request
 the engine refuses gets a proper error status; an error later, once the response has started,
-is sent as an event of its own; the stream ends with [DONE]; and the replies are closed however
+is sent as an event of its own; an OpenAI stream ends with [DONE]; and the replies are closed however
 it ends (a client gone mid-stream included), so the engine stops writing them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from .errors import from_exception
+from .errors import APIError, from_exception
 
 Item = TypeVar("Item")
 
@@ -24,10 +24,16 @@ async def first_of(replies: AsyncIterator[Item]) -> Item:
         raise
 
 
+def openai_failure(error: APIError) -> str:
+    return sse_data(error.body())
+
+
 async def event_stream(replies: AsyncIterator[Item], first: Item, opening: Iterable[str],
-                       events: Callable[[Item], Iterator[str]], complete: Callable[[], bool]) -> AsyncIterator[str]:
+                       events: Callable[[Item], Iterator[str]], complete: Callable[[], bool],
+                       failure: Callable[[APIError], str] = openai_failure, ending: str = "data: [DONE]\n\n") -> AsyncIterator[str]:
     """``opening``, then the ``events`` of each item, ``first`` first, until the stream is
-    ``complete`` (every reply finished) or the replies fail; then [DONE]."""
+    ``complete`` (every reply finished) or the replies fail (the ``failure`` event); then
+    ``ending`` (OpenAI's [DONE]; Anthropic's streams end with their last event)."""
     try:
         for event in opening:
             yield event
@@ -40,9 +46,9 @@ async def event_stream(replies: AsyncIterator[Item], first: Item, opening: Itera
             try:
                 item = await anext(replies)
             except Exception as error:
-                yield sse_data(from_exception(error).body())
+                yield failure(from_exception(error))
                 break
-        yield "data: [DONE]\n\n"
+        yield ending
     finally:
         await replies.aclose()
 

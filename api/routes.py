@@ -8,17 +8,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engines import ChatModel, ModelSlot, line_user
+from engines import ChatModel, ChatRequest, ModelSlot, line_user
 from engines.context_settings import ContextPolicy
 from limits import Limits
 from store import DocumentLibrary
 
-from . import completions, text_completions
+from . import anthropic_messages, completions, text_completions
+from .anthropic_schemas import CountTokensRequest, MessageResponse, MessagesRequest, ModelInfo, ModelInfoList, TokenCount
 from .errors import API_PREFIX, APIError
 from .model_loads import LoadsPerUser
-from .schemas import (ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, Score, ScoreRequest, ScoreResponse, TokenizeRequest,
+from .schemas import (ChatCompletion, ChatCompletionRequest, DocumentReport, ModelCard, ModelList, Score, ScoreRequest, ScoreResponse, TokenizeRequest,
                       TokenizeResponse, now)
 from .text_completion_schemas import Completion, CompletionRequest
 
@@ -83,8 +84,11 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
 
     # On the event loop: a synchronous route takes one of the worker threads the page's handlers
     # share, and a flood of those kept the model list waiting for seconds.
-    @router.get("/models")
-    async def list_models() -> ModelList:
+    @router.get("/models", response_model=None)
+    async def list_models(http: Request) -> ModelList | ModelInfoList:
+        if "anthropic-version" in http.headers:  # Anthropic's SDK sends it with every request
+            listed = [ModelInfo(id=model.model_id, display_name=model.display_name) for model in slot.models]
+            return ModelInfoList(data=listed, first_id=listed[0].id if listed else None, last_id=listed[-1].id if listed else None)
         loaded = [ModelCard(id=model.model_id, created=now(), input_modalities=["text", *sorted(model.media_kinds)],
                             max_model_len=model.context_length, prompt_cache=model.prompt_cache) for model in slot.models]
         # Those a request may load, after: read from the disk, on a worker thread.
@@ -92,20 +96,49 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         return ModelList(data=[*loaded, *(ModelCard(id=name, created=now(), loaded=False, input_modalities=modalities(listed.reads))
                                           for name, listed in offered.items())])
 
+    async def prepared(body: ChatCompletionRequest, model: ChatModel, http: Request) -> tuple[ChatRequest, list[DocumentReport]] | Response:
+        """The engine's request for a chat in either dialect, or the 499 of a client that left
+        while its documents were read (reading a whole document is the model's work too)."""
+        kept = (library, library_owner(http)) if library is not None else None
+        return await while_connected(http, completions.chat_request(body, model, local_media_dir, requester(http), limits,
+                                                                    context_policy, kept))
+
     @router.post("/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, http: Request) -> ChatCompletion | StreamingResponse | Response:
         model = await serving(body.model, http)
-        kept = (library, library_owner(http)) if library is not None else None
-        # Reading a whole document is the model's work too: a client that leaves stops it.
-        prepared = await while_connected(http, completions.chat_request(body, model, local_media_dir, requester(http), limits,
-                                                                        context_policy, kept))
-        if isinstance(prepared, Response):
-            return prepared
-        chat, documents = prepared
+        built = await prepared(body, model, http)
+        if isinstance(built, Response):
+            return built
+        chat, documents = built
         if not body.stream:
             return await while_connected(http, completions.complete(body, model, chat, documents))
         stream = await while_connected(http, completions.start_stream(body, model, chat, documents))
         return _event_stream(stream)
+
+    @router.post("/messages", response_model=None)
+    async def messages(body: MessagesRequest, http: Request) -> MessageResponse | StreamingResponse | Response:
+        """Anthropic's Messages API, on the same path as a chat completion (api/anthropic_messages.py)."""
+        model = await serving(body.model, http)
+        chat_body, skipped = anthropic_messages.as_chat_completion(body, model.model_id)
+        built = await prepared(chat_body, model, http)
+        if isinstance(built, Response):
+            return built
+        chat, documents = built
+        # Anthropic's server tools (web search, code execution) are not run here: the client is told which were left out.
+        headers = {"x-anychat-skipped-tools": ", ".join(skipped)} if skipped else {}
+        if not body.stream:
+            reply = await while_connected(http, anthropic_messages.complete(chat_body, model, chat, documents))
+            return reply if isinstance(reply, Response) else JSONResponse(reply.model_dump(), headers=headers)
+        stream = await while_connected(http, anthropic_messages.start_stream(chat_body, model, chat))
+        return _event_stream(stream, headers)
+
+    @router.post("/messages/count_tokens")
+    async def count_message_tokens(body: CountTokensRequest, http: Request) -> TokenCount:
+        """The prompt's length as this model reads it: its own template and tokenizer, tools included."""
+        model = await serving(body.model, http)
+        chat_body, _ = anthropic_messages.as_chat_completion(body, model.model_id)
+        chat, _ = await completions.chat_request(chat_body, model, local_media_dir, requester(http), limits)
+        return TokenCount(input_tokens=await asyncio.to_thread(model.count_prompt_tokens, chat))
 
     @router.post("/completions", response_model=None)
     async def text_completion(body: CompletionRequest, http: Request) -> Completion | StreamingResponse | Response:
@@ -137,7 +170,8 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         raise APIError(
             404,
             f"There is no {http.method} {API_PREFIX}/{path} here. Endpoints: GET /v1/models, "
-            "POST /v1/chat/completions, POST /v1/completions, POST /v1/score, POST /v1/tokenize.",
+            "POST /v1/chat/completions, POST /v1/completions, POST /v1/messages, POST /v1/messages/count_tokens, POST /v1/score, "
+            "POST /v1/tokenize.",
             code="not_found",
         )
 
@@ -156,8 +190,9 @@ def modalities(reads: tuple[str, ...] | None) -> list[str] | None:
     return None if reads is None else ["text", *sorted(kind.removesuffix("s") for kind in reads)]
 
 
-def _event_stream(body: AsyncIterator[str] | Response) -> StreamingResponse | Response:
+def _event_stream(body: AsyncIterator[str] | Response, headers: dict[str, str] | None = None) -> StreamingResponse | Response:
     """An SSE body as the response, or the 499 while_connected gave when the client left first."""
     if isinstance(body, Response):
         return body
-    return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(body, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})

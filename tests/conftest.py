@@ -68,6 +68,14 @@ def slot(chat_model):
     return ModelSlot(chat_model)
 
 
+@pytest.fixture(scope="module")
+def llamacpp_slot():
+    """The default model on llama.cpp, for a module whose tests run on it beside transformers (``slot``)."""
+    pytest.importorskip("llama_cpp", reason="llama.cpp is not installed: bash scripts/setup.sh")
+    with ChatModel({"infer_backend": "llamacpp"}) as model:
+        yield ModelSlot(model)
+
+
 @pytest.fixture(scope="session")
 def default_model_dir(chat_model):
     """The converted safetensors directory of the embedded model."""

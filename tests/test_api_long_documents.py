@@ -15,20 +15,12 @@ import pytest
 from fastapi import FastAPI
 
 from api import add_api
-from engines import ChatModel, ModelSlot
 from harness.document_corpus import FACTS, corpus, inventory_code
 from harness.running_server import running_server
 from library.whole_document import OUTLINE_HEADING
 from store import open_store
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def llamacpp_slot():
-    pytest.importorskip("llama_cpp", reason="llama.cpp is not installed: bash scripts/setup.sh")
-    with ChatModel({"infer_backend": "llamacpp"}) as model:
-        yield ModelSlot(model)
 
 
 @pytest.fixture(scope="module", params=["huggingface", "llamacpp"])

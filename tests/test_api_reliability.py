@@ -258,7 +258,7 @@ def fuzzing_schema(app: FastAPI, model_id: str) -> schemathesis.BaseSchema:
     """The API's own OpenAPI schema, with the model's id as the only valid one, so that valid
     requests reach the model rather than a 404."""
     raw = json.loads(json.dumps(app.openapi()))
-    for name in ("ChatCompletionRequest", "CompletionRequest", "ScoreRequest"):
+    for name in ("ChatCompletionRequest", "CompletionRequest", "ScoreRequest", "MessagesRequest", "CountTokensRequest"):
         raw["components"]["schemas"][name]["properties"]["model"] = {"type": "string", "enum": [model_id]}
     return schemathesis.openapi.from_dict(raw)
 
@@ -281,14 +281,15 @@ def server_error_in(response) -> str | None:
     if response.status_code >= 500:
         return f"{response.status_code}: {response.text[:300]}"
     streamed = any(value.startswith("text/event-stream") for value in response.headers.get("content-type", []))
-    if streamed and '"server_error"' in response.text:
+    # OpenAI's type for a server's failure, and Anthropic's.
+    if streamed and ('"server_error"' in response.text or '"api_error"' in response.text):
         return f"stream error: {response.text[-300:]}"
     return None
 
 
 POSITIVE, NEGATIVE = schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE
 # (path, method, valid or invalid requests, how many); GET /v1/models has no input to make invalid.
-# 1,105 in all, over the 1,000 that issue 12 asks for, divided by how large each endpoint's schema is.
+# 1,445 in all, over the 1,000 that issue 12 asks for, divided by how large each endpoint's schema is.
 FUZZ_PLAN = [
     ("/v1/chat/completions", "POST", POSITIVE, 320),
     ("/v1/chat/completions", "POST", NEGATIVE, 320),
@@ -296,6 +297,10 @@ FUZZ_PLAN = [
     ("/v1/completions", "POST", NEGATIVE, 140),
     ("/v1/score", "POST", POSITIVE, 90),
     ("/v1/score", "POST", NEGATIVE, 90),
+    ("/v1/messages", "POST", POSITIVE, 120),
+    ("/v1/messages", "POST", NEGATIVE, 120),
+    ("/v1/messages/count_tokens", "POST", POSITIVE, 50),
+    ("/v1/messages/count_tokens", "POST", NEGATIVE, 50),
     ("/v1/models", "GET", POSITIVE, 5),
 ]
 

@@ -38,3 +38,26 @@ def test_penalties_reach_an_engine_that_supports_them(vllm_model):
     assert penalised.choices[0].message.content != plain.choices[0].message.content
     assert text == {0: penalised.choices[0].message.content}
     assert usage.model_dump() == penalised.usage.model_dump() and finish == {0: penalised.choices[0].finish_reason}
+
+
+def test_anthropics_messages_on_vllm(vllm_model):
+    """The Messages API on vLLM: the same reply as the chat completion of the same request,
+    streamed in Anthropic's events, and a tool call as a tool_use block."""
+    import anthropic
+
+    with running_server(add_api(FastAPI(), ModelSlot(vllm_model))) as url:
+        model = vllm_model.model_id
+        messages = [{"role": "user", "content": "What is the capital of France?"}]
+        chat = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300).chat.completions.create(
+            model=model, messages=messages, temperature=0, max_tokens=20)
+        client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=300)
+        message = client.messages.create(model=model, messages=messages, max_tokens=20, extra_body={"temperature": 0})
+        with client.messages.stream(model=model, messages=messages, max_tokens=20, extra_body={"temperature": 0}) as stream:
+            streamed = stream.get_final_message()
+        weather = {"name": "get_weather", "description": "Current weather of a city",
+                   "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+        forced = client.messages.create(model=model, max_tokens=40, messages=[{"role": "user", "content": "Weather in Oslo?"}],
+                                        tools=[weather], tool_choice={"type": "tool", "name": "get_weather"}, extra_body={"temperature": 0})
+    assert message.content[0].text == streamed.content[0].text == chat.choices[0].message.content
+    assert message.usage.input_tokens + message.usage.cache_read_input_tokens == chat.usage.prompt_tokens
+    assert forced.stop_reason == "tool_use" and [block.name for block in forced.content if block.type == "tool_use"] == ["get_weather"]
