@@ -59,7 +59,7 @@ def loaded_app(slot, settings: dict[str, Any], args: argparse.Namespace) -> Iter
         load_slot(slot, settings)
     else:
         load_slot(slot, settings)
-        app = api_app(slot, args, server_logins(page_users(args), args), library=chat_store(args).library)
+        app = api_app(slot, args, server_logins(page_users(args), args), store=chat_store(args))
     try:
         yield app
     finally:
@@ -94,7 +94,7 @@ def web_app(slot, args: argparse.Namespace):
     logins = server_logins(users, args)
     store = chat_store(args)
     # /v1 first: the page mounted at / takes every path added after it.
-    app = api_app(slot, args, logins, read_by_any_page=(PYODIDE_PREFIX,), library=store.library)
+    app = api_app(slot, args, logins, read_by_any_page=(PYODIDE_PREFIX,), store=store)
     serve_pyodide(app)
     uploads = f"{PAGE_PREFIX}/upload"  # each file bounded by --max-upload-size instead
     app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
@@ -140,8 +140,8 @@ def load_slot(slot, settings: dict[str, Any]) -> None:
 
 
 def chat_store(args: argparse.Namespace):
-    """The chat store --database-url names (the page's chats, and every user's library of long
-    documents), or the exit with what to do where it cannot be opened."""
+    """The chat store --database-url names (the page's chats, every user's library of long
+    documents, the Responses API's replies), or the exit with what to do where it cannot be opened."""
     from store import Quota, StoreError, open_store, shown_url
 
     try:
@@ -152,10 +152,10 @@ def chat_store(args: argparse.Namespace):
     return store
 
 
-def api_app(slot, args: argparse.Namespace, logins: Logins, read_by_any_page: tuple[str, ...] = (), library=None):
+def api_app(slot, args: argparse.Namespace, logins: Logins, read_by_any_page: tuple[str, ...] = (), store=None):
     """/v1 over ``slot``, with every request to the app (the page mounted on it later included)
     checked for who sends it (any page may read under ``read_by_any_page``), documents too long
-    for the context kept in ``library``; says at startup who can reach it."""
+    for the context and the Responses API's replies kept in ``store``; says at startup who can reach it."""
     from fastapi import FastAPI
 
     from access import AllowedHosts, exposure_warnings, guard
@@ -163,7 +163,7 @@ def api_app(slot, args: argparse.Namespace, logins: Logins, read_by_any_page: tu
     from api.errors import refusal
 
     app = add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args), args.max_request_size, logins,
-                  limits_of(args), args.context_policy, library)
+                  limits_of(args), args.context_policy, store)
     guard(app, AllowedHosts(args.allowed_hosts or (), bound=args.host), refusal, read_by_any_page)
     for warning in exposure_warnings(args.host, args.port, bool(logins), args.api_key is not None, args.secret_flags):
         print(warning, flush=True)

@@ -10,7 +10,7 @@ from access import Logins
 from engines import ModelSlot
 from engines.context_settings import ContextPolicy
 from limits import Limits
-from store import DocumentLibrary
+from store import ChatStore
 
 from .auth import ApiAccess, ApiAccessCheck
 from .body_limit import BodyLimit
@@ -21,18 +21,19 @@ from .routes import create_router
 def add_api(app: FastAPI, slot: ModelSlot, api_key: str | None = None, local_media_dir: Path | None = None,
             max_request_size: int = Limits().max_request_size, logins: Logins | None = None,
             limits: Limits = Limits(), context_policy: ContextPolicy | None = None,
-            library: DocumentLibrary | None = None) -> FastAPI:
+            store: ChatStore | None = None) -> FastAPI:
     """Serve /v1 on ``app`` to holders of ``api_key`` and users of ``logins`` (anyone, when both
     are empty; ``app.state.api_access`` says which), taking request bodies of at most
     ``max_request_size`` bytes and documents within ``limits``; ``context_policy``: what a chat
-    longer than the context becomes where its request names no policy; ``library``: where documents
-    too long for the context are kept to answer from their passages. Call it before mounting anything
+    longer than the context becomes where its request names no policy; ``store``: where documents
+    too long for the context are kept to answer from their passages, and the Responses API's
+    replies for later requests to go on from. Call it before mounting anything
     at "/": a mount there takes every path registered after it."""
     app.state.api_access = ApiAccess(api_key, logins)
     app.add_middleware(BodyLimit, limit=max_request_size)
     app.add_middleware(ApiAccessCheck, access=app.state.api_access)
     install_error_handlers(app)
-    app.include_router(create_router(slot, local_media_dir, limits, context_policy, library))
+    app.include_router(create_router(slot, local_media_dir, limits, context_policy, store))
     return app
 
 

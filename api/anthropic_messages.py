@@ -13,8 +13,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from pydantic import ValidationError
-
 from engines import ChatModel, ChatRequest, Response
 from engines.prompt.reply_parser import ReplyChunk
 
@@ -24,7 +22,7 @@ from .event_stream import event_stream, first_of
 from .anthropic_schemas import (CountTokensRequest, DocumentBlock, ImageBlock, InputBlock, MessageResponse, MessagesRequest,
                                 MessagesUsage, ResponseBlock, ResponseText, ResponseThinking, ResponseToolUse, StopReason, TextBlock,
                                 ThinkingBlock, ToolResultBlock, ToolUseBlock)
-from .schemas import ChatCompletion, ChatCompletionRequest, DocumentReport
+from .schemas import ChatCompletion, ChatCompletionRequest, DocumentReport, chat_completion_request
 
 # Anthropic's effort levels, as the reasoning_effort a chat template knows.
 EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
@@ -64,13 +62,7 @@ def as_chat_completion(body: CountTokensRequest, model_id: str) -> tuple[ChatCom
     if isinstance(body, MessagesRequest):
         fields |= {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
                    "stop": body.stop_sequences}
-    try:
-        return ChatCompletionRequest.model_validate({name: value for name, value in fields.items() if value is not None}, strict=False), skipped
-    except ValidationError as error:
-        # What the Chat Completions request checks that the Messages request's shape does not (a message left without content).
-        [first, *_] = error.errors()
-        where = ".".join(str(part) for part in first["loc"])
-        raise APIError(400, f"Invalid request: {where}: {first['msg']}.", param=where) from None
+    return chat_completion_request(fields), skipped
 
 
 def _chat_messages(body: CountTokensRequest) -> list[dict[str, Any]]:

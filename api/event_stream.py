@@ -7,7 +7,7 @@ it ends (a client gone mid-stream included), so the engine stops writing them.""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from .errors import APIError, from_exception
@@ -30,10 +30,12 @@ def openai_failure(error: APIError) -> str:
 
 async def event_stream(replies: AsyncIterator[Item], first: Item, opening: Iterable[str],
                        events: Callable[[Item], Iterator[str]], complete: Callable[[], bool],
-                       failure: Callable[[APIError], str] = openai_failure, ending: str = "data: [DONE]\n\n") -> AsyncIterator[str]:
+                       failure: Callable[[APIError], str] = openai_failure,
+                       ending: str | Callable[[], Awaitable[str]] = "data: [DONE]\n\n") -> AsyncIterator[str]:
     """``opening``, then the ``events`` of each item, ``first`` first, until the stream is
     ``complete`` (every reply finished) or the replies fail (the ``failure`` event); then
-    ``ending`` (OpenAI's [DONE]; Anthropic's streams end with their last event)."""
+    ``ending`` (Chat Completions' [DONE]; Anthropic's streams end with their last event; a
+    Responses stream's last event is made once the response is kept)."""
     try:
         for event in opening:
             yield event
@@ -48,7 +50,7 @@ async def event_stream(replies: AsyncIterator[Item], first: Item, opening: Itera
             except Exception as error:
                 yield failure(from_exception(error))
                 break
-        yield ending
+        yield ending if isinstance(ending, str) else await ending()
     finally:
         await replies.aclose()
 

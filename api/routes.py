@@ -13,14 +13,15 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from engines import ChatModel, ChatRequest, ModelSlot, line_user
 from engines.context_settings import ContextPolicy
 from limits import Limits
-from store import DocumentLibrary
+from store import ChatStore, StoreError
 
-from . import anthropic_messages, completions, text_completions
+from . import anthropic_messages, completions, responses, text_completions
 from .anthropic_schemas import CountTokensRequest, MessageResponse, MessagesRequest, ModelInfo, ModelInfoList, TokenCount
 from .errors import API_PREFIX, APIError
 from .model_loads import LoadsPerUser
 from .schemas import (ChatCompletion, ChatCompletionRequest, DocumentReport, ModelCard, ModelList, Score, ScoreRequest, ScoreResponse, TokenizeRequest,
                       TokenizeResponse, now)
+from .responses_schemas import DeletedResponse, ResponsesRequest
 from .text_completion_schemas import Completion, CompletionRequest
 
 T = TypeVar("T")
@@ -58,13 +59,14 @@ async def _disconnected(http: Request) -> None:
 
 
 def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: Limits = Limits(),
-                  context_policy: ContextPolicy | None = None, library: DocumentLibrary | None = None) -> APIRouter:
+                  context_policy: ContextPolicy | None = None, store: ChatStore | None = None) -> APIRouter:
     """``local_media_dir``: the folder whose files content parts may name (none: no local files);
     ``limits``: what a document sent in a ``file`` part may take, and how many models one user's
     requests may load; ``context_policy``: for a chat request that names none (none: refused where
-    too long, as OpenAI's API does); ``library``: where documents too long for the context are kept
-    to answer from their passages (none: such a request is refused as too long). Who may send
-    requests is checked before they get here (ApiAccessCheck)."""
+    too long, as OpenAI's API does); ``store``: where documents too long for the context are kept
+    to answer from their passages (none: such a request is refused as too long), and the Responses
+    API's replies (none: store is taken as false, and previous_response_id finds nothing). Who
+    may send requests is checked before they get here (ApiAccessCheck)."""
     router = APIRouter(prefix=API_PREFIX)
     loads = LoadsPerUser(limits.max_model_loads_per_user)
 
@@ -99,7 +101,7 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
     async def prepared(body: ChatCompletionRequest, model: ChatModel, http: Request) -> tuple[ChatRequest, list[DocumentReport]] | Response:
         """The engine's request for a chat in either dialect, or the 499 of a client that left
         while its documents were read (reading a whole document is the model's work too)."""
-        kept = (library, library_owner(http)) if library is not None else None
+        kept = (store.library, owner_of(http)) if store is not None else None
         return await while_connected(http, completions.chat_request(body, model, local_media_dir, requester(http), limits,
                                                                     context_policy, kept))
 
@@ -131,6 +133,44 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
             return reply if isinstance(reply, Response) else JSONResponse(reply.model_dump(), headers=headers)
         stream = await while_connected(http, anthropic_messages.start_stream(chat_body, model, chat))
         return _event_stream(stream, headers)
+
+    @router.post("/responses", response_model=None)
+    async def create_response(body: ResponsesRequest, http: Request) -> JSONResponse | StreamingResponse | Response:
+        """OpenAI's Responses API, on the same path as a chat completion (api/responses.py)."""
+        model = await serving(body.model, http)
+        earlier = await asyncio.to_thread(kept_conversation, body.previous_response_id, http) if body.previous_response_id else []
+        conversion = responses.as_chat_completion(body, model, earlier)
+        built = await prepared(conversion.chat, model, http)
+        if isinstance(built, Response):
+            return built
+        chat, _ = built
+        keeping = responses.Keeping(store.responses, owner_of(http)) if store is not None and body.store else None
+        if not body.stream:
+            reply = await while_connected(http, responses.respond(body, conversion, model, chat, keeping))
+            return reply if isinstance(reply, Response) else JSONResponse(reply)
+        return _event_stream(await while_connected(http, responses.start_stream(body, conversion, model, chat, keeping)))
+
+    def kept_conversation(response_id: str, http: Request) -> list[dict[str, Any]]:
+        if store is None:
+            raise APIError(400, "previous_response_id names a kept response, but this server keeps none (it has no chat store).",
+                           param="previous_response_id")
+        try:
+            return store.responses.conversation(owner_of(http), response_id)
+        except StoreError as error:
+            raise APIError(404, str(error), param="previous_response_id", code="previous_response_not_found") from None
+
+    @router.get("/responses/{response_id}")
+    async def read_response(response_id: str, http: Request) -> JSONResponse:
+        found = await asyncio.to_thread(store.responses.get, owner_of(http), response_id) if store is not None else None
+        if found is None:
+            raise APIError(404, f"No response {response_id} is kept here for you.", param="response_id", code="not_found")
+        return JSONResponse(found)
+
+    @router.delete("/responses/{response_id}")
+    async def delete_response(response_id: str, http: Request) -> DeletedResponse:
+        if store is None or not await asyncio.to_thread(store.responses.delete, owner_of(http), response_id):
+            raise APIError(404, f"No response {response_id} is kept here for you.", param="response_id", code="not_found")
+        return DeletedResponse(id=response_id)
 
     @router.post("/messages/count_tokens")
     async def count_message_tokens(body: CountTokensRequest, http: Request) -> TokenCount:
@@ -170,16 +210,16 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         raise APIError(
             404,
             f"There is no {http.method} {API_PREFIX}/{path} here. Endpoints: GET /v1/models, "
-            "POST /v1/chat/completions, POST /v1/completions, POST /v1/messages, POST /v1/messages/count_tokens, POST /v1/score, "
-            "POST /v1/tokenize.",
+            "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET and DELETE /v1/responses/{id}, "
+            "POST /v1/messages, POST /v1/messages/count_tokens, POST /v1/score, POST /v1/tokenize.",
             code="not_found",
         )
 
     return router
 
 
-def library_owner(http: Request) -> str:
-    """Whose library a request's documents go into: its login's, the same as that user's in the
+def owner_of(http: Request) -> str:
+    """Whose library a request's documents go into, and whose its kept responses are: its login's, the same as that user's in the
     page; else its client address's."""
     login = getattr(http.state, "user", None)
     return f"login:{login}" if login else f"api:{http.client.host if http.client else 'unknown'}"

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engines.compaction import Compaction
 from engines.context_settings import ContextPolicy, ContextSettings
@@ -28,6 +28,7 @@ from engines.prompt_progress import PromptRead
 from engines.settings import field_range
 from library.fitting import GivenPassage
 
+from .errors import APIError
 from .logprobs import ChatLogprobs
 
 # OpenAI's names for generation settings, where ours differ; every other setting keeps its name.
@@ -237,6 +238,18 @@ class ChatCompletionRequest(_RequestBody):
         if self.logprobs:
             settings["logprobs"] = self.top_logprobs or 0
         return settings
+
+
+def chat_completion_request(fields: dict[str, Any]) -> ChatCompletionRequest:
+    """The Chat Completions request another dialect's request is (api/responses.py,
+    api/anthropic_messages.py), from its fields (None: not given); what Chat Completions checks
+    that the other's shape does not (a conversation left empty) is a 400 naming it."""
+    try:
+        return ChatCompletionRequest.model_validate({name: value for name, value in fields.items() if value is not None}, strict=False)
+    except ValidationError as error:
+        [first, *_] = error.errors()
+        where = ".".join(str(part) for part in first["loc"])
+        raise APIError(400, f"Invalid request: {where}: {first['msg']}.", param=where) from None
 
 
 def generation_settings(body: BaseModel, exclude: Collection[str] = ()) -> dict[str, Any]:

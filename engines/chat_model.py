@@ -149,6 +149,12 @@ class ChatModel:
         """Longest prompt plus reply, in tokens (None: no limit known)."""
         return self._engine().prompts.context_length
 
+    @property
+    def steers_reasoning(self) -> bool:
+        """Whether the model's chat template reads how much to reason (reasoning_effort, or a thinking switch)."""
+        template = self._engine().prompts.template or ""
+        return "reasoning_effort" in template or "enable_thinking" in template
+
     def count_tokens(self, text: str) -> int:
         """How many tokens the model's tokenizer makes of ``text``, without special tokens."""
         return self._engine().count_tokens(text)

@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session
 
 from .errors import NotYours, StoreError
 from .library import DocumentLibrary
+from .responses import ResponseStore
 from .media import MediaFiles
 from .message_tree import MessageTree
 from .quota import CHAT_FIELDS_SIZE, MESSAGE_SIZE, PRESET_SIZE, Quota
-from .tables import Chat, ChatMedia, LibraryDocument, Media, Message, Preset
+from .tables import ApiResponse, Chat, ChatMedia, LibraryDocument, Media, Message, Preset
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class ChatStore:
         self.media = media
         self.quota = quota
         self.library = DocumentLibrary(engine, quota, self._text_used)
+        self.responses = ResponseStore(engine, quota, self._text_used)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -217,11 +219,12 @@ class ChatStore:
             self.quota.check_text(self._text_used(session, owner), grown)
 
     def _text_used(self, session: Session, owner: str) -> int:
-        """The characters of text ``owner``'s chats (those not deleted), presets and library hold."""
+        """The characters of text ``owner``'s chats (those not deleted), presets, library and kept API responses hold."""
         chats = select(func.coalesce(func.sum(Chat.text_size), 0)).where(Chat.owner == owner, Chat.deleted.is_(None))
         presets = select(func.coalesce(func.sum(Preset.text_size), 0)).where(Preset.owner == owner)
         library = select(func.coalesce(func.sum(LibraryDocument.characters), 0)).where(LibraryDocument.owner == owner)
-        return session.scalar(chats) + session.scalar(presets) + session.scalar(library)
+        responses = select(func.coalesce(func.sum(ApiResponse.characters), 0)).where(ApiResponse.owner == owner)
+        return session.scalar(chats) + session.scalar(presets) + session.scalar(library) + session.scalar(responses)
 
     def _use_media(self, session: Session, owner: str, chat_id: str, media: dict[str, int], now: float) -> None:
         """Note that the chat uses ``media`` (hashes and sizes), each kept once. Where the owner's

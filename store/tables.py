@@ -133,3 +133,21 @@ class LibraryPassage(Base):
     vector: Mapped[bytes] = mapped_column(LargeBinary)
 
     __table_args__ = (Index("ix_library_passages_document", "document_id", "ordinal"), {"sqlite_autoincrement": True})
+
+
+class ApiResponse(Base):
+    """A reply of the Responses API (/v1/responses) kept for a later request to go on from
+    (``previous``: the one it went on from) and to be read back (store/responses.py). ``messages``:
+    what it added to the conversation, its input and its reply, as chat messages; ``response``:
+    the response object as the API returned it. ``characters``: counted in the owner's text quota."""
+
+    __tablename__ = "api_responses"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    previous: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    messages: Mapped[list] = mapped_column(JSON)
+    response: Mapped[dict] = mapped_column(JSON)
+    characters: Mapped[int] = mapped_column(BigInteger)
+    created: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_api_responses_owner", "owner"),)

@@ -30,7 +30,7 @@ def served(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp("library")
     store = open_store(f"sqlite:///{folder / 'chats.db'}", data=folder)
     try:
-        with running_server(add_api(FastAPI(), slot, library=store.library)) as url:
+        with running_server(add_api(FastAPI(), slot, store=store)) as url:
             yield url, store, slot
     finally:
         store.close()

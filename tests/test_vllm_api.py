@@ -61,3 +61,23 @@ def test_anthropics_messages_on_vllm(vllm_model):
     assert message.content[0].text == streamed.content[0].text == chat.choices[0].message.content
     assert message.usage.input_tokens + message.usage.cache_read_input_tokens == chat.usage.prompt_tokens
     assert forced.stop_reason == "tool_use" and [block.name for block in forced.content if block.type == "tool_use"] == ["get_weather"]
+
+
+def test_the_responses_api_on_vllm(vllm_model):
+    """The Responses API on vLLM: the same reply as the chat completion of the same request,
+    streamed in its events, and a forced function call as a function_call item."""
+    with running_server(add_api(FastAPI(), ModelSlot(vllm_model))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        model = vllm_model.model_id
+        question = "What is the capital of France?"
+        chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}], temperature=0, max_tokens=20)
+        response = client.responses.create(model=model, input=question, temperature=0, max_output_tokens=20)
+        with client.responses.stream(model=model, input=question, temperature=0, max_output_tokens=20) as stream:
+            streamed = stream.get_final_response()
+        weather = {"type": "function", "name": "get_weather", "description": "Current weather of a city",
+                   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+        forced = client.responses.create(model=model, input="Weather in Oslo?", tools=[weather], temperature=0, max_output_tokens=40,
+                                         tool_choice={"type": "function", "name": "get_weather"})
+    assert response.output_text == streamed.output_text == chat.choices[0].message.content
+    assert response.usage.input_tokens == chat.usage.prompt_tokens
+    assert [item.name for item in forced.output if item.type == "function_call"] == ["get_weather"]
