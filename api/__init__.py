@@ -15,6 +15,7 @@ from store import ChatStore
 from .auth import ApiAccess, ApiAccessCheck
 from .body_limit import BodyLimit
 from .errors import install_error_handlers
+from .metrics import add_metrics
 from .routes import create_router
 
 
@@ -22,7 +23,7 @@ def add_api(app: FastAPI, slot: ModelSlot, api_key: str | None = None, local_med
             max_request_size: int = Limits().max_request_size, logins: Logins | None = None,
             limits: Limits = Limits(), context_policy: ContextPolicy | None = None,
             store: ChatStore | None = None) -> FastAPI:
-    """Serve /v1 on ``app`` to holders of ``api_key`` and users of ``logins`` (anyone, when both
+    """Serve /v1 (and /metrics) on ``app`` to holders of ``api_key`` and users of ``logins`` (anyone, when both
     are empty; ``app.state.api_access`` says which), taking request bodies of at most
     ``max_request_size`` bytes and documents within ``limits``; ``context_policy``: what a chat
     longer than the context becomes where its request names no policy; ``store``: where documents
@@ -34,6 +35,8 @@ def add_api(app: FastAPI, slot: ModelSlot, api_key: str | None = None, local_med
     app.add_middleware(ApiAccessCheck, access=app.state.api_access)
     install_error_handlers(app)
     app.include_router(create_router(slot, local_media_dir, limits, context_policy, store))
+    # Last, so outermost: requests the other middleware refuse are counted too.
+    add_metrics(app, slot)
     return app
 
 

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from access import Logins, TooManyFailedLogins
 
-from .errors import API_PREFIX, APIError
+from .errors import API_PREFIX, METRICS_PATH, APIError
 
 # Bearer rather than Basic: a browser that gets a Basic challenge asks for a password and then
 # sends it by itself with every later request to this origin, pages of other sites' included.
@@ -106,7 +106,7 @@ def _credentials(authorization: str) -> tuple[str, tuple[str, str] | None]:
 
 
 class ApiAccessCheck:
-    """ASGI middleware checking every /v1 request with ``access`` before any of its body is read
+    """ASGI middleware checking every /v1 request (and /metrics) with ``access`` before any of its body is read
     (FastAPI reads and parses a body before a route's dependencies run), so that an outsider
     costs the server no parsing. The login goes in ``request.state.user`` for the routes."""
 
@@ -115,7 +115,7 @@ class ApiAccessCheck:
         self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not (scope["path"] == API_PREFIX or scope["path"].startswith(f"{API_PREFIX}/")):
+        if scope["type"] != "http" or not (scope["path"] in (API_PREFIX, METRICS_PATH) or scope["path"].startswith(f"{API_PREFIX}/")):
             await self.app(scope, receive, send)
             return
         client = scope.get("client")

@@ -18,6 +18,7 @@ from engines import ChatError, MemoryBudgetError, ModelBusyError, ModelLoadingEr
 logger = logging.getLogger(__name__)
 
 API_PREFIX = "/v1"
+METRICS_PATH = "/metrics"
 ANTHROPIC_PREFIX = f"{API_PREFIX}/messages"
 # Anthropic's error types by status (its API's errors page); 529 is its "overloaded", which a
 # busy or loading local model is too.

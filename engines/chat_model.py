@@ -28,6 +28,7 @@ from .logprobs import TokenLogprobs
 from .model_files import Progress
 from .model_files.model_args import LoadSettings, ModelArgs
 from .prompt.reply_parser import ReplyChunk
+from .reply_meter import ReplyMeter
 from .request import ChatRequest, MediaKind
 from .tools import STEP_LIMIT, Approval, Tool, reply_with_tools
 from .waiting_line import QueuePlace, WaitingLine
@@ -91,6 +92,8 @@ class ChatModel:
         self._summaries = Summaries()
         # The model that writes this one's summaries where the operator chose one (ModelSlot sets it).
         self.summarizer: Callable[[], ChatModel | None] = lambda: None
+        # What its replies took, for operators (api/metrics.py).
+        self.meter = ReplyMeter()
         self._loop = EngineLoop()
         started = time.perf_counter()
         try:
@@ -201,7 +204,10 @@ class ChatModel:
     async def achat(self, request: ChatRequest | Messages, **options: Any) -> list[Response]:
         """All ``num_return_sequences`` replies, once complete."""
         request = as_request(request, options)
-        return await self._loop.run(self._engine().chat(request))
+        responses = await self._loop.run(self._engine().chat(request))
+        for response in responses:
+            self.meter.replied(response)
+        return responses
 
     async def astream_replies(self, request: ChatRequest | Messages, progress: bool = False, raw: bool = False,
                               **options: Any) -> AsyncIterator[tuple[int, QueuePlace | ReplyChunk | str | TokenLogprobs | Response]]:
@@ -235,8 +241,16 @@ class ChatModel:
                 request = item
             elif progress or isinstance(item, Compaction):
                 yield 0, item
+        asked, first_tokens = time.monotonic(), {}
         async with contextlib.aclosing(self._loop.relay(self._engine().stream_replies(request, progress, raw))) as replies:
             async for pair in replies:
+                index, item = pair
+                if isinstance(item, ReplyChunk | str):
+                    first_tokens.setdefault(index, time.monotonic())
+                elif isinstance(item, Response):
+                    done = time.monotonic()
+                    first = first_tokens.get(index, done)
+                    self.meter.replied(item, first - asked, done - first)
                 yield pair
 
     async def astream_reply(self, request: ChatRequest | Messages, progress: bool = False,
