@@ -194,8 +194,10 @@ def _arguments(arguments: str) -> dict[str, Any]:
 
 
 async def start_stream(body: ChatCompletionRequest, model: ChatModel, request: ChatRequest) -> AsyncIterator[str]:
-    """Anthropic's event stream, once the reply's first item has come (a refusal gets its status)."""
-    replies = model.astream_replies(request)
+    """Anthropic's event stream, once the reply's first item has come (a refusal gets its status).
+    Its place in line and a long prompt's reading come too, each sent as a ping: a client waiting
+    for a busy model keeps its connection."""
+    replies = model.astream_replies(request, progress=True)
     return _events(body, model.model_id, replies, await first_of(replies))
 
 
@@ -241,7 +243,7 @@ def _events(body: ChatCompletionRequest, model_id: str, replies: AsyncIterator[t
                                "cache_read_input_tokens": item.cached_tokens})
             yield event("message_stop")
         elif not isinstance(item, ReplyChunk):
-            # Waiting in line, reading a long prompt, compacting: the connection is kept alive.
+            # Waiting in line, reading a long prompt, compacting: the client hears the connection is alive.
             yield event("ping")
 
     start = {"id": message_id(), "type": "message", "role": "assistant", "model": model_id, "content": [], "stop_reason": None,
