@@ -154,9 +154,10 @@ class ChatModel:
 
     @property
     def steers_reasoning(self) -> bool:
-        """Whether the model's chat template reads how much to reason (reasoning_effort, or a thinking switch)."""
-        template = self._engine().prompts.template or ""
-        return "reasoning_effort" in template or "enable_thinking" in template
+        """Whether the model's chat template reads how much to reason (reasoning_effort, or a
+        thinking switch); True where a remote server renders the template (it decides)."""
+        template = getattr(self._engine().prompts, "template", None)
+        return template is None or "reasoning_effort" in template or "enable_thinking" in template
 
     def count_tokens(self, text: str) -> int:
         """How many tokens the model's tokenizer makes of ``text``, without special tokens."""
