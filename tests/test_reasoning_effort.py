@@ -76,3 +76,27 @@ def test_through_the_api(switch_model, slot):
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(model=slot.model.model_id, messages=QUESTION, reasoning_effort="low")
         assert "no thinking switch" in refused.value.body["message"] and refused.value.body["param"] == "reasoning_effort"
+
+
+def test_the_pages_thinking_switch_does_something_or_says_why_not(switch_model, chat_model):
+    """Issue 65's "only controls that do something": the page's Enable thinking follows the
+    loaded model's template, and is greyed with its reason where the template has no switch."""
+    from tests.page_input import CONTROLS
+    from webui.handlers import NO_THINKING_SWITCH, ChatHandlers
+
+    handlers = ChatHandlers(ModelSlot(chat_model), CONTROLS)
+    switchable = handlers.model_defaults(switch_model)["enable_thinking"]
+    assert (switchable["value"], switchable["interactive"]) == (True, True) and switchable["info"] != NO_THINKING_SWITCH
+    without = handlers.model_defaults(chat_model)["enable_thinking"]
+    assert (without["value"], without["interactive"], without["info"]) == (False, False, NO_THINKING_SWITCH)
+
+
+def test_the_responses_api_turns_the_switch_by_its_effort(switch_model):
+    """reasoning.effort reaches a template with a switch (no warning); the prompt with the switch
+    off holds the empty thought the template writes for it."""
+    with running_server(add_api(FastAPI(), ModelSlot(switch_model))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        off, on = (client.responses.create(model=switch_model.model_id, input=QUESTION[0]["content"], max_output_tokens=1,
+                                           reasoning={"effort": effort}) for effort in ("none", "high"))
+    assert off.model_extra.get("warnings") is None and on.model_extra.get("warnings") is None
+    assert off.usage.input_tokens - on.usage.input_tokens == switch_model.count_tokens(THOUGHT_SKIPPED) - switch_model.count_tokens("<think>\n")

@@ -87,6 +87,10 @@ def box(interactive: bool, text: str = "", files: list[str] | None = None) -> di
     return gr.update(value={"text": text, "files": files or []}, interactive=interactive)
 
 
+THINKING_INFO = GenerationArgs.model_fields["enable_thinking"].json_schema_extra["page"]["info"]
+NO_THINKING_SWITCH = "This model's chat template has no thinking switch: there is nothing to turn on or off."
+
+
 def control_value(defaults: GenerationArgs, name: str) -> Any:
     """What a generation control shows for the model's default of setting ``name``."""
     if name == "temperature":
@@ -395,8 +399,15 @@ class ChatHandlers:
         return {} if model is None else self.model_defaults(model)
 
     def model_defaults(self, model: ChatModel) -> dict[str, Any]:
+        """The generation controls at ``model``'s defaults; the thinking switch off and greyed, its
+        reason beside it, where the model's chat template has none (it would do nothing)."""
         defaults = model.generation_defaults
-        return {name: control_value(defaults, name) for name in self.control_names}
+        shown = {name: control_value(defaults, name) for name in self.control_names}
+        if "enable_thinking" in shown:
+            steers = model.steers_reasoning
+            shown["enable_thinking"] = gr.update(value=shown["enable_thinking"] and steers, interactive=steers,
+                                                 info=THINKING_INFO if steers else NO_THINKING_SWITCH)
+        return shown
 
 
 def message_box_for(kinds: list[str]) -> dict[str, Any]:
