@@ -238,6 +238,30 @@ def test_rename_search_and_delete(page, context, app):
     expect(chat_list(page)).to_have_text(["Say cherry.", "Say apple."])
 
 
+@pytest.mark.parametrize(("width", "height", "phone"), [(1280, 720, False), (1280, 860, False), (390, 844, True)])
+def test_the_chat_and_its_buttons_are_in_the_first_screen_of_a_laptop_and_a_phone(browser, app, width, height, phone):
+    """The message box and the buttons under it fit a laptop's first screen (at 1280x860 they sat
+    under the fold); on a phone the chat shows, not the sidebar over it, and choosing a chat
+    (here a new one) closes the sidebar again."""
+    context = browser.new_context(viewport={"width": width, "height": height}, is_mobile=phone, has_touch=phone)
+    try:
+        page = context.new_page()
+        open_chat(page, app.url)
+        sidebar = page.locator("#chats-sidebar")
+        expect(sidebar).to_have_class(re.compile(r"\bopen\b")) if not phone else expect(sidebar).not_to_have_class(re.compile(r"\bopen\b"))
+        for control in ("#chat-input", "#regenerate-btn", "#continue-btn", "#undo-btn", "#clear-btn"):
+            box = page.locator(control).bounding_box()
+            assert box["y"] + box["height"] <= height and box["x"] + box["width"] <= width, (control, box)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing scrolls sideways
+        if phone:
+            sidebar.locator(".toggle-button").click()
+            expect(sidebar).to_have_class(re.compile(r"\bopen\b"))
+            page.locator("#new-chat-btn").click()
+            expect(sidebar).not_to_have_class(re.compile(r"\bopen\b"))
+    finally:
+        context.close()
+
+
 def test_switching_away_from_a_streaming_reply_stops_it_in_its_own_chat(page):
     reply_length(page, 6)
     ask(page, "Say apple.")

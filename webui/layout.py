@@ -12,6 +12,7 @@ from engines.context_settings import ContextPolicy
 from limits import Limits
 from store import ChatStore, Quota, open_store
 
+from .narrow_screens import NARROW_CSS, NARROW_SIDEBAR
 from .chat_presets import ChatPresets
 from .document_library import DocumentLibrary
 from .chat_session import ChatSession
@@ -61,7 +62,7 @@ CSS = """
 """
 
 # What launch() or gr.mount_gradio_app() need besides the Blocks.
-PAGE_KWARGS = {"theme": THEME, "css": CSS, "head": SIDEBAR_HEAD}
+PAGE_KWARGS = {"theme": THEME, "css": CSS + NARROW_CSS, "head": SIDEBAR_HEAD}
 
 def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Limits = Limits(),
                models_dir: Path | None = None, store: ChatStore | None = None, context_policy: ContextPolicy = "compact") -> gr.Blocks:
@@ -87,7 +88,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
             library = DocumentLibrary()
         presets.wire(sidebar.opened, sidebar.chats, chat.system, generation)
         library.wire(sidebar.opened, sidebar.chats)
-        for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS, APPROVAL_CHOICES, RUN_BUTTONS):
+        for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS, APPROVAL_CHOICES, RUN_BUTTONS, NARROW_SIDEBAR):
             demo.load(None, js=script)
         settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, chat.chat_model, generation)
     return demo
