@@ -74,7 +74,8 @@ def test_the_q8_0_weights_read_as_the_file_as_shipped():
     perplexity by at most 1 %."""
     import numpy as np
 
-    text = (Path(__file__).parent.parent / "docs" / "page.md").read_text()[:12000]
+    # A frozen copy of a page of the manual: the docs change, and with them the perplexity measured.
+    text = (Path(__file__).parent / "english_prose.txt").read_text()
 
     def log_probs(path, flash_attn):
         llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_batch=512, n_threads=2, flash_attn=flash_attn, logits_all=True, verbose=False)

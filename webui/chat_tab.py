@@ -17,7 +17,6 @@ from . import python_in_browser, replying, tool_approval
 from .by_name import by_name
 from .controls import control
 from .handlers import MEDIA_KINDS, ChatHandlers, control_value
-from .narrow_screens import CHATBOT_HEIGHT
 from .tool_panel import offered_tools
 from .user_turns import in_users_turn
 from .versions import PICK_ID
@@ -39,7 +38,7 @@ class ChatTab:
                 self.chatbot = gr.Chatbot(
                     elem_id="chatbot",
                     show_label=False,
-                    height=CHATBOT_HEIGHT,
+                    height="68vh",
                     editable="all",
                     buttons=["copy", "copy_all"],
                     feedback_options=None,
