@@ -141,6 +141,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a name requests may address this server by (its Host header; repeatable; *.example.com takes "
                              "subdomains, * any), besides localhost, this machine's own names and IP addresses; pages of "
                              "these names may also send requests (behind a proxy that rewrites Host)")
+    server.add_argument("--root-path", metavar="PATH",
+                        help="the path prefix under which a proxy serves the page (e.g. /chat for https://example.com/chat/, "
+                             "the proxy passing requests on without it): the page's own requests go there")
     server.add_argument("--auth", action="append", metavar="USER:PASS",
                         help="a user who may open the page and use the API (repeatable; the process list shows it: prefer --auth-file)")
     server.add_argument("--auth-file", metavar="FILE", help="users who may open the page and use the API, one USER:PASS a line")

@@ -82,8 +82,10 @@ def web_app(slot, args: argparse.Namespace):
     from webui.file_cache import FileCache
     from webui.layout import PAGE_KWARGS, build_demo
     from webui.python_in_browser import PYODIDE_PREFIX, serve_pyodide
+    from webui.installable_app import FAVICON, serve_app_files, with_app_links
+    from webui.colour_scheme import with_colour_scheme
     from webui.event_inputs import refuse_events_short_of_inputs
-    from webui.edited_responses import EditedResponses
+    from webui.edited_responses import EditedResponses, chained
     from webui.idle_frames import with_status_timer_script
     from webui.status_pushes import changed_statuses_pushed, is_blocks_script
 
@@ -96,6 +98,7 @@ def web_app(slot, args: argparse.Namespace):
     # /v1 first: the page mounted at / takes every path added after it.
     app = api_app(slot, args, logins, read_by_any_page=(PYODIDE_PREFIX,), store=store)
     serve_pyodide(app)
+    serve_app_files(app)
     uploads = f"{PAGE_PREFIX}/upload"  # each file bounded by --max-upload-size instead
     app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
                        flag="--max-page-request-size", advice="Send a shorter message, or ask the server's operator to raise the limit.")
@@ -104,14 +107,14 @@ def web_app(slot, args: argparse.Namespace):
     refuse_events_short_of_inputs(demo)
     files = FileCache(Path(get_upload_folder()), limits.max_file_age, limits.max_cache_size)
     page = gr.mount_gradio_app(app, demo, path="/", auth=logins.page_login if logins else None, max_file_size=limits.max_upload_size,
-                               footer_links=[], show_error=True, app_kwargs={"lifespan": files.kept}, **PAGE_KWARGS)
+                               footer_links=[], show_error=True, favicon_path=FAVICON, root_path=args.root_path, app_kwargs={"lifespan": files.kept}, **PAGE_KWARGS)
     # Gradio checks that a file a request names is one its users uploaded only once launch() has
     # run; a mounted page never runs it, and would copy any file on the server that it is sent.
     demo.has_launched = True
     gradio_app = next(route.app for route in page.routes if isinstance(route, Mount) and isinstance(route.app, App))
     # Gradio's heartbeat streams (one per open page) end only when its app is told the server stops.
     page.state.page_streams_stop = gradio_app.stop_event
-    page.add_middleware(EditedResponses, covers=lambda path: path == "/", edit=with_status_timer_script)
+    page.add_middleware(EditedResponses, covers=lambda path: path == "/", edit=chained(with_status_timer_script, with_colour_scheme, with_app_links))
     page.add_middleware(EditedResponses, covers=is_blocks_script, edit=changed_statuses_pushed)
     if logins:
         owners = SessionOwners(end_session=state_dropper(demo))

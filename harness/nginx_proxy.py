@@ -39,8 +39,8 @@ http {{
     }}
     server {{
         listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://anychat;
+        location {prefix} {{
+            proxy_pass http://anychat{upstream_path};
             proxy_http_version 1.1;
             proxy_set_header Host $http_host;
             proxy_buffering off;
@@ -52,8 +52,9 @@ http {{
 
 
 @contextmanager
-def nginx_proxy(replicas: list[str], folder: Path) -> Iterator[str]:
-    """nginx passing requests to ``replicas`` (their URLs); yields its own URL."""
+def nginx_proxy(replicas: list[str], folder: Path, prefix: str = "/") -> Iterator[str]:
+    """nginx passing requests under ``prefix`` to ``replicas`` (their URLs), without it; yields
+    its own URL, the prefix included."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     if not Path(nginx).exists():
         raise RuntimeError("nginx is not installed: apt-get install -y nginx (scripts/setup.sh --test does).")
@@ -62,7 +63,10 @@ def nginx_proxy(replicas: list[str], folder: Path) -> Iterator[str]:
     config = folder / "nginx.conf"
     # As root, nginx's workers would run as nobody, who cannot write its folder.
     user = "user root root;" if os.geteuid() == 0 else ""
-    config.write_text(CONFIG.format(user=user, folder=folder, servers=servers, port=port))
+    # Under a prefix, nginx passes the path on without it; at / the path goes as the client sent it
+    # (a path in proxy_pass would have nginx decode and normalise it first).
+    upstream_path = "" if prefix == "/" else "/"
+    config.write_text(CONFIG.format(user=user, folder=folder, servers=servers, port=port, prefix=prefix, upstream_path=upstream_path))
     process = subprocess.Popen([nginx, "-p", str(folder), "-c", str(config), "-g", "daemon off;"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -71,7 +75,7 @@ def nginx_proxy(replicas: list[str], folder: Path) -> Iterator[str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"nginx did not start: {process.stderr.read().decode(errors='replace')}")
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/"
+        yield f"http://127.0.0.1:{port}{prefix}"
     finally:
         stop_process(process, 10)
 

@@ -90,6 +90,19 @@ PY
     fi
   ) > .cache/setup-downloads.log 2>&1 &
   background+=("$!:.cache/setup-downloads.log")
+  # The page's accessibility checks (tests/test_page_for_everyone.py): axe-core, run inside the page,
+  # and Lighthouse 12 (13 wants Node 22; Debian's is 20), run on Chromium from Node.
+  (
+    if [ ! -f .cache/axe-core/axe.min.js ]; then
+      rm -rf .cache/axe-core .cache/axe-core-*.tgz && mkdir -p .cache/axe-core
+      (cd .cache && npm pack --silent axe-core@4.14.1 >/dev/null)
+      tar -xzf .cache/axe-core-4.14.1.tgz -C .cache/axe-core --strip-components=1 && rm .cache/axe-core-4.14.1.tgz
+    fi
+    if [ ! -x .cache/lighthouse/node_modules/.bin/lighthouse ]; then
+      npm install --silent --no-audit --no-fund --prefix .cache/lighthouse lighthouse@12.2.3
+    fi
+  ) > .cache/setup-page-checks.log 2>&1 &
+  background+=("$!:.cache/setup-page-checks.log")
 fi
 # Installs go through uv (scripts/uv_pip.sh), from the sources pip is configured with: it unpacks
 # wheels in parallel, and links them from its cache where it has them. Bytecode is then compiled on

@@ -98,6 +98,7 @@ class ChatTab:
                         self.export_md_btn = gr.Button("Export Markdown", elem_id="export-md-btn", size="sm")
                     self.export_file = gr.File(label="Exported", elem_id="export-file", visible=False)
                     self.import_btn = gr.UploadButton("Import JSON", elem_id="import-btn", file_types=[".json"], size="sm")
+                self.shortcuts_btn = gr.Button("⌨ Keyboard shortcuts (?)", elem_id="shortcuts-btn", size="sm", variant="secondary")
 
     def wire(self, demo: gr.Blocks, handlers: ChatHandlers, session: gr.State, generation: dict[str, gr.components.Component]) -> None:
         """The chat's events; each reply is written with the chat's settings and ``generation``,
@@ -105,6 +106,7 @@ class ChatTab:
         offer = {"fn": offered_tools, "outputs": [self.run_tools["run_tools"], self.tool_servers, self.refresh_tools], "queue": False, "api_visibility": "private"}
         demo.load(**offer)
         self.refresh_tools.click(**offer)
+        self.shortcuts_btn.click(None, js="() => window.anychatShortcuts && window.anychatShortcuts()")
         chat_settings = {"system": self.system, "tools": self.tools, "reply_format": self.reply_format, "reply_schema": self.reply_schema,
                          "chat_model": self.chat_model, "context_policy": self.context_policy, **self.run_tools, **generation}
         chat = {"chatbot": self.chatbot, "message_box": self.message_box, "chat_model": self.chat_model}

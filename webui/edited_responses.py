@@ -9,6 +9,18 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
+Edit = Callable[[bytes, str], bytes]
+
+
+def chained(*edits: Edit) -> Edit:
+    """One edit making each of ``edits`` in turn."""
+    def edit(body: bytes, content_type: str) -> bytes:
+        for one in edits:
+            body = one(body, content_type)
+        return body
+    return edit
+
+
 class EditedResponses:
     """Answers to ``GET`` requests whose path ``covers`` pass through ``edit(body, content_type)``,
     which returns the body to send. The request goes in without Accept-Encoding, so that the body
@@ -17,7 +29,7 @@ class EditedResponses:
     file's, marked as edited (the edit depends on the file alone, so a revalidation the file
     passes, the edited body passes too)."""
 
-    def __init__(self, app: ASGIApp, covers: Callable[[str], bool], edit: Callable[[bytes, str], bytes]) -> None:
+    def __init__(self, app: ASGIApp, covers: Callable[[str], bool], edit: Edit) -> None:
         self.app = app
         self.covers = covers
         self.edit = edit

@@ -26,7 +26,9 @@ from .read_aloud import READ_ALOUD
 from .python_in_browser import RUN_BUTTONS
 from .tool_approval import APPROVAL_CHOICES
 from .versions import VERSION_ARROWS
-from .shortcuts import ESCAPE_STOPS
+from .shortcuts import SHORTCUTS, SHORTCUTS_CSS
+from .reply_announcer import REPLY_ANNOUNCER
+from .keyboard_reach import KEYBOARD_REACH, KEYBOARD_REACH_CSS
 
 # System fonts only: the page must not fetch anything from outside this machine.
 THEME = gr.themes.Soft(
@@ -34,6 +36,20 @@ THEME = gr.themes.Soft(
     neutral_hue="slate",
     font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "sans-serif"],
     font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"],
+).set(
+    # Soft's own shades fail WCAG AA's 4.5:1 for small text (axe-core, tests/test_page_for_everyone.py):
+    # labels in indigo-500 on indigo-100, info lines in slate-400 on white, white on indigo-500.
+    body_text_color_subdued="*neutral_600",
+    body_text_color_subdued_dark="*neutral_300",
+    block_label_text_color="*primary_700",
+    block_title_text_color="*primary_700",
+    color_accent="*primary_600",
+    button_primary_background_fill="*primary_600",
+    button_primary_background_fill_hover="*primary_700",
+    button_primary_background_fill_hover_dark="*primary_700",
+    button_secondary_background_fill_hover_dark="*primary_700",
+    checkbox_label_background_fill_selected="*primary_600",
+    checkbox_label_background_fill_selected_dark="*primary_700",
 )
 
 CSS = """
@@ -41,13 +57,13 @@ CSS = """
 #chatbot { flex-grow: 1; }
 #chatbot img { max-height: 180px; width: auto; }
 #title h1 { margin: 0.2em 0 0; font-size: 1.6em; }
-#title p { margin: 0; opacity: 0.7; }
+#title p { margin: 0; color: var(--body-text-color-subdued); }
 #model-status { min-height: 2.5em; }
 #chat-buttons button { min-width: 0; }
 #chatbot .message:has(.reply-stats) { background: none; border: none; box-shadow: none; padding-top: 0; }
-.reply-stats { font-size: 0.78em; opacity: 0.65; }
+.reply-stats { font-size: 0.78em; color: var(--body-text-color-subdued); }
 #chatbot .message:has(.versions) { background: none; border: none; box-shadow: none; padding-top: 0; padding-bottom: 0; }
-.versions { font-size: 0.85em; opacity: 0.75; user-select: none; }
+.versions { font-size: 0.85em; color: var(--body-text-color-subdued); user-select: none; }
 .version-go { cursor: pointer; padding: 0 0.4em; }
 .tool-approval [class*=approve-] { cursor: pointer; text-decoration: underline; padding: 0 0.3em; }
 .python-run button { font-size: 0.8em; padding: 0.1em 0.6em; margin: 0.2em 0; border-radius: 4px; cursor: pointer; }
@@ -55,14 +71,18 @@ CSS = """
 .python-output.failed { color: var(--error-text-color, #b91c1c); }
 .tool-approval .approve-deny { color: var(--error-text-color, #b91c1c); }
 .version-end { opacity: 0.3; padding: 0 0.4em; }
-.read-aloud { font-size: 0.78em; opacity: 0.75; margin-left: 0.8em; background: none; border: none; cursor: pointer; padding: 0; }
+.read-aloud { font-size: 0.78em; color: var(--body-text-color-subdued); margin-left: 0.8em; background: none; border: none; cursor: pointer; padding: 0; }
 .document-chip summary { cursor: pointer; }
 .document-chip pre { max-height: 20em; overflow: auto; white-space: pre-wrap; font-size: 0.85em; }
-#attachments-note { font-size: 0.85em; opacity: 0.8; }
+#attachments-note { font-size: 0.85em; color: var(--body-text-color-subdued); }
+#reply-announcer { position: absolute; width: 1px; height: 1px; margin: -1px; overflow: hidden; clip-path: inset(50%); white-space: nowrap; }
+:focus-visible { outline: 2px solid var(--color-accent) !important; outline-offset: 2px; }
+.dark :focus-visible { outline-color: var(--primary-300) !important; }
+.dark [role=tab].selected { color: var(--primary-300); }
 """
 
 # What launch() or gr.mount_gradio_app() need besides the Blocks.
-PAGE_KWARGS = {"theme": THEME, "css": CSS + NARROW_CSS, "head": SIDEBAR_HEAD}
+PAGE_KWARGS = {"theme": THEME, "css": CSS + SHORTCUTS_CSS + KEYBOARD_REACH_CSS + NARROW_CSS, "head": SIDEBAR_HEAD}
 
 def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Limits = Limits(),
                models_dir: Path | None = None, store: ChatStore | None = None, context_policy: ContextPolicy = "compact") -> gr.Blocks:
@@ -88,7 +108,8 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
             library = DocumentLibrary()
         presets.wire(sidebar.opened, sidebar.chats, chat.system, generation)
         library.wire(sidebar.opened, sidebar.chats)
-        for script in (ESCAPE_STOPS, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS, APPROVAL_CHOICES, RUN_BUTTONS, NARROW_SIDEBAR):
+        for script in (SHORTCUTS, REPLY_ANNOUNCER, KEYBOARD_REACH, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS, APPROVAL_CHOICES, RUN_BUTTONS,
+                       NARROW_SIDEBAR):
             demo.load(None, js=script)
         settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, chat.chat_model, generation)
     return demo

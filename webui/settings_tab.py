@@ -12,6 +12,7 @@ import gradio as gr
 from engines import GenerationArgs, ModelArgs
 
 from .by_name import by_name
+from .colour_scheme import colour_scheme_choice
 from .controls import control
 from .handlers import ENGINE_MODES, ChatHandlers, control_value
 from .model_picker import model_picker, server_models
@@ -69,6 +70,8 @@ class SettingsTab:
                 with gr.Row():
                     self.generation |= {name: control(GenerationArgs, name, control_value(defaults, name)) for name in row}
             self.generation["skip_special_tokens"] = control(GenerationArgs, "skip_special_tokens", defaults.skip_special_tokens)
+            gr.Markdown("### Appearance\nKept in this browser.")
+            colour_scheme_choice(demo)
 
     def wire(self, demo: gr.Blocks, handlers: ChatHandlers, rights: ModelRights, message_box: gr.MultimodalTextbox,
              pdfs_as_images: gr.Checkbox, chat_model: gr.Dropdown, generation: dict[str, gr.components.Component]) -> None:

@@ -1,13 +1,77 @@
 """Keyboard shortcuts of the page, besides the message box's own (Enter sends, Shift+Enter is a
-new line): Escape stops the reply being written, wherever the focus is."""
+new line), and the dialog that lists them all, opened with ? (or its button under the chat)."""
 
-# Runs once as the page loads (demo.load's js); clicks Stop only while it is shown, so Escape
-# still closes dropdowns and cancels edits the rest of the time.
-ESCAPE_STOPS = """() => {
+from __future__ import annotations
+
+import json
+
+# (keys, what they do), as the dialog lists them; a key the page handles is handled in SHORTCUTS.
+LISTED = (
+    ("Enter", "Send the message"),
+    ("Shift+Enter", "A new line in the message"),
+    ("Escape", "Stop the reply being written"),
+    ("Shift+Escape", "Go to the message box"),
+    ("Ctrl+Shift+O", "A new chat"),
+    ("Ctrl+Shift+S", "Open or close the chats sidebar"),
+    ("?", "This list (outside a text field)"),
+    ("Tab, Shift+Tab", "Move between the page's controls"),
+)
+
+# Runs once as the page loads (demo.load's js). Escape clicks Stop only while it is shown, so it
+# still closes dropdowns and cancels edits the rest of the time; ? is a character typed into a
+# text field, so it opens the list only outside one. The list is a native modal <dialog>: it
+# keeps the focus inside, and Escape closes it, giving the focus back to where it was.
+SHORTCUTS = """() => {
+    const listed = LISTED_JSON;
+    const dialog = document.createElement("dialog");
+    dialog.id = "shortcuts-help";
+    dialog.setAttribute("aria-labelledby", "shortcuts-help-title");
+    dialog.innerHTML = '<h2 id="shortcuts-help-title">Keyboard shortcuts</h2><table><tbody></tbody></table>'
+        + '<button type="button" class="shortcuts-close">Close</button>';
+    const rows = dialog.querySelector("tbody");
+    for (const [keys, what] of listed) {
+        const row = rows.insertRow();
+        const key = document.createElement("kbd");
+        key.textContent = keys;
+        row.insertCell().append(key);
+        row.insertCell().textContent = what;
+    }
+    dialog.querySelector(".shortcuts-close").addEventListener("click", () => dialog.close());
+    document.body.append(dialog);
+    window.anychatShortcuts = () => dialog.open || dialog.showModal();
+
+    const typing = (target) => target.closest("textarea, input, select, [contenteditable=true]") !== null;
+    const click = (selector) => document.querySelector(selector)?.click();
     document.addEventListener("keydown", (event) => {
+        if (dialog.open) return;
         const stop = document.querySelector("#stop-btn");
-        if (event.key === "Escape" && stop && stop.offsetParent !== null) {
-            stop.click();
+        const ctrlShift = (event.ctrlKey || event.metaKey) && event.shiftKey && !event.altKey;
+        if (event.key === "Escape" && !event.shiftKey) {
+            if (stop && stop.offsetParent !== null) stop.click();
+            return;
         }
+        if (event.key === "Escape") {
+            document.querySelector("#chat-input textarea")?.focus();
+        } else if (ctrlShift && event.code === "KeyO") {
+            click("#new-chat-btn");
+        } else if (ctrlShift && event.code === "KeyS") {
+            click("#chats-sidebar .toggle-button");
+        } else if (event.key === "?" && !event.ctrlKey && !event.metaKey && !event.altKey && !typing(event.target)) {
+            window.anychatShortcuts();
+        } else {
+            return;
+        }
+        event.preventDefault();
     });
-}"""
+}""".replace("LISTED_JSON", json.dumps(LISTED))
+
+SHORTCUTS_CSS = """
+#shortcuts-help { border: 1px solid var(--border-color-primary); border-radius: 12px; padding: 1rem 1.4rem;
+                  background: var(--background-fill-primary); color: var(--body-text-color); max-width: min(32rem, 92vw); }
+#shortcuts-help::backdrop { background: rgb(0 0 0 / 0.4); }
+#shortcuts-help h2 { margin-top: 0; font-size: 1.2rem; }
+#shortcuts-help td { padding: 0.25rem 0.8rem 0.25rem 0; vertical-align: top; }
+#shortcuts-help kbd { font-family: var(--font-mono); border: 1px solid var(--border-color-primary); border-radius: 4px; padding: 0 0.3rem; white-space: nowrap; }
+#shortcuts-help .shortcuts-close { margin-top: 0.8rem; min-height: 44px; padding: 0 1rem; border-radius: 8px; cursor: pointer;
+                                   border: 1px solid var(--border-color-primary); background: var(--button-secondary-background-fill); color: var(--body-text-color); }
+"""
