@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.browser]
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 
+ASSETS = ROOT / "assets"
 AXE = ROOT / ".cache" / "axe-core" / "axe.min.js"
 LIGHTHOUSE = ROOT / ".cache" / "lighthouse" / "node_modules" / ".bin" / "lighthouse"
 # What the issue asks of the page, as Lighthouse scores it (0-1).
@@ -52,14 +53,19 @@ def serious_violations(page) -> list[str]:
     return found
 
 
+def settled(page) -> None:
+    """Until no CSS transition runs: colours measured mid-way are neither scheme's, and a sidebar
+    sliding shut is neither open nor shut."""
+    page.wait_for_function("document.getAnimations().every((a) => !(a instanceof CSSTransition) || a.playState !== 'running')")
+
+
 def in_both_schemes(page, where: str) -> list[str]:
     """The violations at ``where`` in the light scheme and the dark one."""
     found = []
     for scheme in ("light", "dark"):
         page.evaluate(f"window.anychatColourScheme.choose('{scheme}')")
         expect(page.locator("body")).to_have_class(re.compile(r"\bdark\b") if scheme == "dark" else re.compile(r"^(?!.*\bdark\b)"))
-        # Colours measured mid-transition are neither scheme's.
-        page.wait_for_function("document.getAnimations().every((a) => !(a instanceof CSSTransition) || a.playState !== 'running')")
+        settled(page)
         found += [f"{where}, {scheme}: {line}" for line in serious_violations(page)]
     return found
 
@@ -81,14 +87,22 @@ def test_axe_finds_no_serious_or_critical_violation_anywhere_in_light_or_dark(pa
     click_and_wait(page, "regenerate-btn")
     expect(page.locator("#chatbot .versions")).to_contain_text("2/2")
     found += in_both_schemes(page, "a chat with a tool call and versions")
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(ASSETS / "dark.png"))
     page.keyboard.press("?")
     expect(page.locator("#shortcuts-help")).to_be_visible()
     found += in_both_schemes(page, "the shortcuts dialog")
     page.keyboard.press("Escape")
     page.set_viewport_size({"width": 390, "height": 844})
+    page.evaluate("window.anychatColourScheme.choose('light')")
     sidebar = page.locator("#chats-sidebar")
-    if "open" not in sidebar.get_attribute("class").split():
+    if "open" in sidebar.get_attribute("class").split():  # open from the wide window before
         sidebar.locator(".toggle-button").click()
+    expect(sidebar).not_to_have_class(re.compile(r"\bopen\b"))
+    settled(page)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(ASSETS / "phone.png"))
+    sidebar.locator(".toggle-button").click()
     expect(sidebar).to_have_class(re.compile(r"\bopen\b"))
     found += in_both_schemes(page, "the sidebar open on a phone")
     assert not found, "\n".join(found)
