@@ -421,7 +421,7 @@ def keep_chat(chats: SavedChats | None, session: ChatSession, shown: str, system
         # and then comes here too: the title and note shown now are the other chat's.
         return {"chat_list": list_update(chats)}
     if session.keeper is not None and session.keeper.problem:  # said once already; the sidebar keeps saying it
-        return {"note": f"⚠ This chat is not saved now ({session.keeper.problem}); it is, as soon as the store can be written."}
+        return {"note": said("sidebar.not_saved_now", problem=session.keeper.problem)}
     chat = chats.find(session.chat_id)
     return {"chat_list": list_update(chats), "title": chat.title if chat else "", "note": chats.note()}
 

@@ -281,7 +281,7 @@ class ChatHandlers:
         model = self._loaded(settings.pop("chat_model", ""))
         as_images = session.pdfs_as_images and model is not None and "image" in model.media_kinds
         _, documents, pdfs = split_files(list((message or {}).get("files") or []), as_images)
-        pages = " · ".join(f"{os.path.basename(path)}: sent as page images" for path in pdfs)
+        pages = " · ".join(said("attachments.as_images", name=os.path.basename(path)) for path in pdfs)
         if not documents:
             return f"📎 {pages}." if pages else ""
         conversation = ""

@@ -42,6 +42,16 @@ TEXT = {
     "chat.cut_short": "The reply was cut short: {error}",
     "chat.not_continued": "Could not continue the reply: {error}",
 
+    # Chat tab: the note under the box on its attached documents
+    "attachments.as_images": "{name}: sent as page images",
+    "attachments.no_model": "📎 {listed}. Load a model to count their tokens.",
+    "attachments.document": "{name} ({summary}): {count} tokens",
+    "attachments.so_far": " and the conversation so far ({before} tokens)",
+    "attachments.to_passages": "📎 {listed}. The attachments ({attached} tokens){so_far} are more than this model's context of {context} tokens: they will be read into passages, and the passages your message is most about sent in their place.",
+    "attachments.too_long": "⚠ {listed}. The attachments ({attached} tokens){so_far} are more than this model's context of {context} tokens, so this message cannot be sent: nothing would be left for the reply. Remove an attachment, send only the part you need, start a new chat, or load a model with a longer context.",
+    "attachments.with_conversation": "📎 {listed}. With the conversation so far ({before} tokens) the prompt takes {total} of this model's {context} tokens.",
+    "attachments.together": "📎 {listed}. Together {attached} of this model's {context} tokens.",
+
     # Chat tab: the chat's own settings, beside the conversation
     "chat.model": "Model",
     "chat.model_info": "the loaded model this chat asks",
@@ -131,6 +141,7 @@ TEXT = {
     "sidebar.deleted_elsewhere": "This chat was deleted in another tab or on another device. It stays on this page, and what you write "
                                  "next is saved as a new chat.",
     "sidebar.saved_again": "The chat is saved again.",
+    "sidebar.not_saved_now": "⚠ This chat is not saved now ({problem}); it is, as soon as the store can be written.",
     "sidebar.media_not_kept": "{name} is not kept with the chat: {problem}. Meanwhile it stays in this conversation only "
                               "as long as the server keeps the page's files.",
     "sidebar.over_quota": "⚠ This chat is not saved: {problem}. It stays on the page and goes on; it is saved as soon as there is room.",

@@ -39,6 +39,16 @@ TEXT = {
     "chat.cut_short": "La réponse a été interrompue : {error}",
     "chat.not_continued": "Impossible de continuer la réponse : {error}",
 
+    # Chat tab: the note under the box on its attached documents
+    "attachments.as_images": "{name} : envoyé en images de pages",
+    "attachments.no_model": "📎 {listed}. Chargez un modèle pour compter leurs tokens.",
+    "attachments.document": "{name} ({summary}) : {count} tokens",
+    "attachments.so_far": " et la conversation jusqu’ici ({before} tokens)",
+    "attachments.to_passages": "📎 {listed}. Les pièces jointes ({attached} tokens){so_far} dépassent le contexte de ce modèle, {context} tokens : elles seront découpées en passages, et ceux dont parle le plus votre message seront envoyés à leur place.",
+    "attachments.too_long": "⚠ {listed}. Les pièces jointes ({attached} tokens){so_far} dépassent le contexte de ce modèle, {context} tokens, donc ce message ne peut pas être envoyé : il ne resterait rien pour la réponse. Retirez une pièce jointe, n’envoyez que la partie utile, commencez une nouvelle discussion, ou chargez un modèle au contexte plus long.",
+    "attachments.with_conversation": "📎 {listed}. Avec la conversation jusqu’ici ({before} tokens), le prompt prend {total} des {context} tokens de ce modèle.",
+    "attachments.together": "📎 {listed}. Ensemble, {attached} des {context} tokens de ce modèle.",
+
     # Chat tab: the chat's own settings, beside the conversation
     "chat.model": "Modèle",
     "chat.model_info": "le modèle chargé qu’interroge cette discussion",
@@ -128,6 +138,7 @@ TEXT = {
     "sidebar.deleted_elsewhere": "Cette discussion a été supprimée dans un autre onglet ou sur un autre appareil. Elle reste sur cette page, et ce que vous "
                                  "écrivez ensuite est enregistré comme une nouvelle discussion.",
     "sidebar.saved_again": "La discussion est de nouveau enregistrée.",
+    "sidebar.not_saved_now": "⚠ Cette discussion n’est pas enregistrée pour l’instant ({problem}) ; elle le sera dès que le stockage pourra être écrit.",
     "sidebar.media_not_kept": "{name} n’est pas gardé avec la discussion : {problem}. En attendant, il reste dans cette conversation seulement "
                               "tant que le serveur garde les fichiers de la page.",
     "sidebar.over_quota": "⚠ Cette discussion n’est pas enregistrée : {problem}. Elle reste sur la page et continue ; elle sera enregistrée dès qu’il y aura de la place.",

@@ -37,6 +37,16 @@ TEXT = {
     "chat.cut_short": "回复被中断：{error}",
     "chat.not_continued": "无法继续该回复：{error}",
 
+    # Chat tab: the note under the box on its attached documents
+    "attachments.as_images": "{name}：以页面图像发送",
+    "attachments.no_model": "📎 {listed}。加载模型后才能统计它们的 token 数。",
+    "attachments.document": "{name}（{summary}）：{count} 个 token",
+    "attachments.so_far": "加上目前的对话（{before} 个 token）",
+    "attachments.to_passages": "📎 {listed}。附件（{attached} 个 token）{so_far}超过了此模型 {context} 个 token 的上下文：它们会被读成段落，发送时以与你的消息最相关的段落代替。",
+    "attachments.too_long": "⚠ {listed}。附件（{attached} 个 token）{so_far}超过了此模型 {context} 个 token 的上下文，因此无法发送此消息：回复将没有剩余空间。请移除一个附件、只发送你需要的部分、开始新对话，或加载上下文更长的模型。",
+    "attachments.with_conversation": "📎 {listed}。加上目前的对话（{before} 个 token），提示词占用此模型 {context} 个 token 中的 {total} 个。",
+    "attachments.together": "📎 {listed}。共占用此模型 {context} 个 token 中的 {attached} 个。",
+
     # Chat tab: the chat's own settings, beside the conversation
     "chat.model": "模型",
     "chat.model_info": "此对话所询问的已加载模型",
@@ -125,6 +135,7 @@ TEXT = {
     "sidebar.store_down": "目前无法访问已保存的对话（{problem}）。屏幕上的对话会保留并可继续；请稍后再试。",
     "sidebar.deleted_elsewhere": "此对话已在另一个标签页或另一台设备上被删除。它仍保留在此页面上，你接下来写的内容会保存为一个新对话。",
     "sidebar.saved_again": "对话已重新保存。",
+    "sidebar.not_saved_now": "⚠ 此对话目前未保存（{problem}）；存储恢复可写后就会保存。",
     "sidebar.media_not_kept": "{name} 未随对话保存：{problem}。在此期间，它只在服务器保留页面文件的时间内留在此对话中。",
     "sidebar.over_quota": "⚠ 此对话未保存：{problem}。它仍在页面上并可继续；一有空间就会保存。",
     "sidebar.save_failed": "⚠ 此对话无法保存（{problem}）。它仍在页面上并可继续；存储恢复可写后会再次保存。"
