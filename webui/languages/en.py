@@ -80,6 +80,11 @@ TEXT = {
     "conversation.sources": "📚 Sources",
     "conversation.sources_numbered": "📚 Sources {numbers}",
     "conversation.no_such_passage": "*{numbers}: the model was given no passage of that number; what it says there has no source.*",
+    "approval.run": "✋ Run {names}?",
+    "approval.once": "Allow once",
+    "approval.always": "Always in this chat",
+    "approval.deny": "Deny",
+    "conversation.show_version": "Show version {number}",
 
     # Chat tab: the chat's own settings, beside the conversation
     "chat.model": "Model",

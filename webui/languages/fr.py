@@ -77,6 +77,11 @@ TEXT = {
     "conversation.sources": "📚 Sources",
     "conversation.sources_numbered": "📚 Sources {numbers}",
     "conversation.no_such_passage": "*{numbers} : le modèle n’a reçu aucun passage de ce numéro ; ce qu’il dit là n’a pas de source.*",
+    "approval.run": "✋ Exécuter {names} ?",
+    "approval.once": "Autoriser une fois",
+    "approval.always": "Toujours dans cette discussion",
+    "approval.deny": "Refuser",
+    "conversation.show_version": "Afficher la version {number}",
 
     # Chat tab: the chat's own settings, beside the conversation
     "chat.model": "Modèle",

@@ -75,6 +75,11 @@ TEXT = {
     "conversation.sources": "📚 来源",
     "conversation.sources_numbered": "📚 来源 {numbers}",
     "conversation.no_such_passage": "*{numbers}：模型没有收到这个编号的段落；它在此处所说的内容没有来源。*",
+    "approval.run": "✋ 运行 {names}？",
+    "approval.once": "允许一次",
+    "approval.always": "此对话中始终允许",
+    "approval.deny": "拒绝",
+    "conversation.show_version": "显示第 {number} 个版本",
 
     # Chat tab: the chat's own settings, beside the conversation
     "chat.model": "模型",
