@@ -26,14 +26,14 @@ def fields(words: str) -> set[str]:
 
 
 def keys_used() -> dict[str, str]:
-    """Each key the page's code asks the catalog for (``text("…")``, ``said("…")``, either of
+    """Each key the page's code asks the catalog for (``text("…")``, ``said("…")``, ``script_words("…", …)``, either of
     ``said("…" if … else "…")``) as a pattern, by the file asking: a key built as it runs
     (``said(f"reads.{kind}")``) matches any word where it fills in."""
     used = {}
     for path in sorted((ROOT / "webui").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("text", "said") and node.args:
-                for pattern in key_patterns(node.args[0]):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("text", "said", "script_words") and node.args:
+                for pattern in (pattern for argument in node.args for pattern in key_patterns(argument)):
                     used[pattern] = path.name
     return used
 

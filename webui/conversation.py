@@ -355,8 +355,7 @@ def _browser_run(call: SavedToolCall) -> dict[str, Any]:
         code = str(json.loads(call.arguments).get("code", ""))
     except (json.JSONDecodeError, AttributeError):
         code = ""
-    return {"role": "assistant", "content": f'<span class="browser-run k-{code_key(code)}">The model asks to run this in your browser: '
-                                            f"press ▶ Run under it.</span>\n\n{fenced(code, 'python')}"}
+    return {"role": "assistant", "content": f'<span class="browser-run k-{code_key(code)}">{said("conversation.run_in_browser")}</span>\n\n{fenced(code, "python")}'}
 
 
 def _arguments_block(arguments: str) -> str:

@@ -75,6 +75,14 @@ def text(key: str) -> I18nData:
     return PAGE_I18N(key)
 
 
+def script_words(*keys: str) -> str:
+    """The words of ``keys`` for a script the page runs, as a JavaScript expression: an object of
+    them by key, in the language the page speaks (``navigator.language``, which the page's first
+    script sets to one of the catalog's), else English."""
+    words = {language: {key: CATALOG[language][key] for key in keys} for language in CATALOG}
+    return f"(({json.dumps(words, ensure_ascii=False)})[navigator.language] || {json.dumps(words[ENGLISH], ensure_ascii=False)})"
+
+
 def said(key: str, **values: Any) -> str:
     """The text of ``key`` in the language of the page whose event is running (English outside
     one), with ``values`` filled in."""

@@ -85,6 +85,11 @@ TEXT = {
     "approval.always": "Always in this chat",
     "approval.deny": "Deny",
     "conversation.show_version": "Show version {number}",
+    "chat.read_aloud": "▶ Read aloud",
+    "chat.stop_reading": "■ Stop reading",
+    "chat.run": "▶ Run",
+    "chat.running": "Running…",
+    "conversation.run_in_browser": "The model asks to run this in your browser: press ▶ Run under it.",
 
     # Chat tab: the chat's own settings, beside the conversation
     "chat.model": "Model",

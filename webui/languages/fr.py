@@ -82,6 +82,11 @@ TEXT = {
     "approval.always": "Toujours dans cette discussion",
     "approval.deny": "Refuser",
     "conversation.show_version": "Afficher la version {number}",
+    "chat.read_aloud": "▶ Lire à voix haute",
+    "chat.stop_reading": "■ Arrêter la lecture",
+    "chat.run": "▶ Exécuter",
+    "chat.running": "Exécution…",
+    "conversation.run_in_browser": "Le modèle demande d’exécuter ceci dans votre navigateur : appuyez sur ▶ Exécuter en dessous.",
 
     # Chat tab: the chat's own settings, beside the conversation
     "chat.model": "Modèle",

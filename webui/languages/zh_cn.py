@@ -80,6 +80,11 @@ TEXT = {
     "approval.always": "此对话中始终允许",
     "approval.deny": "拒绝",
     "conversation.show_version": "显示第 {number} 个版本",
+    "chat.read_aloud": "▶ 朗读",
+    "chat.stop_reading": "■ 停止朗读",
+    "chat.run": "▶ 运行",
+    "chat.running": "运行中…",
+    "conversation.run_in_browser": "模型请求在你的浏览器中运行这段代码：点击下方的 ▶ 运行。",
 
     # Chat tab: the chat's own settings, beside the conversation
     "chat.model": "模型",
