@@ -33,8 +33,8 @@ from store import MessageTree
 from webui.attachments import AttachedDocument
 from webui.conversation import Turn
 from webui.conversation_file import write_conversation
-from webui.long_paste import LONG_PASTE_CHARACTERS
 from webui.languages import said
+from webui.long_paste import LONG_PASTE_CHARACTERS
 
 FILE_INPUT = "#chat-input input[type=file]"
 MICROPHONE = "#chat-input [data-testid=microphone-button]"
