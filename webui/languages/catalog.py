@@ -71,7 +71,8 @@ PAGE_I18N = gr.I18n(**CATALOG)
 def text(key: str) -> I18nData:
     """A component's text, which the browser shows in the page's language. A key English lacks is
     a KeyError as the page is built."""
-    CATALOG[ENGLISH][key]
+    if key not in CATALOG[ENGLISH]:
+        raise KeyError(f"{key} is not in the page's catalog (webui/languages/)")
     return PAGE_I18N(key)
 
 
