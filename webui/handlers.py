@@ -35,11 +35,11 @@ from .chat_session import ChatSession, kept, save
 from .conversation import Turn, copied, edited_reply, model_request, render, turn_of_message
 from .conversation_file import read_conversation, write_conversation
 from .inert_markdown import as_written
+from .languages import said
 from .long_documents import fit_documents
 from .markdown_export import write_markdown
 from .model_rights import ModelRights
 from .page_reply import PageReply, chat_model
-from .languages import said
 from .replying import one_reply_at_a_time
 from .user_turns import page_user
 from .versions import picked

@@ -13,9 +13,9 @@ from engines import GenerationArgs, ModelArgs
 
 from .by_name import by_name
 from .controls import control
+from .handlers import ENGINE_MODES, ChatHandlers, control_value
 from .languages import text
 from .languages.chooser import language_chooser
-from .handlers import ENGINE_MODES, ChatHandlers, control_value
 from .model_picker import model_picker, server_models
 from .model_rights import ModelRights
 
