@@ -33,6 +33,8 @@ def choose_language(page, name):
 def test_the_page_in_chinese_when_the_browser_asks_for_it_and_in_french_when_chosen(app, chinese_browser):
     page = chinese_browser.new_page()
     page.goto(app.url)
+    # Gradio's own locale, which its own words (the upload box, "Loading…") follow.
+    expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
     # Written by the browser from the page's catalog.
     expect(page.get_by_role("tab", name="对话")).to_be_visible()
     expect(page.get_by_role("button", name="↻ 重新生成")).to_be_visible()
@@ -46,6 +48,7 @@ def test_the_page_in_chinese_when_the_browser_asks_for_it_and_in_french_when_cho
     expect(page.locator("#page-language input[role=combobox]")).to_have_value("跟随浏览器")
 
     choose_language(page, "Français")
+    expect(page.locator("html")).to_have_attribute("lang", "fr")
     expect(page.get_by_role("tab", name="Paramètres")).to_be_visible()
     expect(page.get_by_role("button", name="↻ Régénérer")).to_be_visible()
     expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile("ne lit que du texte"))
