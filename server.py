@@ -87,6 +87,7 @@ def web_app(slot, args: argparse.Namespace):
     from webui.event_inputs import refuse_events_short_of_inputs
     from webui.edited_responses import EditedResponses, chained
     from webui.idle_frames import with_status_timer_script
+    from webui.languages.chosen_language import with_language_script
     from webui.status_pushes import changed_statuses_pushed, is_blocks_script
 
     users = page_users(args)
@@ -114,7 +115,10 @@ def web_app(slot, args: argparse.Namespace):
     gradio_app = next(route.app for route in page.routes if isinstance(route, Mount) and isinstance(route.app, App))
     # Gradio's heartbeat streams (one per open page) end only when its app is told the server stops.
     page.state.page_streams_stop = gradio_app.stop_event
-    page.add_middleware(EditedResponses, covers=lambda path: path == "/", edit=chained(with_status_timer_script, with_colour_scheme, with_app_links))
+    # Each script goes ahead of Gradio's own: the language's before Gradio picks its locale, the
+    # colour scheme's before the page is drawn.
+    page.add_middleware(EditedResponses, covers=lambda path: path == "/",
+                        edit=chained(with_status_timer_script, with_language_script, with_colour_scheme, with_app_links))
     page.add_middleware(EditedResponses, covers=is_blocks_script, edit=changed_statuses_pushed)
     if logins:
         owners = SessionOwners(end_session=state_dropper(demo))

@@ -52,6 +52,8 @@ if [ "$want_tests" = 1 ]; then
     [ -x /usr/bin/chromium ] || missing+=(chromium)
     compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || missing+=(postgresql)
     [ -x /usr/sbin/nginx ] || missing+=(nginx)
+    # Chinese glyphs for the page's screenshot in Chinese (tests/test_browser_languages.py).
+    [ -f /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing+=(fonts-wqy-microhei)
     if [ "${#missing[@]}" -gt 0 ]; then
       sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
       $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null

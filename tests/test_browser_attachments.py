@@ -33,8 +33,8 @@ from store import MessageTree
 from webui.attachments import AttachedDocument
 from webui.conversation import Turn
 from webui.conversation_file import write_conversation
+from webui.languages import said
 from webui.long_paste import LONG_PASTE_CHARACTERS
-from webui.read_aloud import READ, STOP
 
 FILE_INPUT = "#chat-input input[type=file]"
 MICROPHONE = "#chat-input [data-testid=microphone-button]"
@@ -179,15 +179,15 @@ def test_read_aloud_starts_and_stops_speech_synthesis(page):
     wait_until_answered(page, send(page, "Name three colors."))
     button = page.locator("#chatbot .read-aloud")
     expect(button).to_have_count(1)
-    expect(button).to_have_text(READ)
+    expect(button).to_have_text(said("chat.read_aloud"))
     button.click()
     reply = bot_messages(page).last.inner_text().strip()
     assert page.evaluate("window.spoken") == [reply]
-    expect(button).to_have_text(STOP)
+    expect(button).to_have_text(said("chat.stop_reading"))
     cancelled = page.evaluate("window.cancelled")
     button.click()
     assert page.evaluate("window.cancelled") == cancelled + 1 and page.evaluate("window.spoken") == [reply]
-    expect(button).to_have_text(READ)
+    expect(button).to_have_text(said("chat.read_aloud"))
 
 
 @pytest.fixture(scope="module")

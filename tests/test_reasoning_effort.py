@@ -82,13 +82,16 @@ def test_the_pages_thinking_switch_does_something_or_says_why_not(switch_model, 
     """Issue 65's "only controls that do something": the page's Enable thinking follows the
     loaded model's template, and is greyed with its reason where the template has no switch."""
     from tests.page_input import CONTROLS
-    from webui.handlers import NO_THINKING_SWITCH, ChatHandlers
+    from webui.handlers import ChatHandlers
+    from webui.languages import said
+
+    no_thinking_switch = said("chat.no_thinking_switch")
 
     handlers = ChatHandlers(ModelSlot(chat_model), CONTROLS)
     switchable = handlers.model_defaults(switch_model)["enable_thinking"]
-    assert (switchable["value"], switchable["interactive"]) == (True, True) and switchable["info"] != NO_THINKING_SWITCH
+    assert (switchable["value"], switchable["interactive"]) == (True, True) and switchable["info"] != no_thinking_switch
     without = handlers.model_defaults(chat_model)["enable_thinking"]
-    assert (without["value"], without["interactive"], without["info"]) == (False, False, NO_THINKING_SWITCH)
+    assert (without["value"], without["interactive"], without["info"]) == (False, False, no_thinking_switch)
 
 
 def test_the_responses_api_turns_the_switch_by_its_effort(switch_model):

@@ -25,6 +25,7 @@ from webui.chat_keeper import title_of
 from webui.chat_session import ChatSession
 from webui.conversation import Turn, model_request, render
 from webui.handlers import ChatHandlers
+from webui.languages import said
 from webui.saved_chats import SavedChats
 
 
@@ -376,7 +377,7 @@ async def test_a_chat_deleted_in_another_tab_stays_on_screen_and_is_saved_again_
     deleted = here.chat_id
     assert elsewhere.delete(deleted)
     updates = await chat_sidebar.refresh_chat(chats, here)
-    assert updates["note"] == chat_sidebar.DELETED_ELSEWHERE and updates["shown"] == here.chat_id != deleted
+    assert updates["note"] == said("sidebar.deleted_elsewhere") and updates["shown"] == here.chat_id != deleted
     assert [t.content for t in here.turns] == ["Hi", "Hello"] and chats.find(here.chat_id) is None, "saved at its next message"
     here.add(Turn(role="user", content="Still here?"))
     chats.keep(here, here.chat_id, "", "")

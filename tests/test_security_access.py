@@ -37,7 +37,7 @@ from app import parse_args
 from harness.app_in_process import AppInProcess
 from harness.browser import CHROMIUM, ROOT, AppProcess, ask, bot_messages, free_port, wait_until_ready
 from tests.media_samples import png_bytes, solid_image, tone, write_audio, write_video
-from webui.model_rights import NEEDS_LOGINS
+from webui.languages import said
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
 
@@ -172,7 +172,7 @@ def test_pages_of_other_origins_cannot_send_requests(open_app, tmp_path):
 def test_beyond_loopback_without_logins_nobody_manages_models_and_the_server_says_so(open_app):
     """Before: whoever reached the port was admin (an /unload from anyone unloaded the model)."""
     visitor = Client(url_of(open_app) + "/", verbose=False)
-    with pytest.raises(AppError, match=re.escape(NEEDS_LOGINS)):
+    with pytest.raises(AppError, match=re.escape(said("settings.needs_logins"))):
         visitor.predict(api_name="/unload")
     reply = visitor.predict({"text": "Hi", "files": []}, system="", tools="", temperature=0, max_new_tokens=4, seed=None, api_name="/chat")[0]
     assert reply[-1]["role"] == "assistant" and "could not answer" not in json.dumps(reply)

@@ -21,7 +21,8 @@ from access.session_owners import NOT_A_SESSION, NOT_YOURS, SessionOwners
 from harness.app_in_process import AppInProcess
 from store import open_store
 from tests.page_client import PageClient, browser_kept, error, file_data, shown
-from webui.user_turns import RUNNING, TOO_MANY, TURNS, WAITING
+from webui.languages import said
+from webui.user_turns import RUNNING, TURNS, WAITING
 
 pytestmark = pytest.mark.server
 
@@ -367,7 +368,7 @@ def test_one_users_flood_of_page_opens_takes_their_turns_only_and_another_user_i
               f"server RSS {before / 2**20:.0f} -> {after / 2**20:.0f} MiB")
         assert after < before * 1.1
         assert answered < 10, f"another user's calls took {answered:.1f} s during the flood"
-        assert refused and {error(answer) for answer in refused} == {TOO_MANY}
+        assert refused and {error(answer) for answer in refused} == {said("sidebar.too_many", count=RUNNING + WAITING)}
         assert len(answers) - len(refused) >= RUNNING + WAITING
         assert TURNS._users == {}, "every turn taken was given back"
     finally:

@@ -24,6 +24,8 @@ from engines.prompt.pdf_pages import pdf_page_images
 from library.fitting import GivenPassage, passages_for_model
 from limits import Limits
 
+from .languages import said
+
 # What the chip shows of a very long text: the model gets all of it, the page need not repaint it.
 CHIP_CHARACTERS = 20_000
 # Pages are rendered at the size images reach the model by default; the engine fits them to its own setting.
@@ -143,22 +145,16 @@ def tokens_note(model: ChatModel | None, paths: list[str], conversation: str, li
     except ChatError as error:
         return f"⚠ {error}"
     if model is None:
-        return "📎 " + " · ".join(f"{d.name} ({d.summary})" for d in documents) + ". Load a model to count their tokens."
+        return said("attachments.no_model", listed=" · ".join(f"{d.name} ({d.summary})" for d in documents))
     counts = [_tokens(model, document.text) for document in documents]
-    listed = " · ".join(f"{d.name} ({d.summary}): {count:,} tokens" for d, count in zip(documents, counts))
+    listed = " · ".join(said("attachments.document", name=d.name, summary=d.summary, count=f"{count:,}") for d, count in zip(documents, counts))
     attached = sum(counts)
     context = model.context_length
     if context is None:
         return f"📎 {listed}."
     before = model.count_tokens(conversation) if conversation else 0
-    so_far = f" and the conversation so far ({before:,} tokens)" if before else ""
-    if attached + before >= context and searchable:
-        return (f"📎 {listed}. The attachments ({attached:,} tokens){so_far} are more than this model's context of {context:,} "
-                "tokens: they will be read into passages, and the passages your message is most about sent in their place.")
+    numbers = {"listed": listed, "attached": f"{attached:,}", "before": f"{before:,}", "total": f"{attached + before:,}", "context": f"{context:,}"}
+    so_far = said("attachments.so_far", **numbers) if before else ""
     if attached + before >= context:
-        return (f"⚠ {listed}. The attachments ({attached:,} tokens){so_far} are more than this model's context of {context:,} "
-                "tokens, so this message cannot be sent: nothing would be left for the reply. Remove an attachment, send only "
-                "the part you need, start a new chat, or load a model with a longer context.")
-    if before:
-        return f"📎 {listed}. With the conversation so far ({before:,} tokens) the prompt takes {attached + before:,} of this model's {context:,} tokens."
-    return f"📎 {listed}. Together {attached:,} of this model's {context:,} tokens."
+        return said("attachments.to_passages" if searchable else "attachments.too_long", so_far=so_far, **numbers)
+    return said("attachments.with_conversation" if before else "attachments.together", **numbers)

@@ -26,6 +26,7 @@ from store import Added, ChatStore, MessageChanges, MessageRef, MessageTree, Ove
 from store.media import file_hash
 
 from .conversation import Turn, kept_media
+from .languages import said
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class ChatKeeper:
             self.shown = None if tree.shown is None else rows[tree.shown]
             if self.problem:
                 self.problem = ""
-                gr.Info("The chat is saved again.")
+                gr.Info(said("sidebar.saved_again"))
 
     def save_tree(self, tree: MessageTree[Turn], system: str = "", tools: str = "") -> None:
         """Write a new chat of every message of ``tree`` (an imported conversation's). Unlike
@@ -205,8 +206,7 @@ class ChatKeeper:
                 if digest not in owned:
                     self.store.quota.check_media(sum(owned.values()) + size)
             except OverQuota as over:
-                gr.Warning(f"{os.path.basename(path)} is not kept with the chat: {over}. Meanwhile it stays in this conversation only "
-                           "as long as the server keeps the page's files.")
+                gr.Warning(said("sidebar.media_not_kept", name=os.path.basename(path), problem=over))
                 return None
         return self.store.media.put(path, digest)
 
@@ -216,11 +216,9 @@ class ChatKeeper:
         logger.warning("Could not save chat %s: %s", self.chat_id, problem)
         if not self.problem:
             if isinstance(error, OverQuota):
-                gr.Warning(f"⚠ This chat is not saved: {problem}. It stays on the page and goes on; it is saved as soon as there "
-                           "is room.")
+                gr.Warning(said("sidebar.over_quota", problem=problem))
             else:
-                gr.Warning(f"⚠ This chat could not be saved ({problem}). It stays on the page and goes on; it is saved again as soon "
-                           "as the store can be written. Export it (Conversation file) to keep a copy meanwhile.")
+                gr.Warning(said("sidebar.save_failed", problem=problem))
         self.problem = problem
 
 

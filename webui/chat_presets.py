@@ -18,6 +18,7 @@ from engines import ConfigError, GenerationArgs
 
 from .by_name import by_name
 from .chat_sidebar import opened, store_errors
+from .languages import said, text
 from .saved_chats import SavedChats
 from .user_turns import in_users_turn
 
@@ -28,12 +29,12 @@ class ChatPresets:
     """Built inside the sidebar; ``wire`` once the controls it saves exist."""
 
     def __init__(self) -> None:
-        with gr.Accordion("Presets", open=False, elem_id="presets"):
-            self.list = gr.Dropdown([], label="Preset", elem_id="preset-list", info="System prompt and generation settings, saved by name")
-            self.name = gr.Textbox(label="Name", placeholder="Save the current ones as…", elem_id="preset-name")
+        with gr.Accordion(text("presets.title"), open=False, elem_id="presets"):
+            self.list = gr.Dropdown([], label=text("presets.preset"), elem_id="preset-list", info=text("presets.preset_info"))
+            self.name = gr.Textbox(label=text("presets.name"), placeholder=text("presets.name_placeholder"), elem_id="preset-name")
             with gr.Row():
-                self.save_btn = gr.Button("Save preset", elem_id="save-preset-btn", size="sm")
-                self.delete_btn = gr.Button("Delete preset", elem_id="delete-preset-btn", size="sm")
+                self.save_btn = gr.Button(text("presets.save"), elem_id="save-preset-btn", size="sm")
+                self.delete_btn = gr.Button(text("presets.delete"), elem_id="delete-preset-btn", size="sm")
 
     def wire(self, opened: Dependency, chats: gr.State, system: gr.Textbox, generation: dict[str, gr.components.Component]) -> None:
         """``opened``: the page's opening, which settles whose presets they are (``chats``)."""
@@ -60,15 +61,15 @@ def save_preset(chats: SavedChats | None, name: str, system: str, **generation: 
     chats = opened(chats)
     name = " ".join((name or "").split())
     if not name:
-        raise gr.Error("A preset needs a name: write one under Name, then Save preset.", print_exception=False)
+        raise gr.Error(said("presets.needs_name"), print_exception=False)
     if len(name) > MAX_NAME:
-        raise gr.Error(f"A preset's name takes at most {MAX_NAME} characters; this one has {len(name)}.", print_exception=False)
+        raise gr.Error(said("presets.name_too_long", most=MAX_NAME, length=len(name)), print_exception=False)
     try:
         settings = GenerationArgs.chosen(**{key: value for key, value in generation.items() if key in chats.setting_names})
     except ConfigError as error:
-        raise gr.Error(f"The preset was not saved: {error}", print_exception=False) from None
+        raise gr.Error(said("presets.not_saved", error=error), print_exception=False) from None
     chats.store.save_preset(chats.owner, name, system or "", settings)
-    gr.Info(f"Saved preset “{name}”.")
+    gr.Info(said("presets.saved", name=name))
     return {"preset_list": choices(chats, name), "preset_name": name}
 
 
@@ -78,7 +79,7 @@ def apply_preset(chats: SavedChats | None, name: str | None) -> dict[str, Any]:
     chats = opened(chats)
     preset = chats.store.preset(chats.owner, name or "")
     if preset is None:
-        raise gr.Error(f"You have no preset named “{name}”: pick one from the list.", print_exception=False)
+        raise gr.Error(said("presets.no_such_preset", name=name), print_exception=False)
     return {"system": preset.system, "preset_name": preset.name,
             **{key: value for key, value in preset.generation.items() if key in chats.setting_names}}
 
@@ -88,6 +89,6 @@ def delete_preset(chats: SavedChats | None, name: str) -> dict[str, Any]:
     chats = opened(chats)
     name = " ".join((name or "").split())
     if not chats.store.delete_preset(chats.owner, name):
-        raise gr.Error(f"You have no preset named “{name}”: pick the one to delete from the list.", print_exception=False)
-    gr.Info(f"Deleted preset “{name}”.")
+        raise gr.Error(said("presets.no_such_to_delete", name=name), print_exception=False)
+    gr.Info(said("presets.deleted", name=name))
     return {"preset_list": choices(chats), "preset_name": ""}

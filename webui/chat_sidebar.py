@@ -40,7 +40,8 @@ from .chats_export import export_chats
 from .chats_import import chats_in_archive
 from .chat_session import ChatSession
 from .conversation import render
-from .saved_chats import TOO_LATE, UNDO_SECONDS, SavedChats
+from .languages import said, text
+from .saved_chats import UNDO_SECONDS, SavedChats
 from .user_turns import in_users_turn
 
 # Gradio makes room for an open sidebar from where the page sits when it first draws, before the
@@ -58,10 +59,6 @@ LIST_REFRESH_SECONDS = 5.0
 # The system prompt and tools are saved as they are typed, and each save writes the whole text (up
 # to what a request holds, megabytes): a tab writes them at most once in this many seconds.
 SETTINGS_INTERVAL = 2.0
-DELETED_ELSEWHERE = ("This chat was deleted in another tab or on another device. It stays on this page, and what you write "
-                     "next is saved as a new chat.")
-NOT_OPENED = "This page has not finished opening: reload it."
-STORE_DOWN = "The saved chats cannot be reached now ({problem}). The conversation on screen stays and goes on; try again in a moment."
 
 
 def store_errors(handler: Callable) -> Callable:
@@ -70,8 +67,8 @@ def store_errors(handler: Callable) -> Callable:
 
     def explained(error: Exception) -> gr.Error:
         if isinstance(error, OverQuota):
-            return gr.Error(f"Not saved: {error}.", print_exception=False)
-        return gr.Error(STORE_DOWN.format(problem=store_problem(error)), print_exception=False)
+            return gr.Error(said("sidebar.not_saved", error=error), print_exception=False)
+        return gr.Error(said("sidebar.store_down", problem=store_problem(error)), print_exception=False)
 
     if inspect.iscoroutinefunction(handler):
         @functools.wraps(handler)
@@ -134,22 +131,22 @@ class ChatSidebar:
         self.chats = gr.State(None)
         self.shown = gr.Textbox(visible=False)
         # ``panel``: more (the presets) is built into it later.
-        with gr.Sidebar(label="Chats", elem_id="chats-sidebar") as self.panel:
-            self.new_btn = gr.Button("+ New chat", elem_id="new-chat-btn", variant="primary", size="sm")
-            self.search = gr.Textbox(show_label=False, placeholder="Search chats", elem_id="chat-search", container=False)
+        with gr.Sidebar(label=text("sidebar.chats"), elem_id="chats-sidebar") as self.panel:
+            self.new_btn = gr.Button(text("sidebar.new_chat"), elem_id="new-chat-btn", variant="primary", size="sm")
+            self.search = gr.Textbox(show_label=False, placeholder=text("sidebar.search"), elem_id="chat-search", container=False)
             self.list = gr.Radio([], show_label=False, elem_id="chat-list", container=False)
             self.note = gr.Markdown(elem_id="saved-chats-note")
-            self.title = gr.Textbox(label="Title", placeholder="New chat", elem_id="chat-title")
+            self.title = gr.Textbox(label=text("sidebar.title"), placeholder=text("sidebar.title_placeholder"), elem_id="chat-title")
             with gr.Row():
-                self.rename_btn = gr.Button("Rename", elem_id="rename-chat-btn", size="sm")
-                self.delete_btn = gr.Button("Delete chat", elem_id="delete-chat-btn", variant="stop", size="sm")
-            self.undo_btn = gr.Button("Undo delete", elem_id="undo-delete-btn", size="sm", visible=False)
+                self.rename_btn = gr.Button(text("sidebar.rename"), elem_id="rename-chat-btn", size="sm")
+                self.delete_btn = gr.Button(text("sidebar.delete"), elem_id="delete-chat-btn", variant="stop", size="sm")
+            self.undo_btn = gr.Button(text("sidebar.undo_delete"), elem_id="undo-delete-btn", size="sm", visible=False)
             # Hides Undo once the delete can no longer be undone.
             self.undo_timer = gr.Timer(UNDO_SECONDS, active=False)
-            self.export_btn = gr.Button("Export all chats", elem_id="export-chats-btn", size="sm")
-            self.exported = gr.File(label="All chats (a conversation file each)", elem_id="exported-chats", visible=False)
+            self.export_btn = gr.Button(text("sidebar.export_all"), elem_id="export-chats-btn", size="sm")
+            self.exported = gr.File(label=text("sidebar.all_chats"), elem_id="exported-chats", visible=False)
             self.refresh = gr.Timer(LIST_REFRESH_SECONDS)
-            self.import_btn = gr.UploadButton("Import chats (ZIP)", elem_id="import-chats-btn", file_types=[".zip"], size="sm")
+            self.import_btn = gr.UploadButton(text("sidebar.import"), elem_id="import-chats-btn", file_types=[".zip"], size="sm")
 
     def wire(self, demo: gr.Blocks, session: gr.State, chatbot: gr.Chatbot, system: gr.Textbox, tools: gr.Textbox,
              generation: dict[str, gr.components.Component], replies: list[Dependency], changes: list[Dependency],
@@ -205,9 +202,9 @@ class ChatSidebar:
         try:
             path, left_out = export_chats(opened(chats), get_upload_folder(), self.limits.max_upload_size, self.limits.max_user_media_size)
         except (OSError, ChatError) as error:
-            raise gr.Error(f"Could not export the chats: {error}", print_exception=False) from None
+            raise gr.Error(said("sidebar.export_failed", error=error), print_exception=False) from None
         for reason in left_out:
-            gr.Warning(f"Left out of the export: {reason}")
+            gr.Warning(said("sidebar.export_left_out", reason=reason))
         return gr.update(value=path, visible=True)
 
     @store_errors
@@ -220,18 +217,18 @@ class ChatSidebar:
             count, read = chats_in_archive(path, self.limits, get_upload_folder())
             chats.store.quota.check_chats(chats.store.count(chats.owner) + count)
             for number, (member, conversation, problem) in enumerate(read):
-                progress(number / count, desc=f"Importing chat {number + 1} of {count}")
+                progress(number / count, desc=said("sidebar.importing", number=number + 1, count=count))
                 if problem:
-                    gr.Warning(f"Left out of the import: {member}: {problem}")
+                    gr.Warning(said("sidebar.import_left_out", member=member, problem=problem))
                 elif len(conversation.tree):
                     chats.add(conversation.tree, conversation.system_prompt)
                     imported += 1
         except (ChatError, OverQuota) as error:
-            raise gr.Error(f"Could not import {name}: {error}" + (f" ({imported} imported before that)" if imported else ""),
-                           print_exception=False) from None
+            raise gr.Error(said("sidebar.import_failed_after", name=name, error=error, count=imported) if imported
+                           else said("sidebar.import_failed", name=name, error=error), print_exception=False) from None
         finally:
             chats.current = shown
-        note = f"Imported {imported} chat{'' if imported == 1 else 's'} from {name}."
+        note = said("sidebar.imported_one", name=name) if imported == 1 else said("sidebar.imported", count=imported, name=name)
         return {"chat_list": list_update(chats), "note": note}
 
     @store_errors
@@ -287,7 +284,7 @@ def repaint(session: ChatSession) -> dict[str, Any]:
 
 def opened(chats: SavedChats | None) -> SavedChats:
     if chats is None:  # only a raw call skips the page's opening
-        raise gr.Error(NOT_OPENED, print_exception=False)
+        raise gr.Error(said("sidebar.not_opened"), print_exception=False)
     return chats
 
 
@@ -320,7 +317,7 @@ async def delete_chat(chats: SavedChats | None, session: ChatSession) -> dict[st
         if not chats.delete(session.chat_id):
             return {**show(chats, chats.open(chats.newest(), get_upload_folder())), "undo": gr.update(visible=False)}
         shown = show(chats, chats.open(chats.newest(), get_upload_folder()))
-        note = f"Deleted “{chat.title if chat else 'the chat'}”: **Undo delete** brings it back within {UNDO_SECONDS:.0f} s."
+        note = said("sidebar.deleted", title=chat.title if chat else said("sidebar.the_chat"), seconds=f"{UNDO_SECONDS:.0f}")
         return {**shown, "note": note, "undo": gr.update(visible=True), "undo_timer": gr.Timer(active=True)}
 
     return await asyncio.to_thread(deleted)
@@ -336,7 +333,7 @@ async def undo_delete(chats: SavedChats | None, session: ChatSession, shown: str
     def undone() -> dict[str, Any]:
         chat_id = chats.undo_delete()
         if not chat_id:
-            gr.Warning(TOO_LATE)
+            gr.Warning(said("sidebar.too_late", seconds=f"{UNDO_SECONDS:.0f}"))
             return {"undo": gr.update(visible=False), "undo_timer": gr.Timer(active=False)}
         return {**show(chats, chats.open(chat_id, get_upload_folder())), "undo": gr.update(visible=False), "undo_timer": gr.Timer(active=False)}
 
@@ -385,7 +382,7 @@ async def refresh_chat(chats: SavedChats | None, session: ChatSession | None) ->
         return {}
     if gone:
         chats.keep_apart(session)
-        return {"shown": session.chat_id, "title": "", "note": DELETED_ELSEWHERE}
+        return {"shown": session.chat_id, "title": "", "note": said("sidebar.deleted_elsewhere")}
     if written is None:
         return {}
     stored, session.tree = written
@@ -424,7 +421,7 @@ def keep_chat(chats: SavedChats | None, session: ChatSession, shown: str, system
         # and then comes here too: the title and note shown now are the other chat's.
         return {"chat_list": list_update(chats)}
     if session.keeper is not None and session.keeper.problem:  # said once already; the sidebar keeps saying it
-        return {"note": f"⚠ This chat is not saved now ({session.keeper.problem}); it is, as soon as the store can be written."}
+        return {"note": said("sidebar.not_saved_now", problem=session.keeper.problem)}
     chat = chats.find(session.chat_id)
     return {"chat_list": list_update(chats), "title": chat.title if chat else "", "note": chats.note()}
 

@@ -16,6 +16,7 @@ from engines.tools import ToolSettings
 from . import python_in_browser, replying, tool_approval
 from .by_name import by_name
 from .controls import control
+from .languages import text
 from .handlers import MEDIA_KINDS, ChatHandlers, control_value
 from .tool_panel import offered_tools
 from .user_turns import in_users_turn
@@ -33,7 +34,7 @@ class ChatTab:
     ``context_policy``: what the chat becomes past the model's context (the server's default first)."""
 
     def __init__(self, context_policy: ContextPolicy = "compact") -> None:
-        with gr.Tab("Chat", id="chat"), gr.Row(equal_height=False):
+        with gr.Tab(text("tab.chat"), id="chat"), gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 self.chatbot = gr.Chatbot(
                     elem_id="chatbot",
@@ -42,7 +43,7 @@ class ChatTab:
                     editable="all",
                     buttons=["copy", "copy_all"],
                     feedback_options=None,
-                    placeholder="**Start a conversation.** Multimodal models also read the images, video or audio you attach.",
+                    placeholder=text("chat.empty"),
                 )
                 self.message_box = gr.MultimodalTextbox(
                     elem_id="chat-input",
@@ -50,7 +51,7 @@ class ChatTab:
                     file_count="multiple",
                     file_types=[*MEDIA_KINDS, *DOCUMENT_EXTENSIONS],
                     sources=["upload"],
-                    placeholder="Message · Enter to send, Shift+Enter for a new line",
+                    placeholder=text("chat.box"),
                     autofocus=True,
                     max_lines=12,
                 )
@@ -61,44 +62,44 @@ class ChatTab:
                 # Set by the page's script once it has run a python call's code (webui/python_in_browser.py).
                 self.browser_result = gr.Textbox(elem_id=python_in_browser.RESULT_ID, visible="hidden")
                 self.attachments_note = gr.Markdown("", elem_id="attachments-note")
-                self.pdfs_as_images = gr.Checkbox(False, label="Send PDFs as page images (for scans, figures, layout)",
+                self.pdfs_as_images = gr.Checkbox(False, label=text("chat.pdfs_as_images"),
                                                   elem_id="pdfs-as-images", visible=False, container=False)
                 with gr.Row(elem_id="chat-buttons"):
-                    self.stop_btn = gr.Button("■ Stop", elem_id="stop-btn", variant="stop", size="sm", visible=False)
-                    self.regenerate_btn = gr.Button("↻ Regenerate", elem_id="regenerate-btn", size="sm")
-                    self.continue_btn = gr.Button("→ Continue", elem_id="continue-btn", size="sm")
-                    self.undo_btn = gr.Button("↶ Undo", elem_id="undo-btn", size="sm")
-                    self.clear_btn = gr.Button("✕ Clear", elem_id="clear-btn", size="sm")
+                    self.stop_btn = gr.Button(text("chat.stop"), elem_id="stop-btn", variant="stop", size="sm", visible=False)
+                    self.regenerate_btn = gr.Button(text("chat.regenerate"), elem_id="regenerate-btn", size="sm")
+                    self.continue_btn = gr.Button(text("chat.continue"), elem_id="continue-btn", size="sm")
+                    self.undo_btn = gr.Button(text("chat.undo"), elem_id="undo-btn", size="sm")
+                    self.clear_btn = gr.Button(text("chat.clear"), elem_id="clear-btn", size="sm")
             with gr.Column(scale=1, min_width=280):
                 # Any id, so that a saved chat shows the model it asked even when that is not loaded now.
                 # Shown where the server keeps several models (ChatHandlers.model_choices).
-                self.chat_model = gr.Dropdown([("The default model", "")], value="", label="Model", elem_id="chat-model",
-                                              allow_custom_value=True, info="the loaded model this chat asks", visible=False)
+                self.chat_model = gr.Dropdown([("", "")], value="", label=text("chat.model"), elem_id="chat-model",
+                                              allow_custom_value=True, info=text("chat.model_info"), visible=False)
                 self.system = gr.Textbox(
-                    "", label="System prompt", elem_id="system-prompt", lines=4,
-                    placeholder="You are a helpful assistant.",
+                    "", label=text("chat.system"), elem_id="system-prompt", lines=4,
+                    placeholder=text("chat.system_placeholder"),
                 )
                 self.enable_thinking = control(GenerationArgs, "enable_thinking", control_value(GenerationArgs(), "enable_thinking"))
                 self.context_policy = control(ContextSettings, "context_policy", context_policy)
-                with gr.Accordion("Tools", open=False, elem_id="tools-panel"):
+                with gr.Accordion(text("chat.tools"), open=False, elem_id="tools-panel"):
                     self.run_tools = {name: control(ToolSettings, name, value) for name, value in ToolSettings()}
                     with gr.Row():
                         self.tool_servers = gr.Markdown("", elem_id="mcp-servers", visible=False)
                         self.refresh_tools = gr.Button("↻", elem_id="refresh-tools", size="sm", scale=0, min_width=40, visible=False)
                     self.tools = gr.Textbox(
-                        "", label="Function schemas (JSON list)", elem_id="tools", lines=6,
-                        placeholder=TOOLS_EXAMPLE, info="Functions the model may call that you answer yourself",
+                        "", label=text("chat.function_schemas"), elem_id="tools", lines=6,
+                        placeholder=TOOLS_EXAMPLE, info=text("chat.function_schemas_info"),
                     )
-                with gr.Accordion("Reply format", open=False):
+                with gr.Accordion(text("chat.reply_format"), open=False):
                     self.reply_format = control(ReplyFormatChoice, "reply_format")
                     self.reply_schema = control(ReplyFormatChoice, "reply_schema", "")
-                with gr.Accordion("Conversation file", open=False):
+                with gr.Accordion(text("chat.conversation_file"), open=False):
                     with gr.Row():
-                        self.export_btn = gr.Button("Export JSON", elem_id="export-btn", size="sm")
-                        self.export_md_btn = gr.Button("Export Markdown", elem_id="export-md-btn", size="sm")
-                    self.export_file = gr.File(label="Exported", elem_id="export-file", visible=False)
-                    self.import_btn = gr.UploadButton("Import JSON", elem_id="import-btn", file_types=[".json"], size="sm")
-                self.shortcuts_btn = gr.Button("⌨ Keyboard shortcuts (?)", elem_id="shortcuts-btn", size="sm", variant="secondary")
+                        self.export_btn = gr.Button(text("chat.export_json"), elem_id="export-btn", size="sm")
+                        self.export_md_btn = gr.Button(text("chat.export_markdown"), elem_id="export-md-btn", size="sm")
+                    self.export_file = gr.File(label=text("chat.exported"), elem_id="export-file", visible=False)
+                    self.import_btn = gr.UploadButton(text("chat.import_json"), elem_id="import-btn", file_types=[".json"], size="sm")
+                self.shortcuts_btn = gr.Button(text("chat.shortcuts"), elem_id="shortcuts-btn", size="sm", variant="secondary")
 
     def wire(self, demo: gr.Blocks, handlers: ChatHandlers, session: gr.State, generation: dict[str, gr.components.Component]) -> None:
         """The chat's events; each reply is written with the chat's settings and ``generation``,

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import gradio as gr
 
+from .languages.catalog import said, text
+
 STORAGE_KEY = "anychat-colour-scheme"
-SCHEMES = [("System", "system"), ("Light", "light"), ("Dark", "dark")]
+SCHEMES = ("system", "light", "dark")
 
 EARLY_SCRIPT = b"""<script>
 (() => {
@@ -48,10 +50,19 @@ def with_colour_scheme(page: bytes, content_type: str) -> bytes:
     return page.replace(b"<head>", b"<head>" + EARLY_SCRIPT, 1)
 
 
+def scheme_choices() -> list[tuple[str, str]]:
+    """Each scheme in the page's language (Gradio translates no choice's label)."""
+    return [(said(f"scheme.{scheme}"), scheme) for scheme in SCHEMES]
+
+
 def colour_scheme_choice(demo: gr.Blocks) -> gr.Radio:
-    """The choice of scheme, showing the browser's as the page opens; a choice applies at once,
+    """The choice of scheme, showing this browser's as the page opens; a choice applies at once,
     in the browser alone (nothing goes to the server)."""
-    choice = gr.Radio(SCHEMES, value="system", label="Theme", elem_id="colour-scheme")
-    demo.load(None, js="() => window.anychatColourScheme ? window.anychatColourScheme.chosen() : 'system'", outputs=choice)
-    choice.input(None, js="(scheme) => { window.anychatColourScheme && window.anychatColourScheme.choose(scheme); }", inputs=choice)
+    choice = gr.Radio(scheme_choices(), value="system", label=text("scheme.label"), elem_id="colour-scheme")
+    kept = "() => window.anychatColourScheme ? window.anychatColourScheme.chosen() : 'system'"
+    demo.load(lambda scheme: gr.update(choices=scheme_choices(), value=scheme if scheme in SCHEMES else "system"), choice, choice,
+              js=kept, queue=False, api_visibility="private")
+    # .input: a choice of the user's, not the load's setting of it.
+    choice.input(None, choice, None, js="(scheme) => { window.anychatColourScheme && window.anychatColourScheme.choose(scheme); }",
+                 queue=False, api_visibility="private")
     return choice

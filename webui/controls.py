@@ -1,6 +1,7 @@
 """The page's controls for settings, built from the settings' own declarations (engines/settings.py):
-the label and what else the page shows from ``page_control``, the range, choices and type from the
-field, so that a control cannot allow what its setting refuses."""
+the label and what else the page shows from ``page_control`` (its words in the page's language,
+from the catalog's keys for the setting), the range, choices and type from the field, so that a
+control cannot allow what its setting refuses."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from pydantic.fields import FieldInfo
 
 from engines.settings import choices, field_range, value_type
 
+from .languages import text
+from .languages.catalog import TEXT_OPTIONS, is_text, setting_key
+
 
 def control(settings: type[BaseModel], name: str, value: Any = None, **overrides: Any) -> gr.components.Component:
     """The control for setting ``name`` of ``settings``, showing ``value`` (a choice shows the
@@ -22,7 +26,9 @@ def control(settings: type[BaseModel], name: str, value: Any = None, **overrides
     declared ``minimum`` or ``maximum``; other numbers are number boxes, booleans checkboxes, the
     rest text boxes."""
     field = settings.model_fields[name]
-    options = {"elem_id": name.replace("_", "-"), **(field.json_schema_extra or {})["page"], **overrides}
+    page = (field.json_schema_extra or {})["page"]
+    words = {option: text(setting_key(name, option)) for option in TEXT_OPTIONS if is_text(page.get(option))}
+    options = {"elem_id": name.replace("_", "-"), **page, **words, **overrides}
     kind = value_type(field)
     if get_origin(kind) is list:
         return gr.CheckboxGroup(value=field.default if value is None else value, **options)

@@ -24,6 +24,7 @@ from store import MessageTree
 
 from .attachments import AttachedDocument, chip
 from .inert_markdown import as_written, inert
+from .languages import said
 from .python_in_browser import code_key
 from .reply_stats import ReplyStats
 from .tool_approval import question_key, question_line
@@ -114,9 +115,9 @@ class Turn(BaseModel):
 
 
 def _reading_line(read: PromptRead) -> dict:
-    cached = f" ({read.cached:,} of them cached)" if read.cached else ""
-    return {"role": "assistant", "content": f"*Reading the prompt: {read.read:,} of {read.total:,} tokens{cached}…*",
-            "metadata": {"title": f"⏳ Reading the prompt, {read.read / read.total:.0%}", "status": "pending"}}
+    cached = said("conversation.reading_cached", cached=f"{read.cached:,}") if read.cached else ""
+    return {"role": "assistant", "content": said("conversation.reading", read=f"{read.read:,}", total=f"{read.total:,}", cached=cached),
+            "metadata": {"title": said("conversation.reading_title", share=f"{read.read / read.total:.0%}"), "status": "pending"}}
 
 
 def media_kind(path: str) -> str | None:
@@ -224,21 +225,20 @@ def _messages(turn: Turn, given: list[GivenPassage] = ()) -> list[dict[str, Any]
         # A message whose only files are gone still needs something to show.
         shown = [{"role": "user", "content": content or [f"📎 {missing}"]}]
         if missing:
-            shown.append({"role": "assistant", "content": f"{missing}: no longer on the server, so neither shown nor sent to the model.",
-                          "metadata": {"title": "📎 Missing file" + ("s" if len(turn.missing_files) > 1 else "")}})
+            shown.append({"role": "assistant", "content": said("conversation.missing", missing=missing),
+                          "metadata": {"title": said("conversation.missing_files" if len(turn.missing_files) > 1 else "conversation.missing_file")}})
         if turn.error:
-            shown.append({"role": "assistant", "content": inert(turn.error), "metadata": {"title": "⚠ The model could not answer"}})
+            shown.append({"role": "assistant", "content": inert(turn.error), "metadata": {"title": said("conversation.could_not_answer")}})
         return shown
     if turn.summary is not None:
         return [_summary_block(turn)]
     if turn.compacting:
-        doing = "summarizing" if turn.compacting.policy == "compact" else "leaving out"
-        return [{"role": "assistant", "content": f"*The conversation ({turn.compacting.tokens:,} tokens) has outgrown the model's context: "
-                                                 f"{doing} its {turn.compacting.replacing} oldest messages…*",
-                 "metadata": {"title": "⏳ Compacting the conversation", "status": "pending"}}]
+        return [{"role": "assistant", "content": said("conversation.summarizing" if turn.compacting.policy == "compact" else "conversation.leaving_out",
+                                                      tokens=f"{turn.compacting.tokens:,}", count=turn.compacting.replacing),
+                 "metadata": {"title": said("conversation.compacting"), "status": "pending"}}]
     if turn.waiting:
-        return [{"role": "assistant", "content": f"*Waiting for the model: {turn.waiting} ahead…*",
-                 "metadata": {"title": "⏳ In line", "status": "pending"}}]
+        return [{"role": "assistant", "content": said("conversation.waiting", ahead=turn.waiting),
+                 "metadata": {"title": said("conversation.in_line"), "status": "pending"}}]
     shown = []
     for step in turn.steps:
         shown += _answer(step.reasoning, step.content, thinking=False)
@@ -252,12 +252,11 @@ def _messages(turn: Turn, given: list[GivenPassage] = ()) -> list[dict[str, Any]
     shown += _answer(turn.reasoning, turn.content, thinking=turn.writing and not (turn.content or turn.tool_text or turn.tool_calls))
     shown += [_call_block(call, running=False) for call in turn.tool_calls]
     if turn.step_limit:
-        shown.append({"role": "assistant", "metadata": {"title": "⏹ Step limit reached"},
-                      "content": f"The model called tools in {answers(turn.step_limit)}, the most this chat allows (Tool steps, under "
-                                 "Tools), so its last calls did not run. Raise the limit and regenerate, or send a message to go on."})
+        shown.append({"role": "assistant", "metadata": {"title": said("conversation.step_limit_title")},
+                      "content": said("conversation.step_limit_one" if turn.step_limit == 1 else "conversation.step_limit", count=turn.step_limit)})
     if turn.tool_text:
         shown.append({"role": "assistant", "content": fenced(turn.tool_text.strip()),
-                      "metadata": {"title": "⚙ Tool call", "status": "pending"}})
+                      "metadata": {"title": said("conversation.a_tool_call"), "status": "pending"}})
     if turn.writing:  # a continued reply's earlier stats cover less than it will hold
         return shown
     sources, unknown = cited(turn.content, given) if given else ([], [])
@@ -277,15 +276,15 @@ def _sources_block(sources: list[GivenPassage], unknown: list[int]) -> dict[str,
     parts = [f"**[{passage.number}] {inert(passage.label())}**\n\n{inert(passage.text)}" for passage in sources]
     if unknown:
         named = ", ".join(f"[{number}]" for number in unknown)
-        parts.append(f"*{named}: the model was given no passage of that number; what it says there has no source.*")
-    title = f"📚 Sources {numbers}" if numbers else "📚 Sources"
+        parts.append(said("conversation.no_such_passage", numbers=named))
+    title = said("conversation.sources_numbered", numbers=numbers) if numbers else said("conversation.sources")
     return {"role": "assistant", "content": "\n\n".join(parts), "metadata": {"title": title, "status": "done"}}
 
 
 def _summary_block(turn: Turn) -> dict[str, Any]:
     """A summary turn, shown whole and marked: what it replaced, and where those messages are."""
     note = turn.summary
-    body = inert(turn.content.strip()) if turn.content.strip() else f"*{note.replaced} earlier messages are not sent to the model.*"
+    body = inert(turn.content.strip()) if turn.content.strip() else said("conversation.not_sent", count=note.replaced)
     return {"role": "assistant", "content": f"{_summary_header(note)}{body}"}
 
 
@@ -322,7 +321,7 @@ def _answer(reasoning: str, content: str, thinking: bool) -> list[dict[str, Any]
     shown = []
     if reasoning:
         shown.append({"role": "assistant", "content": inert(reasoning.strip()) or "…",
-                      "metadata": {"title": "Thinking", "status": "pending" if thinking else "done"}})
+                      "metadata": {"title": said("conversation.thinking"), "status": "pending" if thinking else "done"}})
     if content.strip():
         shown.append({"role": "assistant", "content": inert(content.strip())})
     return shown
@@ -337,16 +336,16 @@ def _call_block(call: SavedToolCall, running: bool, asking: bool = False) -> dic
     name = inert(call.name)
     took = {"duration": call.seconds} if call.seconds is not None else {}
     if call.error is not None:
-        body += f"\n\n**Error**\n\n{fenced(call.error)}"
-        return {"role": "assistant", "content": body, "metadata": {"title": f"⚠ {name} failed", "status": "done", **took}}
+        body += f"\n\n**{said('conversation.error')}**\n\n{fenced(call.error)}"
+        return {"role": "assistant", "content": body, "metadata": {"title": said("conversation.call_failed", name=name), "status": "done", **took}}
     if call.result is not None:
-        body += f"\n\n**Result**\n\n{fenced(call.result)}"
+        body += f"\n\n**{said('conversation.result')}**\n\n{fenced(call.result)}"
         return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ {name}", "status": "done", **took}}
     if asking:
-        return {"role": "assistant", "content": body, "metadata": {"title": f"✋ {name}: waiting for your say", "status": "pending"}}
+        return {"role": "assistant", "content": body, "metadata": {"title": said("conversation.call_asks", name=name), "status": "pending"}}
     if running:
-        return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ {name}: running…", "status": "pending"}}
-    return {"role": "assistant", "content": body, "metadata": {"title": f"⚙ Tool call: {name}", "status": "done"}}
+        return {"role": "assistant", "content": body, "metadata": {"title": said("conversation.call_running", name=name), "status": "pending"}}
+    return {"role": "assistant", "content": body, "metadata": {"title": said("conversation.call", name=name), "status": "done"}}
 
 
 def _browser_run(call: SavedToolCall) -> dict[str, Any]:
@@ -356,8 +355,7 @@ def _browser_run(call: SavedToolCall) -> dict[str, Any]:
         code = str(json.loads(call.arguments).get("code", ""))
     except (json.JSONDecodeError, AttributeError):
         code = ""
-    return {"role": "assistant", "content": f'<span class="browser-run k-{code_key(code)}">The model asks to run this in your browser: '
-                                            f"press ▶ Run under it.</span>\n\n{fenced(code, 'python')}"}
+    return {"role": "assistant", "content": f'<span class="browser-run k-{code_key(code)}">{said("conversation.run_in_browser")}</span>\n\n{fenced(code, "python")}'}
 
 
 def _arguments_block(arguments: str) -> str:

@@ -14,21 +14,20 @@ from limits import size_text
 
 from .by_name import by_name
 from .chat_sidebar import opened, store_errors
+from .languages import said, text
 from .saved_chats import SavedChats
 from .user_turns import in_users_turn
-
-EMPTY = "No documents yet: one longer than the model's context is kept here when you attach it."
 
 
 class DocumentLibrary:
     """Built inside the sidebar; ``wire`` once the page's opening exists."""
 
     def __init__(self) -> None:
-        with gr.Accordion("Documents", open=False, elem_id="document-library") as self.panel:
-            self.note = gr.Markdown(EMPTY, elem_id="library-note")
-            self.list = gr.Dropdown([], label="Document", elem_id="library-list",
-                                    info="Documents too long for the context, kept to answer from their passages")
-            self.delete_btn = gr.Button("Delete document", elem_id="delete-document-btn", size="sm")
+        with gr.Accordion(text("documents.title"), open=False, elem_id="document-library") as self.panel:
+            self.note = gr.Markdown(text("documents.empty"), elem_id="library-note")
+            self.list = gr.Dropdown([], label=text("documents.document"), elem_id="library-list",
+                                    info=text("documents.document_info"))
+            self.delete_btn = gr.Button(text("documents.delete"), elem_id="delete-document-btn", size="sm")
 
     def wire(self, opened_page: Dependency, chats: gr.State) -> None:
         """``opened_page``: the page's opening, which settles whose documents they are (``chats``)."""
@@ -42,10 +41,9 @@ class DocumentLibrary:
 def _listed(chats: SavedChats) -> dict[str, Any]:
     documents = chats.store.library.documents(chats.owner)
     if not documents:
-        return {"library_list": gr.update(choices=[], value=None), "library_note": EMPTY}
+        return {"library_list": gr.update(choices=[], value=None), "library_note": said("documents.empty")}
     total = sum(document.characters for document in documents)
-    note = (f"{len(documents)} document{'s' if len(documents) != 1 else ''}, {size_text(total)} of text in your quota. "
-            "Each is searched for the passages a question is about, in any of your chats.")
+    note = said("documents.listed_one" if len(documents) == 1 else "documents.listed", count=len(documents), size=size_text(total))
     choices = [(f"{document.name} · {document.summary}", document.id) for document in documents]
     return {"library_list": gr.update(choices=choices, value=None), "library_note": note}
 
@@ -60,6 +58,6 @@ def delete_document(chats: SavedChats | None, document_id: str | None) -> dict[s
     chats = opened(chats)
     named = {document.id: document.name for document in chats.store.library.documents(chats.owner)}
     if not document_id or not chats.store.library.delete(chats.owner, document_id):
-        raise gr.Error("Pick the document to delete from the list.", print_exception=False)
-    gr.Info(f"Deleted {named[document_id]}, with its passages. Chats answered from it keep the passages they were given.")
+        raise gr.Error(said("documents.pick_one"), print_exception=False)
+    gr.Info(said("documents.deleted", name=named[document_id]))
     return _listed(chats)

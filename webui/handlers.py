@@ -35,19 +35,16 @@ from .chat_session import ChatSession, kept, save
 from .conversation import Turn, copied, edited_reply, model_request, render, turn_of_message
 from .conversation_file import read_conversation, write_conversation
 from .inert_markdown import as_written
+from .languages import said
 from .long_documents import fit_documents
 from .markdown_export import write_markdown
 from .model_rights import ModelRights
 from .page_reply import PageReply, chat_model
-from .replying import BUSY, BUSY_CHANGING, one_reply_at_a_time
+from .replying import one_reply_at_a_time
 from .user_turns import page_user
 from .versions import picked
 
 ENGINE_MODES = {"auto": None, "eager": True, "compiled": False}
-NOTHING_TO_CONTINUE = ("There is no reply to continue: Continue goes on with the text of the last reply (one stopped, or cut "
-                       "at max_new_tokens), and a reply that called tools is answered by their results. Send a message instead.")
-NOT_EDITABLE = ("Only the text of a reply (or a summary of earlier messages) can be edited, not its thinking, its tool calls or "
-                "its stats: edit the text under them.")
 
 
 def backend_options(**values: Any) -> dict[str, Any]:
@@ -85,10 +82,6 @@ def parse_engine_args(text: str | None) -> dict[str, Any] | None:
 
 def box(interactive: bool, text: str = "", files: list[str] | None = None) -> dict[str, Any]:
     return gr.update(value={"text": text, "files": files or []}, interactive=interactive)
-
-
-THINKING_INFO = GenerationArgs.model_fields["enable_thinking"].json_schema_extra["page"]["info"]
-NO_THINKING_SWITCH = "This model's chat template has no thinking switch: there is nothing to turn on or off."
 
 
 def control_value(defaults: GenerationArgs, name: str) -> Any:
@@ -143,7 +136,7 @@ class ChatHandlers:
         while tree.shown is not None and tree.messages[tree.shown].role == "assistant":
             tree.shown = tree.parents[tree.shown]
         if tree.shown is None:
-            gr.Info("There is no message to answer again.")
+            gr.Info(said("chat.nothing_to_regenerate"))
             yield {"chatbot": []}
             return
         tree.messages[tree.shown].error = None
@@ -157,7 +150,7 @@ class ChatHandlers:
         where it ended, into the same message."""
         last = session.turns[-1] if session.turns else None
         if last is None or last.role != "assistant" or not last.content.strip() or last.tool_calls:
-            gr.Warning(NOTHING_TO_CONTINUE)
+            gr.Warning(said("chat.nothing_to_continue"))
             yield {"chatbot": render(session.tree)}
             return
         async for update in self._answer(session, settings, page_request, continuing=True):
@@ -208,7 +201,7 @@ class ChatHandlers:
         tree = session.tree
         edited = edited_reply(tree.messages[place], edited_text(edit.previous_value), edited_text(edit.value))
         if edited is None:
-            gr.Warning(NOT_EDITABLE)
+            gr.Warning(said("chat.not_editable"))
         else:
             tree.replace_shown(place, place, edited, copied)
             save(session)
@@ -220,7 +213,7 @@ class ChatHandlers:
     def undo(self, session: ChatSession) -> dict[str, Any]:
         """Remove the last user message and its reply (every version of it), and put the message back in the box."""
         if session.answering:
-            gr.Warning(BUSY_CHANGING)
+            gr.Warning(said("chat.busy_changing"))
             return {"chatbot": render(session.tree)}
         shown = session.tree.branch()
         last_user = next((place for place in reversed(shown) if session.tree.messages[place].role == "user"), None)
@@ -234,7 +227,7 @@ class ChatHandlers:
     def clear(self, session: ChatSession) -> dict[str, Any]:
         """Remove every message, every version."""
         if session.answering:
-            gr.Warning(BUSY_CHANGING)
+            gr.Warning(said("chat.busy_changing"))
             return {"chatbot": render(session.tree)}
         session.remove(place for place, parent in enumerate(session.tree.parents) if parent is None)
         return {"chatbot": [], "message_box": box(True)}
@@ -244,10 +237,10 @@ class ChatHandlers:
         the newest conversation after it; the next message continues that branch."""
         place = picked(picked_place)
         if session.answering:
-            gr.Warning(BUSY)
+            gr.Warning(said("chat.busy"))
             return {"chatbot": render(session.tree)}
         if place is None or place >= len(session.tree):
-            gr.Warning("There is no such version of a message in this chat: reload the page to see the chat as it is now.")
+            gr.Warning(said("chat.no_such_version"))
             return {"chatbot": render(session.tree)}
         session.tree.show(place)
         save(session)
@@ -288,7 +281,7 @@ class ChatHandlers:
         model = self._loaded(settings.pop("chat_model", ""))
         as_images = session.pdfs_as_images and model is not None and "image" in model.media_kinds
         _, documents, pdfs = split_files(list((message or {}).get("files") or []), as_images)
-        pages = " · ".join(f"{os.path.basename(path)}: sent as page images" for path in pdfs)
+        pages = " · ".join(said("attachments.as_images", name=os.path.basename(path)) for path in pdfs)
         if not documents:
             return f"📎 {pages}." if pages else ""
         conversation = ""
@@ -333,18 +326,18 @@ class ChatHandlers:
             write(path, session.tree, system, self.limits.max_upload_size)
         except ChatError as error:
             shutil.rmtree(folder, ignore_errors=True)
-            raise gr.Error(f"Could not export the conversation: {error}", print_exception=False) from None
+            raise gr.Error(said("chat.export_failed", error=error), print_exception=False) from None
         return gr.update(value=path, visible=True)
 
     def import_(self, session: ChatSession, path: str) -> dict[str, Any]:
         """Show the file's conversation, every version of its messages, unsaved until the sidebar
         makes it a chat of its own; a file that cannot be imported leaves the conversation as it was."""
         if session.answering:
-            raise gr.Error(BUSY_CHANGING, print_exception=False)
+            raise gr.Error(said("chat.busy_changing"), print_exception=False)
         try:
             conversation = read_conversation(path, self.limits, get_upload_folder())
         except ChatError as error:
-            raise gr.Error(f"Could not import {os.path.basename(path)}: {error}", print_exception=False) from None
+            raise gr.Error(said("chat.import_failed", name=os.path.basename(path), error=error), print_exception=False) from None
         # Not the chat shown before any more: nothing of it may be written over that one's messages.
         session.keeper = None
         session.tree = conversation.tree
@@ -364,7 +357,7 @@ class ChatHandlers:
         except ChatError as error:
             kept = self.slot.describe()
             gr.Warning(str(error))
-            return {"status": f"⚠ **Could not load:** {error}\n\n{kept} {memory_line()}"}
+            return {"status": said("settings.not_loaded", error=error, model=kept, memory=memory_line())}
         return self.model_status()
 
     def unload(self, page_request: gr.Request | None = None) -> dict[str, Any]:
@@ -377,7 +370,7 @@ class ChatHandlers:
         """The loaded models a chat may ask, and first the default model (empty), whichever it is
         then; shown only where several models are kept."""
         models = self.slot.models
-        default = f"The default model ({models[0].model_id})" if models else "The default model"
+        default = said("chat.default_model_named", model=models[0].model_id) if models else said("chat.default_model")
         return gr.update(choices=[(default, ""), *((model.model_id, model.model_id) for model in models)], visible=self.slot.several)
 
     def model_status(self) -> dict[str, Any]:
@@ -385,11 +378,11 @@ class ChatHandlers:
         controls' defaults for the default model."""
         if not self.slot.loaded:
             return {"status": f"{self.slot.describe()} {memory_line()}", "pdfs_as_images": gr.update(visible=False),
-                    "message_box": gr.update(placeholder="No model is loaded: load one in the Settings tab."), "chat_model": self.model_choices()}
+                    "message_box": gr.update(placeholder=said("chat.box_no_model")), "chat_model": self.model_choices()}
         model = self.slot.model
         kinds = [kind for kind in MEDIA_KINDS if kind in model.media_kinds]
-        reads = "text" + "".join(f", {kind}s" for kind in kinds)
-        return {"status": f"✓ {self.slot.describe()} Reads {reads}. {memory_line()}", "message_box": message_box_for(kinds),
+        reads = ", ".join(said(f"reads.{kind}") for kind in ["text", *kinds])
+        return {"status": said("settings.loaded", model=self.slot.describe(), reads=reads, memory=memory_line()), "message_box": message_box_for(kinds),
                 "pdfs_as_images": gr.update(visible="image" in kinds), "chat_model": self.model_choices(), **self.model_defaults(model)}
 
     def picked_model_defaults(self, model_id: str) -> dict[str, Any]:
@@ -406,7 +399,7 @@ class ChatHandlers:
         if "enable_thinking" in shown:
             steers = model.steers_reasoning
             shown["enable_thinking"] = gr.update(value=shown["enable_thinking"] and steers, interactive=steers,
-                                                 info=THINKING_INFO if steers else NO_THINKING_SWITCH)
+                                                 info=said("setting.enable_thinking.info" if steers else "chat.no_thinking_switch"))
         return shown
 
 
@@ -415,12 +408,11 @@ def message_box_for(kinds: list[str]) -> dict[str, Any]:
     text), and the microphone where the model reads audio. Files that still reach a model that
     cannot read them (attached before a model switch, or sent by an API client) are refused by the
     engine with a clear message."""
-    reads = ", ".join(["text", *(k + "s" for k in kinds), "documents"])
+    reads = ", ".join(said(f"reads.{kind}") for kind in ["text", *kinds, "documents"])
     return gr.update(
         sources=["upload", "microphone"] if "audio" in kinds else ["upload"],
         file_types=[*kinds, *DOCUMENT_EXTENSIONS],
-        placeholder=f"Message ({reads}) · Enter to send, Shift+Enter for a new line"
-                    + ("" if kinds else " · this model reads text only: load a multimodal model for media"),
+        placeholder=said("chat.box_reads", reads=reads) + ("" if kinds else said("chat.box_text_only")),
     )
 
 
@@ -434,4 +426,4 @@ def edited_text(value: Any) -> str:
 
 
 def memory_line() -> str:
-    return f"App memory: {psutil.Process().memory_info().rss / 2**30:.2f} GiB."
+    return said("settings.memory", gib=f"{psutil.Process().memory_info().rss / 2**30:.2f}")

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .languages.catalog import script_words
+from .languages.chosen_language import LANGUAGE_SCRIPT
+
 APP_FILES = Path(__file__).with_name("app_files")
 FAVICON = APP_FILES / "favicon.png"
 APP_FILES_PATH = "/app-files/"
@@ -18,8 +21,11 @@ SERVED = {
     "icon-192.png": "image/png",
     "icon-512.png": "image/png",
     "favicon.png": "image/png",
-    "offline.html": "text/html; charset=utf-8",
 }
+# In the page's language, chosen as the page chooses it (the language script first).
+OFFLINE_PAGE = ((APP_FILES / "offline.html").read_text(encoding="utf-8")
+                .replace("<!-- LANGUAGE -->", LANGUAGE_SCRIPT.decode())
+                .replace("WORDS", script_words("offline.title", "offline.text", "offline.retry")))
 
 # Gradio 6.31's page links "/manifest.json" from the server's root, which behind a proxy's path
 # prefix is another site's; the page's own address is where this app's manifest is.
@@ -37,7 +43,7 @@ if ("serviceWorker" in navigator) {
 def serve_app_files(app) -> None:
     """The manifest, the service worker and what they name, on ``app`` (before the page is
     mounted on it: the page takes every path added after it)."""
-    from starlette.responses import FileResponse, PlainTextResponse
+    from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse
 
     def served(path: Path, media_type: str, **headers: str) -> FileResponse:
         return FileResponse(path, media_type=media_type, headers={"Cache-Control": "no-cache", **headers})
@@ -50,6 +56,8 @@ def serve_app_files(app) -> None:
 
     async def app_file(request):
         name = request.path_params["name"]
+        if name == "offline.html":
+            return HTMLResponse(OFFLINE_PAGE, headers={"Cache-Control": "no-cache"})
         if name not in SERVED:
             return PlainTextResponse("Not found", status_code=404)
         return served(APP_FILES / name, SERVED[name])

@@ -12,6 +12,7 @@ from engines.context_settings import ContextPolicy
 from limits import Limits
 from store import ChatStore, Quota, open_store
 
+from .languages import PAGE_I18N, text
 from .narrow_screens import NARROW_CSS, NARROW_SIDEBAR
 from .chat_presets import ChatPresets
 from .document_library import DocumentLibrary
@@ -81,8 +82,8 @@ CSS = """
 .dark [role=tab].selected { color: var(--primary-300); }
 """
 
-# What launch() or gr.mount_gradio_app() need besides the Blocks.
-PAGE_KWARGS = {"theme": THEME, "css": CSS + SHORTCUTS_CSS + KEYBOARD_REACH_CSS + NARROW_CSS, "head": SIDEBAR_HEAD}
+# What launch() or gr.mount_gradio_app() need besides the Blocks (the catalog of its words among them).
+PAGE_KWARGS = {"theme": THEME, "css": CSS + SHORTCUTS_CSS + KEYBOARD_REACH_CSS + NARROW_CSS, "head": SIDEBAR_HEAD, "i18n": PAGE_I18N}
 
 def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Limits = Limits(),
                models_dir: Path | None = None, store: ChatStore | None = None, context_policy: ContextPolicy = "compact") -> gr.Blocks:
@@ -93,7 +94,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
     with gr.Blocks(title="anychat") as demo:
         session = gr.State(ChatSession())
         sidebar = ChatSidebar(store or open_store(quota=Quota.of(limits)), limits)
-        gr.Markdown("# anychat\nChat with local models, on any inference backend.", elem_id="title")
+        gr.Markdown(text("page.title"), elem_id="title")
         with gr.Tabs():
             chat = ChatTab(context_policy)
             settings = SettingsTab(demo, models_dir, rights, lambda: frozenset(model.model_args.model_name_or_path or "" for model in slot.models))

@@ -26,6 +26,7 @@ from store import DocumentLibrary, LibraryEntry, StoreError
 from .attachments import AttachedDocument, read_upload
 from .chat_session import ChatSession
 from .conversation import Turn, model_request, render
+from .languages import said
 
 # How often the page hears how far reading a document into passages has got.
 PROGRESS_SECONDS = 0.5
@@ -166,12 +167,12 @@ def _prompt_tokens(model: ChatModel, turns: list[Turn], generation: dict[str, An
 
 
 def _whole_line(name: str, done: int, total: int) -> dict[str, Any]:
-    return {"role": "assistant", "content": f"*Your question is about all of {name}: reading it part by part, {done} of {total} parts noted…*",
-            "metadata": {"title": "⏳ Reading the whole document", "status": "pending"}}
+    return {"role": "assistant", "content": said("conversation.reading_whole", name=name, done=done, total=total),
+            "metadata": {"title": said("conversation.reading_whole_title"), "status": "pending"}}
 
 
 def _progress_line(name: str, progress: dict[str, int]) -> dict[str, Any]:
     done, total = progress["done"], progress["total"]
-    counted = f": {done:,} of {total:,} passages" if total else ""
-    return {"role": "assistant", "content": f"*{name} is longer than the model's context: reading it into passages to search{counted}…*",
-            "metadata": {"title": "⏳ Reading the document", "status": "pending"}}
+    counted = said("conversation.passages_read", done=f"{done:,}", total=f"{total:,}") if total else ""
+    return {"role": "assistant", "content": said("conversation.reading_passages", name=name, counted=counted),
+            "metadata": {"title": said("conversation.reading_document"), "status": "pending"}}

@@ -19,6 +19,7 @@ from engines.model_files.catalog import FoundModel, find_models
 from engines.model_files.server_address import is_server_address, server_address
 from limits import size_text
 
+from .languages import said, text
 from .model_rights import ModelRights
 
 
@@ -31,13 +32,12 @@ def picker_choices(models_dir: Path | None, admin: bool = True, loaded: frozense
     """The picker rescanned, with nothing chosen: the Model field says what will be loaded.
     For an ``admin``, each choice is the model's path and the note names the models folder.
     The models ``loaded`` (what their Model field held) are marked ●."""
-    where = "From the"
+    sources = said("settings.picker_cache") + said("settings.picker_add_folder") if admin else said("settings.picker_cache")
     if models_dir:
-        where = f"From {models_dir}/, the" if admin else "From the models folder, the"
-    more = " (app.py --models-dir DIR adds a folder of your own)" if admin and not models_dir else ""
+        sources = said("settings.picker_folder", folder=models_dir) if admin else said("settings.picker_models_folder")
     return gr.update(
         choices=[(label(model, model.value in loaded), model.value if admin else model.name) for model in find_models(models_dir)], value=None,
-        info=f"{where} Hugging Face cache and the embedded default{more}. Picking one fills the Model field; ● loaded now.",
+        info=said("settings.picker_info", sources=sources),
     )
 
 
@@ -46,8 +46,8 @@ def model_picker(demo: gr.Blocks, models_dir: Path | None, model_path: gr.Textbo
     """The picker and its rescan button, filled when the page opens and as the model ``status``
     changes; returns both. ``loaded``: what the Model field held for each model loaded now."""
     with gr.Row(equal_height=True):
-        picker = gr.Dropdown([], value=None, label="Models on this machine", elem_id="model-picker", scale=4)
-        rescan = gr.Button("↻ Rescan", elem_id="rescan-models", size="sm", scale=0, min_width=100)
+        picker = gr.Dropdown([], value=None, label=text("settings.models_here"), elem_id="model-picker", scale=4)
+        rescan = gr.Button(text("settings.rescan"), elem_id="rescan-models", size="sm", scale=0, min_width=100)
 
     def choices(page_request: gr.Request) -> dict:
         return picker_choices(models_dir, rights.is_admin(page_request), loaded())
@@ -64,10 +64,10 @@ def server_models(rights: ModelRights, address: str, key: str, page_request: gr.
     choices of the Settings tab's "Model on the server"; for an admin only."""
     rights.check_admin(page_request)
     if not is_server_address(address):
-        raise gr.Error("Type a server's address into the Model field first, like http://host:8000/v1.", print_exception=False)
+        raise gr.Error(said("settings.no_server_address"), print_exception=False)
     try:
         models = served_models(server_address(address), key.strip() or None)
     except ChatError as error:
         raise gr.Error(str(error), print_exception=False) from None
     names = [card["id"] for card in models]
-    return gr.update(choices=names, value=names[0], info=f"{len(names)} served there; empty: the first")
+    return gr.update(choices=names, value=names[0], info=said("settings.server_models", count=len(names)))

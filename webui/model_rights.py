@@ -13,11 +13,8 @@ from pydantic import BaseModel, ConfigDict
 
 from engines import ConfigError
 
-NEEDS_ADMIN = "Model management needs an admin: ask one of this server's admins (those it names with --admin) to load or unload a model."
-NEEDS_LOGINS = (
-    "Model management needs a login: this server has none, and other machines can reach it, so nobody may load or unload "
-    "models from the page. Its operator can start it with --auth-file and name admins with --admin."
-)
+from .languages import said
+
 REMOTE_CODE_REFUSED = (
     "trust_remote_code cannot be asked for from the page: running code shipped with a model is the server's choice, "
     "made on its command line (start app.py with --trust-remote-code)."
@@ -45,9 +42,10 @@ class ModelRights(BaseModel):
     def check_admin(self, page_request: gr.Request | None) -> None:
         if not self.is_admin(page_request):
             if self.without_logins:
-                raise gr.Error(NEEDS_LOGINS, title="Not an admin", print_exception=False)
-            who = page_request.username if page_request is not None and page_request.username else "This user"
-            raise gr.Error(f"{who} may not load or unload models. {NEEDS_ADMIN}", title="Not an admin", print_exception=False)
+                raise gr.Error(said("settings.needs_logins"), title=said("settings.not_admin"), print_exception=False)
+            who = page_request.username if page_request is not None and page_request.username else said("settings.this_user")
+            raise gr.Error(said("settings.user_not_admin", user=who, needs_admin=said("settings.needs_admin")), title=said("settings.not_admin"),
+                           print_exception=False)
 
     def page_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         """The settings of a load from the page, with the server's own. (engine_args holding
@@ -61,5 +59,6 @@ class ModelRights(BaseModel):
         if self.is_admin(page_request):
             return ""
         if self.without_logins:
-            return f"🔒 You see what is loaded, read-only. {NEEDS_LOGINS}"
-        return f"🔒 Signed in as **{page_request.username if page_request is not None else 'a guest'}**: you see what is loaded, read-only. {NEEDS_ADMIN}"
+            return said("settings.read_only", needs_logins=said("settings.needs_logins"))
+        return said("settings.read_only_user", user=page_request.username if page_request is not None else said("settings.a_guest"),
+                    needs_admin=said("settings.needs_admin"))

@@ -27,6 +27,7 @@ from .chat_keeper import SAVE_INTERVAL
 from .chat_session import ChatSession, kept, save
 from .conversation import SavedToolCall, SummaryNote, ToolStep, Turn, copied, kept_media, model_request, render, render_turn, turn_messages
 from .reply_stats import ReplyClock
+from .languages import said
 from .python_in_browser import browser_python
 from .streaming import throttled, update_interval
 from .tool_approval import PageApproval
@@ -149,9 +150,9 @@ class PageReply:
         turn, earlier = self.turn, self.earlier
         if turn.content != earlier.content or turn.reasoning != earlier.reasoning or turn.steps != earlier.steps:
             turn.stopped, turn.stats = True, None
-            gr.Warning(f"The reply was cut short: {error}")
+            gr.Warning(said("chat.cut_short", error=error))
         elif self.continuing:
-            gr.Warning(f"Could not continue the reply: {error}")
+            gr.Warning(said("chat.not_continued", error=error))
         else:
             if self.place is not None:
                 self.session.remove([self.place])

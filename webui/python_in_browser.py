@@ -32,6 +32,7 @@ from typing import Any
 
 from engines.tools import BUILTIN_TOOLS, Tool
 
+from .languages.catalog import script_words
 from .tool_approval import settle
 
 PYODIDE_DIR = Path(__file__).resolve().parent.parent / ".cache" / "pyodide"
@@ -134,6 +135,7 @@ REORDERING = "[\\u202A-\\u202E\\u2066-\\u2069]"
 
 # Runs once as the page loads (demo.load's js).
 RUN_BUTTONS = """() => {
+    const words = %(words)s;
     const SANDBOX = %(sandbox)s.replace("WORKER", () => JSON.stringify(%(worker)s.replaceAll("PYODIDE_URL", new URL("%(path)s", location.href).href)));
     let frame = null;
     let runs = 0;
@@ -190,14 +192,14 @@ RUN_BUTTONS = """() => {
             const bar = document.createElement("div");
             bar.className = "python-run";
             const button = document.createElement("button");
-            button.textContent = "▶ Run";
+            button.textContent = words["chat.run"];
             const output = document.createElement("pre");
             output.className = "python-output";
             output.hidden = true;
             button.addEventListener("click", async () => {
                 button.disabled = true;
                 output.hidden = false;
-                output.textContent = "Running…";
+                output.textContent = words["chat.running"];
                 const ran = await run(code.textContent);
                 output.textContent = ran.output || "(it printed nothing)";
                 output.classList.toggle("failed", Boolean(ran.failed));
@@ -210,4 +212,4 @@ RUN_BUTTONS = """() => {
     };
     new MutationObserver(addButtons).observe(document.body, { subtree: true, childList: true });
 }""" % {"sandbox": json.dumps(SANDBOX), "worker": json.dumps(WORKER), "path": PYODIDE_PATH, "seconds": RUN_SECONDS, "result": RESULT_ID,
-       "reordering": REORDERING}
+       "reordering": REORDERING, "words": script_words("chat.run", "chat.running")}

@@ -2,17 +2,17 @@
 synthesis (offline: nothing leaves the browser), and stops it when pressed again. Replies being
 written get theirs when they finish; one reply is read at a time."""
 
-import json
+from .languages.catalog import script_words
 
-# Plain symbols: an emoji needs a colour font that not every system has.
-READ, STOP = "▶ Read aloud", "■ Stop reading"
+# Plain symbols (▶ ■ in the catalog's words): an emoji needs a colour font that not every system has.
+WORDS = script_words("chat.read_aloud", "chat.stop_reading")
 
 # Runs once as the page loads (demo.load's js). A finished reply is the one with its stats line;
 # the button goes beside that line, and what it reads is the reply's text without its thinking,
 # tool calls or stats.
 READ_ALOUD = """() => {
     if (!("speechSynthesis" in window)) return;
-    const READ = %s, STOP = %s;
+    const words = %s, READ = words["chat.read_aloud"], STOP = words["chat.stop_reading"];
     let reading = null;
     const stop = () => {
         if (reading) reading.textContent = READ;
@@ -46,4 +46,4 @@ READ_ALOUD = """() => {
     };
     new MutationObserver(addButtons).observe(document.querySelector("#chatbot"), {childList: true, subtree: true});
     addButtons();
-}""" % (json.dumps(READ), json.dumps(STOP))
+}""" % WORDS

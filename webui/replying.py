@@ -12,10 +12,7 @@ from typing import Any
 import gradio as gr
 
 from .chat_session import ChatSession
-
-BUSY = "A reply is being written: wait for it, or press Stop (Esc). Your message stays in the box."
-# Undo, Clear and an import would take the reply being written out from under it.
-BUSY_CHANGING = "A reply is being written: wait for it, or press Stop (Esc), before you change the conversation."
+from .languages import said
 
 
 def one_reply_at_a_time(handler: Callable[..., AsyncIterator[dict[str, Any]]]) -> Callable[..., AsyncIterator[dict[str, Any]]]:
@@ -25,7 +22,7 @@ def one_reply_at_a_time(handler: Callable[..., AsyncIterator[dict[str, Any]]]) -
     @functools.wraps(handler)
     async def guarded(self: Any, session: ChatSession, *args: Any, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
         if session.answering:
-            gr.Warning(BUSY)
+            gr.Warning(said("chat.busy"))
             yield {}
             return
         session.answering = True
@@ -42,8 +39,8 @@ def start(session: ChatSession) -> dict[str, Any]:
     """Before a reply: show Stop, or, while a reply is written, say why nothing is sent and end
     the event chain there (the error itself stays hidden: the note says it all)."""
     if session.answering:
-        gr.Warning(BUSY)
-        raise gr.Error(BUSY, visible=False, print_exception=False)
+        gr.Warning(said("chat.busy"))
+        raise gr.Error(said("chat.busy"), visible=False, print_exception=False)
     return gr.update(visible=True)
 
 

@@ -18,11 +18,11 @@ from store import ChatInfo, ChatStore, MessageTree
 from .chat_keeper import ChatKeeper
 from .chat_session import ChatSession, save
 from .conversation import Turn
+from .languages import said
 
 # How long a delete can be undone (and only until the same user's next delete): long enough to
 # click Undo, short enough that a deleted chat's media do not linger.
 UNDO_SECONDS = 10.0
-TOO_LATE = f"That delete can no longer be undone: a delete is kept for {UNDO_SECONDS:.0f} s, and only until the next one."
 
 
 class SavedChats:
@@ -136,6 +136,6 @@ class SavedChats:
 
     def note(self) -> str:
         count = self.store.count(self.owner)
-        where = "your login's" if self.owner.startswith("login:") else "this browser's"
-        return f"{count} chat{'' if count == 1 else 's'}, kept on the server as {where}." if count else \
-            f"No saved chats yet: they are kept on the server as {where}."
+        whose = "login" if self.owner.startswith("login:") else "browser"
+        many = "none" if not count else "one" if count == 1 else "many"
+        return said(f"sidebar.saved_{whose}_{many}", count=count)

@@ -15,6 +15,8 @@ from .by_name import by_name
 from .colour_scheme import colour_scheme_choice
 from .controls import control
 from .handlers import ENGINE_MODES, ChatHandlers, control_value
+from .languages import text
+from .languages.chooser import language_chooser
 from .model_picker import model_picker, server_models
 from .model_rights import ModelRights
 
@@ -43,7 +45,7 @@ class SettingsTab:
         """``loaded``: what the Model field held for each model loaded now, which the picker marks."""
         # Until the page loads and asks the model for its own defaults.
         defaults = GenerationArgs()
-        with gr.Tab("Settings", id="settings"):
+        with gr.Tab(text("tab.settings"), id="settings"):
             self.status = gr.Markdown(elem_id="model-status")
             self.rights_note = gr.Markdown(elem_id="rights-note", visible=False)
             with gr.Group():
@@ -54,24 +56,25 @@ class SettingsTab:
                         "infer_dtype": control(ModelArgs, "infer_dtype"),
                     }
                 self.picker = model_picker(demo, models_dir, self.model["model_name_or_path"], rights, loaded, self.status)
-            with gr.Accordion("Backend options", open=False, elem_id="backend-options"):
-                gr.Markdown("Empty or 0: the backend's default. A backend refuses the options it does not take, and says which backends do.")
+            with gr.Accordion(text("settings.backend_options"), open=False, elem_id="backend-options"):
+                gr.Markdown(text("settings.backend_options_note"))
                 for row in BACKEND_OPTION_ROWS:
                     with gr.Row():
                         self.model |= {name: control(ModelArgs, name, **SHOWN_AS.get(name, {})) for name in row}
-                self.list_server_models = gr.Button("↻ List the server's models", elem_id="list-server-models", size="sm")
+                self.list_server_models = gr.Button(text("settings.list_server_models"), elem_id="list-server-models", size="sm")
                 self.model |= {name: control(ModelArgs, name) for name in ("lora_adapters", "engine_args")}
             with gr.Row():
-                self.load_btn = gr.Button("Load", elem_id="load-btn", variant="primary")
-                self.unload_btn = gr.Button("Unload", elem_id="unload-btn")
-            gr.Markdown("### Generation\nDefaults come from the loaded model's generation config; changes apply to this tab only.")
+                self.load_btn = gr.Button(text("settings.load"), elem_id="load-btn", variant="primary")
+                self.unload_btn = gr.Button(text("settings.unload"), elem_id="unload-btn")
+            gr.Markdown(text("settings.generation"))
             self.generation: dict[str, gr.components.Component] = {}
             for row in GENERATION_ROWS:
                 with gr.Row():
                     self.generation |= {name: control(GenerationArgs, name, control_value(defaults, name)) for name in row}
             self.generation["skip_special_tokens"] = control(GenerationArgs, "skip_special_tokens", defaults.skip_special_tokens)
-            gr.Markdown("### Appearance\nKept in this browser.")
+            gr.Markdown(text("settings.appearance"))
             colour_scheme_choice(demo)
+            self.language = language_chooser(demo)
 
     def wire(self, demo: gr.Blocks, handlers: ChatHandlers, rights: ModelRights, message_box: gr.MultimodalTextbox,
              pdfs_as_images: gr.Checkbox, chat_model: gr.Dropdown, generation: dict[str, gr.components.Component]) -> None:

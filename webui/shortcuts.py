@@ -5,36 +5,43 @@ from __future__ import annotations
 
 import json
 
-# (keys, what they do), as the dialog lists them; a key the page handles is handled in SHORTCUTS.
+from .languages.catalog import script_words
+
+# (keys, what they do: a key of the catalog), as the dialog lists them; a key the page handles is
+# handled in SHORTCUTS.
 LISTED = (
-    ("Enter", "Send the message"),
-    ("Shift+Enter", "A new line in the message"),
-    ("Escape", "Stop the reply being written"),
-    ("Shift+Escape", "Go to the message box"),
-    ("Ctrl+Shift+O", "A new chat"),
-    ("Ctrl+Shift+S", "Open or close the chats sidebar"),
-    ("?", "This list (outside a text field)"),
-    ("Tab, Shift+Tab", "Move between the page's controls"),
+    ("Enter", "shortcuts.send"),
+    ("Shift+Enter", "shortcuts.new_line"),
+    ("Escape", "shortcuts.stop"),
+    ("Shift+Escape", "shortcuts.to_box"),
+    ("Ctrl+Shift+O", "shortcuts.new_chat"),
+    ("Ctrl+Shift+S", "shortcuts.sidebar"),
+    ("?", "shortcuts.list"),
+    ("Tab, Shift+Tab", "shortcuts.move"),
 )
+# Each key by name, so that tests/test_page_languages.py finds them in the catalog.
+WORDS = script_words("shortcuts.title", "shortcuts.close", "shortcuts.send", "shortcuts.new_line", "shortcuts.stop", "shortcuts.to_box",
+                     "shortcuts.new_chat", "shortcuts.sidebar", "shortcuts.list", "shortcuts.move")
 
 # Runs once as the page loads (demo.load's js). Escape clicks Stop only while it is shown, so it
 # still closes dropdowns and cancels edits the rest of the time; ? is a character typed into a
 # text field, so it opens the list only outside one. The list is a native modal <dialog>: it
 # keeps the focus inside, and Escape closes it, giving the focus back to where it was.
 SHORTCUTS = """() => {
-    const listed = LISTED_JSON;
+    const listed = LISTED_JSON, words = WORDS;
     const dialog = document.createElement("dialog");
     dialog.id = "shortcuts-help";
     dialog.setAttribute("aria-labelledby", "shortcuts-help-title");
-    dialog.innerHTML = '<h2 id="shortcuts-help-title">Keyboard shortcuts</h2><table><tbody></tbody></table>'
-        + '<button type="button" class="shortcuts-close">Close</button>';
+    dialog.innerHTML = '<h2 id="shortcuts-help-title"></h2><table><tbody></tbody></table><button type="button" class="shortcuts-close"></button>';
+    dialog.querySelector("h2").textContent = words["shortcuts.title"];
+    dialog.querySelector(".shortcuts-close").textContent = words["shortcuts.close"];
     const rows = dialog.querySelector("tbody");
     for (const [keys, what] of listed) {
         const row = rows.insertRow();
         const key = document.createElement("kbd");
         key.textContent = keys;
         row.insertCell().append(key);
-        row.insertCell().textContent = what;
+        row.insertCell().textContent = words[what];
     }
     dialog.querySelector(".shortcuts-close").addEventListener("click", () => dialog.close());
     document.body.append(dialog);
@@ -63,7 +70,7 @@ SHORTCUTS = """() => {
         }
         event.preventDefault();
     });
-}""".replace("LISTED_JSON", json.dumps(LISTED))
+}""".replace("LISTED_JSON", json.dumps(LISTED)).replace("WORDS", WORDS)
 
 SHORTCUTS_CSS = """
 #shortcuts-help { border: 1px solid var(--border-color-primary); border-radius: 12px; padding: 1rem 1.4rem;

@@ -18,8 +18,10 @@ from typing import Any
 from engines.prompt.reply_parser import ToolCall
 from engines.tools import Tool
 
+from .languages import said
+
 PICK_ID = "approval-pick"
-CHOICES = {"once": "Allow once", "always": "Always in this chat", "deny": "Deny"}
+CHOICES = ("once", "always", "deny")
 
 
 @dataclass
@@ -73,8 +75,9 @@ def question_key(call_ids: Sequence[str]) -> str:
 
 def question_line(key: str, names: Sequence[str]) -> dict[str, Any]:
     """The Chatbot message that asks about the calls of ``names``, its choices under it."""
-    choices = " · ".join(f'<span class="approve-{choice} q-{key}">{label}</span>' for choice, label in CHOICES.items())
-    return {"role": "assistant", "content": f'<span class="tool-approval">✋ Run {html.escape(", ".join(dict.fromkeys(names)))}? {choices}</span>'}
+    choices = " · ".join(f'<span class="approve-{choice} q-{key}">{said(f"approval.{choice}")}</span>' for choice in CHOICES)
+    asked = said("approval.run", names=html.escape(", ".join(dict.fromkeys(names))))
+    return {"role": "assistant", "content": f'<span class="tool-approval">{asked} {choices}</span>'}
 
 
 # Runs once as the page loads (demo.load's js).

@@ -24,10 +24,10 @@ from gradio.context import LocalContext
 
 from engines.waiting_line import line_user
 
+from .languages import said
+
 RUNNING = 2
 WAITING = 16
-TOO_MANY = (f"You have {RUNNING + WAITING} requests to the saved chats or for conversation files running or waiting already (from "
-            "this tab or others): wait for them to end, then try again.")
 
 
 def page_user(page_request: gr.Request | None) -> str | None:
@@ -49,7 +49,7 @@ class UserTurns:
     async def turn(self, user: str | None) -> AsyncIterator[None]:
         turns, calls = self._users.get(user) or (asyncio.Semaphore(self.running), 0)
         if calls >= self.running + self.waiting:
-            raise gr.Error(TOO_MANY, print_exception=False)
+            raise gr.Error(said("sidebar.too_many", count=self.running + self.waiting), print_exception=False)
         self._users[user] = (turns, calls + 1)
         try:
             async with turns:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .languages import said
+
 PICK_ID = "version-pick"
 
 
@@ -22,7 +24,8 @@ def version_line(place: int, versions: list[int]) -> dict[str, Any] | None:
 
     def arrow(symbol: str, target: int) -> str:
         if 0 <= target < len(versions):
-            return f'<span class="version-go v-{versions[target]}" title="Show version {target + 1}">{symbol}</span>'
+            shown = said("conversation.show_version", number=target + 1)
+            return f'<span class="version-go v-{versions[target]}" title="{shown}">{symbol}</span>'
         return f'<span class="version-end">{symbol}</span>'
 
     return {"role": "assistant", "content": f'<span class="versions">{arrow("‹", at - 1)} {at + 1}/{len(versions)} {arrow("›", at + 1)}</span>'}
