@@ -309,3 +309,17 @@ def test_an_mcp_tool_list_past_its_limits_is_cut_and_said_while_others_are_answe
     assert_nobody_else_held(attack, peak_bounded=False)
     assert status["state"] == "ready" and status["tools"] == (offered or status["tools"])
     assert httpx.post(f"{url}/call/lister__dump", content='{"characters": 3}', timeout=60).json() == {"content": "xxx", "error": None}
+
+
+def test_a_change_said_while_the_tools_are_listed_is_listed_after_it(hostile_servers):
+    """The listing under way may have read the list from before the change: the change is listed
+    once more after it, not lost (the server would be offered its old tools until it changed again)."""
+    url = hostile_servers.url
+    crowd = "it lists more than 256 tools, this app's limit (ToolLimits.mcp_tools_per_server)"
+    assert httpx.post(f"{url}/call/lister__turn", content='{"mode": "stall"}', timeout=60).json()["error"] is None
+    assert httpx.post(f"{url}/call/lister__turn", content='{"mode": "crowd"}', timeout=60).json()["error"] is None
+    deadline = time.monotonic() + STALLED_LIST_SECONDS + 30
+    while crowd not in (status := httpx.get(f"{url}/status/lister", timeout=10).json())["detail"]:
+        assert time.monotonic() < deadline, f"the second change was lost: {status}"
+        time.sleep(0.2)
+    assert status["state"] == "ready" and status["tools"] == 256

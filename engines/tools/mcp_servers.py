@@ -192,6 +192,7 @@ class _Server:
         self.started = asyncio.Event()
         self.closing = asyncio.Event()
         self._relisting: asyncio.Task | None = None
+        self._changed_while_listing = False
 
     def status(self) -> ServerStatus:
         return ServerStatus(self.name, self.state, self.detail, tuple(self.tools))
@@ -348,8 +349,18 @@ class _Server:
                     self._relist()
 
     def _relist(self) -> None:
+        """List the tools again. A change said while a listing runs is listed once more after it:
+        that listing may have read the list from before the change."""
         if self._relisting is None or self._relisting.done():
-            self._relisting = asyncio.get_running_loop().create_task(self._relist_within_time())
+            self._relisting = asyncio.get_running_loop().create_task(self._relist_until_current())
+        else:
+            self._changed_while_listing = True
+
+    async def _relist_until_current(self) -> None:
+        self._changed_while_listing = True
+        while self._changed_while_listing:
+            self._changed_while_listing = False
+            await self._relist_within_time()
 
 
 def result_text(result: Any) -> str:
