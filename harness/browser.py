@@ -233,3 +233,14 @@ def load_model(page, path, loaded):
     page.locator("#model-path").get_by_role("textbox").fill(path)
     page.locator("#load-btn").click()
     expect(page.locator("#model-status")).to_contain_text(loaded)
+
+
+def open_tools(page):
+    """Greedy, short replies, and the Tools panel open with the first answer made a call."""
+    open_tab(page, "Settings")
+    set_number(page, "temperature", 0)
+    set_number(page, "max-new-tokens", 40)
+    open_tab(page, "Chat")
+    page.locator("#tools-panel").get_by_text("Tools", exact=True).click()
+    page.locator("#tool-choice input[role=combobox]").click()
+    page.get_by_role("option", name="required", exact=True).click()

@@ -15,8 +15,8 @@ from PIL import Image, ImageDraw
 
 from engines.model_files.paths import default_gguf
 from harness.browser import (
-    CHROMIUM, ROOT, WATCH_REPLY, ask, bot_messages, click_and_wait, is_local, load_model, open_chat, open_tab, replies, send, set_number, shown_messages,
-    user_messages, wait_until_answered,
+    CHROMIUM, ROOT, WATCH_REPLY, ask, bot_messages, click_and_wait, is_local, load_model, open_chat, open_tab, open_tools, replies, send, set_number,
+    shown_messages, user_messages, wait_until_answered,
 )
 from harness.mcp_config import demo_entry
 from store import MessageTree
@@ -256,17 +256,6 @@ def test_two_tabs_chatting_at_once_stay_separate(open_page):
         expect(user_messages(page)).to_have_count(1)
         expect(user_messages(page).first).to_contain_text(mine)
         assert theirs not in user_messages(page).first.inner_text()
-
-
-def open_tools(page):
-    """Greedy, short replies, and the Tools panel open with the first answer made a call."""
-    open_tab(page, "Settings")
-    set_number(page, "temperature", 0)
-    set_number(page, "max-new-tokens", 40)
-    open_tab(page, "Chat")
-    page.locator("#tools-panel").get_by_text("Tools", exact=True).click()
-    page.locator("#tool-choice input[role=combobox]").click()
-    page.get_by_role("option", name="required", exact=True).click()
 
 
 def test_a_tool_the_chat_runs_shows_its_call_and_result_as_text(page):

@@ -12,7 +12,7 @@ import subprocess
 import httpx
 import pytest
 
-from harness.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, AppProcess, ask, bot_messages, click_and_wait, open_chat, open_tab, set_number, wait_until_ready
+from harness.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, AppProcess, ask, bot_messages, click_and_wait, open_chat, open_tab, open_tools, set_number, wait_until_ready
 from harness.nginx_proxy import nginx_proxy
 
 pytestmark = [pytest.mark.browser]
@@ -74,13 +74,8 @@ def test_axe_finds_no_serious_or_critical_violation_anywhere_in_light_or_dark(pa
     found = in_both_schemes(page, "the empty page")
     open_tab(page, "Settings")
     found += in_both_schemes(page, "the Settings tab")
-    set_number(page, "temperature", 0)
-    set_number(page, "max-new-tokens", 40)
-    open_tab(page, "Chat")
     # A tool call and its result, then a second version of the reply.
-    page.locator("#tools-panel").get_by_text("Tools", exact=True).click()
-    page.locator("#tool-choice input[role=combobox]").click()
-    page.get_by_role("option", name="required", exact=True).click()
+    open_tools(page)
     page.locator("#run-tools").get_by_label("calculator").check()
     ask(page, "What is 17 times 23?")
     page.locator("#chatbot").get_by_text(re.compile(r"^(⚙ calculator|⚠ calculator failed)$")).click()
