@@ -27,20 +27,6 @@ LIGHTHOUSE_AT_LEAST = {"accessibility": 0.95, "best-practices": 0.95}
 SERIOUS = ("serious", "critical")
 
 
-@pytest.fixture
-def context(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    yield context
-    context.close()
-
-
-@pytest.fixture
-def page(app, context):
-    page = context.new_page()
-    open_chat(page, app.url)
-    return page
-
-
 def serious_violations(page) -> list[str]:
     """axe-core's serious and critical violations on the page as it is, one line a node."""
     if not AXE.exists():
