@@ -89,6 +89,7 @@ def web_app(slot, args: argparse.Namespace):
     from webui.idle_frames import with_status_timer_script
     from webui.languages.chosen_language import with_language_script
     from webui.status_pushes import changed_statuses_pushed, is_blocks_script
+    from webui.window_sizes import with_keyboard_resizing
 
     users = page_users(args)
     rights = page_rights(args, users)
@@ -118,7 +119,8 @@ def web_app(slot, args: argparse.Namespace):
     # Each script goes ahead of Gradio's own: the language's before Gradio picks its locale, the
     # colour scheme's before the page is drawn.
     page.add_middleware(EditedResponses, covers=lambda path: path == "/",
-                        edit=chained(with_status_timer_script, with_language_script, with_colour_scheme, with_app_links))
+                        edit=chained(with_status_timer_script, with_language_script, with_colour_scheme, with_app_links,
+                                     with_keyboard_resizing))
     page.add_middleware(EditedResponses, covers=is_blocks_script, edit=changed_statuses_pushed)
     if logins:
         owners = SessionOwners(end_session=state_dropper(demo))

@@ -238,26 +238,55 @@ def test_rename_search_and_delete(page, context, app):
     expect(chat_list(page)).to_have_text(["Say cherry.", "Say apple."])
 
 
-@pytest.mark.parametrize(("width", "height", "phone"), [(1280, 900, False), (390, 844, True)])
-def test_the_chat_and_its_buttons_are_in_the_first_screen_of_a_phone(browser, app, width, height, phone):
-    """On a phone the chat shows, not the sidebar over it, with the message box and the buttons
-    under it in the first screen; choosing a chat (here a new one) closes the sidebar again. On a
-    desktop the sidebar stays open."""
-    context = browser.new_context(viewport={"width": width, "height": height}, is_mobile=phone, has_touch=phone)
+CHAT_CONTROLS = ("#chat-input", "#regenerate-btn", "#continue-btn", "#undo-btn", "#clear-btn")
+
+
+@pytest.mark.parametrize(("width", "height", "touch"), [
+    (1280, 720, False), (1280, 860, False),  # laptops: at 860 the buttons sat under the fold
+    (1024, 768, True), (768, 1024, True),  # a tablet on its side and upright (where Gradio's sidebar covers the page)
+    (390, 844, True),  # a phone
+], ids=["laptop-720", "laptop-860", "tablet-landscape", "tablet-portrait", "phone"])
+def test_the_chat_and_its_buttons_are_in_the_first_screen_of_a_laptop_a_tablet_and_a_phone(browser, app, width, height, touch):
+    """Every control of the chat is in the first screen; up to 768 px wide the chat shows, not the
+    sidebar over it, and choosing a chat (here a new one) closes the sidebar again; wider, the
+    sidebar stays open beside the chat."""
+    context = browser.new_context(viewport={"width": width, "height": height}, is_mobile=touch and width < 1024, has_touch=touch)
     try:
         page = context.new_page()
         open_chat(page, app.url)
         sidebar = page.locator("#chats-sidebar")
-        expect(sidebar).to_have_class(re.compile(r"\bopen\b")) if not phone else expect(sidebar).not_to_have_class(re.compile(r"\bopen\b"))
-        for control in ("#chat-input", "#regenerate-btn", "#continue-btn", "#undo-btn", "#clear-btn"):
+        narrow = width <= 768
+        expect(sidebar).not_to_have_class(re.compile(r"\bopen\b")) if narrow else expect(sidebar).to_have_class(re.compile(r"\bopen\b"))
+        for control in CHAT_CONTROLS:
             box = page.locator(control).bounding_box()
             assert box["y"] + box["height"] <= height and box["x"] + box["width"] <= width, (control, box)
+            if touch and narrow and control != "#chat-input":
+                assert box["height"] >= 44, (control, box)  # a finger's size
         assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing scrolls sideways
-        if phone:
+        if narrow:
             sidebar.locator(".toggle-button").click()
             expect(sidebar).to_have_class(re.compile(r"\bopen\b"))
             page.locator("#new-chat-btn").click()
             expect(sidebar).not_to_have_class(re.compile(r"\bopen\b"))
+    finally:
+        context.close()
+
+
+def test_at_200_percent_zoom_nothing_scrolls_sideways_and_every_control_is_reached(browser, app):
+    """A 1280×860 window at 200 % zoom lays the page out in 640×430 CSS pixels, two device pixels
+    each: the page reflows into one column, taller than the window (scrolled to, as zoom means),
+    but never wider, and each of the chat's controls is reached and shown whole."""
+    context = browser.new_context(viewport={"width": 640, "height": 430}, device_scale_factor=2)
+    try:
+        page = context.new_page()
+        open_chat(page, app.url)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 640
+        for control in (*CHAT_CONTROLS, "#system-prompt textarea", "#shortcuts-btn"):
+            page.locator(control).scroll_into_view_if_needed()
+            # (Not 1: scrolled to at 2 device pixels a CSS pixel, an edge may sit half a pixel out.)
+            expect(page.locator(control)).to_be_in_viewport(ratio=0.99)
+        open_tab(page, "Settings")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 640
     finally:
         context.close()
 

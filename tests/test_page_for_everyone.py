@@ -3,7 +3,8 @@ model: axe-core (the npm package, run in the page) finds no serious or critical 
 light and dark, on the empty page, the Settings tab, the sidebar, a chat with a tool call and
 versions, and the shortcuts dialog; Lighthouse scores accessibility and best practices; the app
 installs (manifest, icons, service worker) and says so when the server cannot be reached; the
-colour scheme chosen is kept; the keyboard reaches what the mouse does; a reply is announced."""
+colour scheme chosen is kept; the keyboard reaches what the mouse does; a reply is announced; a
+phone attaches, sends, reads wide replies, switches chats and types above its keyboard."""
 
 import json
 import re
@@ -12,8 +13,14 @@ import subprocess
 import httpx
 import pytest
 
-from harness.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, AppProcess, ask, bot_messages, click_and_wait, open_chat, open_tab, open_tools, set_number, wait_until_ready
+from harness.browser import (
+    CHROMIUM, CHROMIUM_ARGS, ROOT, AppProcess, ask, bot_messages, click_and_wait, import_conversation, open_chat, open_tab, open_tools, set_number,
+    wait_until_ready,
+)
 from harness.nginx_proxy import nginx_proxy
+from store import MessageTree
+from webui.conversation import Turn
+from webui.conversation_file import write_conversation
 
 pytestmark = [pytest.mark.browser]
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -204,3 +211,61 @@ def test_the_keyboard_reaches_the_shortcuts_and_the_version_arrows_and_a_reply_i
     back.focus()
     page.keyboard.press("Enter")
     expect(page.locator("#chatbot .versions")).to_contain_text("1/2")
+
+
+WIDE_REPLY = ("Here is the line:\n\n```python\nrows = [" + ", ".join(f"'column {n}'" for n in range(40)) + "]\n```\n\n"
+              "| " + " | ".join(f"heading {n}" for n in range(12)) + " |\n|" + "---|" * 12 + "\n| "
+              + " | ".join(f"cell {n}" for n in range(12)) + " |\n")
+
+
+def test_a_phone_attaches_sends_reads_switches_chats_and_types_above_its_keyboard(browser, app, tmp_path):
+    """At 390×844 with touch, as a phone: the page opens on the chat; a file attached and a message
+    sent are answered, with nothing wider than the screen; a reply's code and tables wider than the
+    screen scroll inside the message, not the page; the sidebar switches chats and gets out of
+    the way; and with the on-screen keyboard up (the page told to shrink with it), the box typed
+    in stays above it."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        page = context.new_page()
+        open_chat(page, app.url)
+        sidebar = page.locator("#chats-sidebar")
+        expect(sidebar).not_to_have_class(re.compile(r"\bopen\b"))
+        note = tmp_path / "harbour.txt"
+        note.write_text("The harbour opens at six in the morning and closes at ten at night.\n")
+        open_tab(page, "Settings")
+        set_number(page, "max-new-tokens", 24)
+        open_tab(page, "Chat")
+        page.locator("#chat-input input[type=file]").set_input_files(str(note))
+        expect(page.locator("#attachments-note")).to_contain_text("harbour.txt")
+        ask(page, "When does the harbour open?")
+        expect(page.locator("#chatbot [data-testid=user] details.document-chip summary")).to_contain_text("harbour.txt")
+        expect(bot_messages(page).last).not_to_be_empty()
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+        conversation = tmp_path / "wide.json"
+        write_conversation(str(conversation), MessageTree.line([Turn(role="user", content="Show me wide things."),
+                                                                Turn(role="assistant", content=WIDE_REPLY)]), "", 10**6)
+        import_conversation(page, conversation)
+        code, table = page.locator("#chatbot pre:has(code)").last, page.locator("#chatbot table").last
+        expect(table).to_be_visible()
+        for wide in (code, table):
+            width = wide.evaluate("(element) => [element.scrollWidth, element.clientWidth, element.getBoundingClientRect().right]")
+            assert width[0] > width[1] and width[2] <= 390, f"wider than it shows, and within the screen: {width}"
+            assert wide.evaluate("(element) => { element.scrollLeft = 80; return element.scrollLeft; }") > 0, "it scrolls itself"
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, "the page does not scroll sideways"
+
+        sidebar.locator(".toggle-button").click()
+        expect(sidebar).to_have_class(re.compile(r"\bopen\b"))
+        page.locator("#chat-list").get_by_text("When does the harbour open?").click()
+        expect(sidebar).not_to_have_class(re.compile(r"\bopen\b"))
+        expect(page.locator("#chatbot [data-testid=user]").filter(has_text="When does the harbour open?")).to_have_count(1)
+        expect(page.locator("#chatbot table")).to_have_count(0)
+
+        viewport = page.locator("meta[name=viewport]").get_attribute("content")
+        assert "interactive-widget=resizes-content" in viewport, viewport
+        page.locator("#chat-input textarea").focus()
+        page.set_viewport_size({"width": 390, "height": 844 - 336})  # a phone keyboard's height, as the page then sees it
+        for control in ("#chat-input textarea", "#chat-input .submit-button"):
+            expect(page.locator(control)).to_be_in_viewport(ratio=1)
+    finally:
+        context.close()

@@ -13,7 +13,7 @@ from limits import Limits
 from store import ChatStore, Quota, open_store
 
 from .languages import PAGE_I18N, text
-from .narrow_screens import NARROW_CSS, NARROW_SIDEBAR
+from .window_sizes import NARROW_SIDEBAR, WINDOW_SIZES_CSS
 from .chat_presets import ChatPresets
 from .document_library import DocumentLibrary
 from .chat_session import ChatSession
@@ -83,7 +83,7 @@ CSS = """
 """
 
 # What launch() or gr.mount_gradio_app() need besides the Blocks (the catalog of its words among them).
-PAGE_KWARGS = {"theme": THEME, "css": CSS + SHORTCUTS_CSS + KEYBOARD_REACH_CSS + NARROW_CSS, "head": SIDEBAR_HEAD, "i18n": PAGE_I18N}
+PAGE_KWARGS = {"theme": THEME, "css": CSS + SHORTCUTS_CSS + KEYBOARD_REACH_CSS + WINDOW_SIZES_CSS, "head": SIDEBAR_HEAD, "i18n": PAGE_I18N}
 
 def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Limits = Limits(),
                models_dir: Path | None = None, store: ChatStore | None = None, context_policy: ContextPolicy = "compact") -> gr.Blocks:
