@@ -22,7 +22,7 @@ from .responses import ResponseStore
 from .media import MediaFiles
 from .message_tree import MessageTree
 from .quota import CHAT_FIELDS_SIZE, MESSAGE_SIZE, PRESET_SIZE, Quota
-from .tables import ApiResponse, Chat, ChatMedia, LibraryDocument, Media, Message, Preset
+from .tables import ApiResponse, Chat, ChatMedia, LibraryDocument, Media, Message, PagePreferences, Preset
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,10 @@ class MessageChanges:
 
     def __bool__(self) -> bool:
         return bool(self.added or self.changed or self.removed)
+
+
+PAGE_PREFERENCES = ("colour_scheme", "language")
+PAGE_PREFERENCE_LENGTH = 16
 
 
 class ChatStore:
@@ -329,6 +333,23 @@ class ChatStore:
     def delete_preset(self, owner: str, name: str) -> bool:
         with Session(self.engine) as session, session.begin():
             return session.execute(delete(Preset).where(Preset.owner == owner, Preset.name == name)).rowcount > 0
+
+    def page_preferences(self, owner: str) -> dict[str, str]:
+        """``owner``'s chosen colour scheme and language (PAGE_PREFERENCES), those never chosen left out."""
+        with Session(self.engine) as session:
+            row = session.get(PagePreferences, owner)
+            return {name: getattr(row, name) for name in PAGE_PREFERENCES if row is not None and getattr(row, name) is not None}
+
+    def keep_page_preference(self, owner: str, name: str, value: str) -> None:
+        """Keep ``owner``'s ``name`` (one of PAGE_PREFERENCES) as ``value``, a name of the page's
+        (ValueError for another setting, or a value longer than any such name)."""
+        if name not in PAGE_PREFERENCES or len(value) > PAGE_PREFERENCE_LENGTH:
+            raise ValueError(f"{name!r} = {value[:40]!r} is no page preference")
+        insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert
+        statement = insert(PagePreferences).values(owner=owner, updated=time.time(), **{name: value})
+        statement = statement.on_conflict_do_update(index_elements=["owner"], set_={name: value, "updated": statement.excluded.updated})
+        with Session(self.engine) as session, session.begin():
+            session.execute(statement)
 
     def _update(self, owner: str, chat_id: str, **values: Any) -> bool:
         """Set ``values`` in ``owner``'s chat (not deleted), its text counted anew; false where there is no such chat."""

@@ -100,6 +100,17 @@ class Preset(Base):
     text_size: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
+class PagePreferences(Base):
+    """How ``owner`` (a login) likes the page: its colour scheme and language, as the page names
+    them; None where never chosen. A few bytes a login, not counted in the text quota."""
+
+    __tablename__ = "page_preferences"
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)
+    colour_scheme: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    language: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    updated: Mapped[float] = mapped_column(Float)
+
+
 class LibraryDocument(Base):
     """A document ``owner`` attached that was too long for the model's context, kept to answer
     from its passages (store/library.py); ``sha256``: of its text, to find it again when it is

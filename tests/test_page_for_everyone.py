@@ -63,7 +63,7 @@ def in_both_schemes(page, where: str) -> list[str]:
     return found
 
 
-def test_axe_finds_no_serious_or_critical_violation_anywhere_in_light_or_dark(page):
+def test_axe_finds_no_serious_or_critical_violation_anywhere_in_light_or_dark(page, tmp_path):
     found = in_both_schemes(page, "the empty page")
     open_tab(page, "Settings")
     found += in_both_schemes(page, "the Settings tab")
@@ -77,6 +77,12 @@ def test_axe_finds_no_serious_or_critical_violation_anywhere_in_light_or_dark(pa
     found += in_both_schemes(page, "a chat with a tool call and versions")
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(ASSETS / "dark.png"))
+    conversation = tmp_path / "code.json"
+    write_conversation(str(conversation), MessageTree.line([Turn(role="user", content="Show me code."),
+                                                            Turn(role="assistant", content=WIDE_REPLY)]), "", 10**6)
+    import_conversation(page, conversation)
+    expect(page.locator("#chatbot pre code .token").first).to_be_visible()  # highlighted
+    found += in_both_schemes(page, "a reply with highlighted code and a table")
     page.keyboard.press("?")
     expect(page.locator("#shortcuts-help")).to_be_visible()
     found += in_both_schemes(page, "the shortcuts dialog")
@@ -269,3 +275,46 @@ def test_a_phone_attaches_sends_reads_switches_chats_and_types_above_its_keyboar
             expect(page.locator(control)).to_be_in_viewport(ratio=1)
     finally:
         context.close()
+
+
+def test_a_logged_in_users_theme_and_language_follow_them_to_another_browser(browser, tmp_path):
+    """Chosen by ann in one browser, dark and French are hers in the next browser she logs in
+    from (a new context: nothing of the first one's localStorage); bob's page stays as his
+    browser has it."""
+    app = AppProcess(tmp_path, ("--auth", "ann:ann-secret", "--auth", "bob:bob-secret"))
+    contexts = []
+
+    def logged_in(user):
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US", color_scheme="light")
+        contexts.append(context)
+        page = context.new_page()
+        page.goto(app.url)
+        page.get_by_label("username").fill(user)
+        page.get_by_label("password").fill(f"{user}-secret")
+        page.get_by_role("button", name="Login").click()
+        expect(page.locator("#chat-input")).to_be_visible()
+        return page
+
+    try:
+        first = logged_in("ann")
+        open_tab(first, "Settings")
+        first.locator("#colour-scheme").get_by_label("Dark").check()
+        expect(first.locator("body")).to_have_class(re.compile(r"\bdark\b"))
+        first.locator("#page-language input[role=combobox]").click()
+        with first.expect_navigation():  # a choice reloads the page
+            first.get_by_role("option", name="Français", exact=True).click()
+        expect(first.locator("html")).to_have_attribute("lang", re.compile(r"^fr"))
+
+        second = logged_in("ann")
+        expect(second.locator("body")).to_have_class(re.compile(r"\bdark\b"))
+        expect(second.locator("html")).to_have_attribute("lang", re.compile(r"^fr"))
+        open_tab(second, "Paramètres")
+        expect(second.locator("#colour-scheme").get_by_label("Sombre")).to_be_checked()
+
+        other = logged_in("bob")
+        expect(other.locator("html")).to_have_attribute("lang", re.compile(r"^en"))
+        expect(other.locator("body")).not_to_have_class(re.compile(r"\bdark\b"))
+    finally:
+        for context in contexts:
+            context.close()
+        app.stop()

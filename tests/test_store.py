@@ -34,8 +34,8 @@ def messages(*texts, after=None):
 def test_the_schema_is_made_by_the_migrations_and_opening_again_changes_nothing(url):
     store = open_store(url)
     with store.engine.connect() as connection:
-        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0009"
-        assert {"chats", "messages", "media", "chat_media", "library_documents", "library_passages", "alembic_version"} <= set(inspect(connection).get_table_names())
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0010"
+        assert {"chats", "messages", "media", "chat_media", "library_documents", "library_passages", "page_preferences", "alembic_version"} <= set(inspect(connection).get_table_names())
     store.write("alice", "c1", messages("Hi"), {"title": "Hi"})
     store.close()
     again = open_store(url)
@@ -219,6 +219,20 @@ def test_presets_are_kept_per_owner_and_saved_again_in_place(chat_store):
     assert chat_store.preset("alice", "Terse").system == "Be very brief.", "another owner's preset of the same name is his own"
     assert chat_store.delete_preset("alice", "Terse") and [p.name for p in chat_store.presets("alice")] == ["Creative"]
     assert chat_store.preset("mallory", "Terse").system == "Leak everything."
+
+
+def test_page_preferences_are_kept_per_owner_each_set_alone(chat_store):
+    assert chat_store.page_preferences("login:alice") == {}
+    chat_store.keep_page_preference("login:alice", "colour_scheme", "dark")
+    chat_store.keep_page_preference("login:alice", "language", "fr")
+    chat_store.keep_page_preference("login:alice", "colour_scheme", "light")
+    assert chat_store.page_preferences("login:alice") == {"colour_scheme": "light", "language": "fr"}
+    chat_store.keep_page_preference("login:bob", "language", "")
+    assert chat_store.page_preferences("login:bob") == {"language": ""}, "the browser's language, chosen, is kept too"
+    assert chat_store.page_preferences("login:alice")["language"] == "fr"
+    for name, value in (("title", "x"), ("language", "x" * 17)):
+        with pytest.raises(ValueError):
+            chat_store.keep_page_preference("login:alice", name, value)
 
 
 def test_a_database_that_cannot_be_opened_is_explained(tmp_path):

@@ -43,6 +43,23 @@ EARLY_SCRIPT = b"""<script>
 </script>""" % STORAGE_KEY.encode()
 
 
+# Messages at full strength: Gradio 6.31 draws every message's text at 80 % opacity, which takes
+# coloured text under the contrast it needs. And code in replies, light: Gradio's Prism colours
+# there (strings #690, punctuation #999, functions #dd4a68, ...) are 2.3 to 3.9 times darker than
+# the code's background, under the 4.5 that text needs (axe-core's colour-contrast); these are the
+# same hues at 5 or more. Gradio's dark ones pass as they are.
+MESSAGE_COLOURS_CSS = """
+#chatbot .message-wrap .prose.chatbot.md { opacity: 1; }
+body:not(.dark) #chatbot .token:is(.comment, .prolog, .doctype, .cdata) { color: #5b6b79; }
+body:not(.dark) #chatbot .token.punctuation { color: #4b5563; }
+body:not(.dark) #chatbot .token:is(.property, .tag, .boolean, .number, .constant, .symbol, .deleted) { color: #990055; }
+body:not(.dark) #chatbot .token:is(.selector, .attr-name, .string, .char, .builtin, .inserted) { color: #3d6b00; }
+body:not(.dark) #chatbot .token:is(.atrule, .attr-value, .keyword) { color: #00658f; }
+body:not(.dark) #chatbot .token:is(.function, .class-name) { color: #b3264a; }
+body:not(.dark) #chatbot .token:is(.regex, .important, .variable) { color: #9a5b00; }
+"""
+
+
 def with_colour_scheme(page: bytes, content_type: str) -> bytes:
     """The page's HTML with EARLY_SCRIPT first in its head."""
     if not content_type.startswith("text/html"):
@@ -56,13 +73,10 @@ def scheme_choices() -> list[tuple[str, str]]:
 
 
 def colour_scheme_choice(demo: gr.Blocks) -> gr.Radio:
-    """The choice of scheme, showing this browser's as the page opens; a choice applies at once,
-    in the browser alone (nothing goes to the server)."""
+    """The choice of scheme, showing this browser's as the page opens (a choice made in it is
+    applied and kept by page_preferences.py)."""
     choice = gr.Radio(scheme_choices(), value="system", label=text("scheme.label"), elem_id="colour-scheme")
     kept = "() => window.anychatColourScheme ? window.anychatColourScheme.chosen() : 'system'"
     demo.load(lambda scheme: gr.update(choices=scheme_choices(), value=scheme if scheme in SCHEMES else "system"), choice, choice,
               js=kept, queue=False, api_visibility="private")
-    # .input: a choice of the user's, not the load's setting of it.
-    choice.input(None, choice, None, js="(scheme) => { window.anychatColourScheme && window.anychatColourScheme.choose(scheme); }",
-                 queue=False, api_visibility="private")
     return choice

@@ -12,8 +12,10 @@ from engines.context_settings import ContextPolicy
 from limits import Limits
 from store import ChatStore, Quota, open_store
 
+from . import page_preferences
 from .languages import PAGE_I18N, text
 from .window_sizes import NARROW_SIDEBAR, WINDOW_SIZES_CSS
+from .colour_scheme import MESSAGE_COLOURS_CSS
 from .chat_presets import ChatPresets
 from .document_library import DocumentLibrary
 from .chat_session import ChatSession
@@ -83,7 +85,7 @@ CSS = """
 """
 
 # What launch() or gr.mount_gradio_app() need besides the Blocks (the catalog of its words among them).
-PAGE_KWARGS = {"theme": THEME, "css": CSS + SHORTCUTS_CSS + KEYBOARD_REACH_CSS + WINDOW_SIZES_CSS, "head": SIDEBAR_HEAD, "i18n": PAGE_I18N}
+PAGE_KWARGS = {"theme": THEME, "css": CSS + SHORTCUTS_CSS + KEYBOARD_REACH_CSS + WINDOW_SIZES_CSS + MESSAGE_COLOURS_CSS, "head": SIDEBAR_HEAD, "i18n": PAGE_I18N}
 
 def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Limits = Limits(),
                models_dir: Path | None = None, store: ChatStore | None = None, context_policy: ContextPolicy = "compact") -> gr.Blocks:
@@ -109,6 +111,7 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
             library = DocumentLibrary()
         presets.wire(sidebar.opened, sidebar.chats, chat.system, generation)
         library.wire(sidebar.opened, sidebar.chats)
+        page_preferences.wire(sidebar.opened, sidebar.chats, settings.colour_scheme, settings.language)
         for script in (SHORTCUTS, REPLY_ANNOUNCER, KEYBOARD_REACH, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS, APPROVAL_CHOICES, RUN_BUTTONS,
                        NARROW_SIDEBAR):
             demo.load(None, js=script)

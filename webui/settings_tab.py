@@ -73,7 +73,7 @@ class SettingsTab:
                     self.generation |= {name: control(GenerationArgs, name, control_value(defaults, name)) for name in row}
             self.generation["skip_special_tokens"] = control(GenerationArgs, "skip_special_tokens", defaults.skip_special_tokens)
             gr.Markdown(text("settings.appearance"))
-            colour_scheme_choice(demo)
+            self.colour_scheme = colour_scheme_choice(demo)
             self.language = language_chooser(demo)
 
     def wire(self, demo: gr.Blocks, handlers: ChatHandlers, rights: ModelRights, message_box: gr.MultimodalTextbox,

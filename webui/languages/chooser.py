@@ -28,9 +28,8 @@ def shown(kept: str) -> dict:
 
 
 def language_chooser(demo: gr.Blocks) -> gr.Dropdown:
-    """The dropdown, built where it shows; it shows the choice this browser keeps once the page loads."""
+    """The dropdown, built where it shows; it shows the choice this browser keeps once the page
+    loads (a choice made in it is kept, and the page reloaded, by webui/page_preferences.py)."""
     chooser = gr.Dropdown(choices(), value=BROWSERS, label=text("language.label"), info=text("language.info"), elem_id="page-language")
     demo.load(shown, chooser, chooser, js=KEPT, queue=False, api_visibility="private")
-    # .input: a choice of the user's, not the load's setting of it.
-    chooser.input(None, chooser, None, js=KEEP_AND_RELOAD, queue=False, api_visibility="private")
     return chooser
