@@ -68,28 +68,21 @@ def loaded_app(slot, settings: dict[str, Any], args: argparse.Namespace) -> Iter
 
 def web_app(slot, args: argparse.Namespace):
     """The page at / and the API at /v1 over ``slot``, as a FastAPI app not yet served."""
-    import webui  # noqa: F401 (first: gradio is then imported without what a page never uses, webui/gradio_import.py)
+    import webui  # noqa: F401 (first: gradio is then imported without what a page never uses, webui/gradio_patches/gradio_import.py)
 
     import gradio as gr
     from gradio.route_utils import API_PREFIX as PAGE_PREFIX
-    from gradio.routes import App
     from gradio.utils import get_upload_folder
-
-    from starlette.routing import Mount
 
     from access.session_owners import SessionOwnerCheck, SessionOwners, keep_sessions_to_their_logins, state_dropper
     from api.body_limit import BodyLimit, is_api_path
     from webui.file_cache import FileCache
     from webui.layout import PAGE_KWARGS, build_demo
     from webui.python_in_browser import PYODIDE_PREFIX, serve_pyodide
-    from webui.installable_app import FAVICON, serve_app_files, with_app_links
-    from webui.colour_scheme import with_colour_scheme
-    from webui.event_inputs import refuse_events_short_of_inputs
-    from webui.edited_responses import EditedResponses, chained
-    from webui.idle_frames import with_status_timer_script
-    from webui.languages.chosen_language import with_language_script
-    from webui.status_pushes import changed_statuses_pushed, is_blocks_script
-    from webui.window_sizes import with_keyboard_resizing
+    from webui.installable_app import FAVICON, serve_app_files
+    from webui.gradio_patches.event_inputs import refuse_events_short_of_inputs
+    from webui.gradio_patches.mounted_page import finish_mount, gradio_login
+    from webui.gradio_patches.page_edits import add_page_edits
 
     users = page_users(args)
     rights = page_rights(args, users)
@@ -110,31 +103,14 @@ def web_app(slot, args: argparse.Namespace):
     files = FileCache(Path(get_upload_folder()), limits.max_file_age, limits.max_cache_size)
     page = gr.mount_gradio_app(app, demo, path="/", auth=logins.page_login if logins else None, max_file_size=limits.max_upload_size,
                                footer_links=[], show_error=True, favicon_path=FAVICON, root_path=args.root_path, app_kwargs={"lifespan": files.kept}, **PAGE_KWARGS)
-    # Gradio checks that a file a request names is one its users uploaded only once launch() has
-    # run; a mounted page never runs it, and would copy any file on the server that it is sent.
-    demo.has_launched = True
-    gradio_app = next(route.app for route in page.routes if isinstance(route, Mount) and isinstance(route.app, App))
-    # Gradio's heartbeat streams (one per open page) end only when its app is told the server stops.
-    page.state.page_streams_stop = gradio_app.stop_event
-    # Each script goes ahead of Gradio's own: the language's before Gradio picks its locale, the
-    # colour scheme's before the page is drawn.
-    page.add_middleware(EditedResponses, covers=lambda path: path == "/",
-                        edit=chained(with_status_timer_script, with_language_script, with_colour_scheme, with_app_links,
-                                     with_keyboard_resizing))
-    page.add_middleware(EditedResponses, covers=is_blocks_script, edit=changed_statuses_pushed)
+    gradio_app = finish_mount(demo, page)
+    add_page_edits(page)
     if logins:
         owners = SessionOwners(end_session=state_dropper(demo))
         keep_sessions_to_their_logins(demo, owners)
         # On Gradio's own app: inside the page's body limit, which bounds the bodies the check reads.
         gradio_app.add_middleware(SessionOwnerCheck, owners=owners, login_of=lambda request: gradio_login(gradio_app, request))
     return page
-
-
-def gradio_login(gradio_app, request) -> str | None:
-    """The page login a request's cookies carry, as Gradio reads them (its routes' get_current_user)."""
-    cookies = request.cookies
-    token = cookies.get(f"access-token-{gradio_app.cookie_id}") or cookies.get(f"access-token-unsecure-{gradio_app.cookie_id}")
-    return gradio_app.tokens.get(token)
 
 
 def load_slot(slot, settings: dict[str, Any]) -> None:

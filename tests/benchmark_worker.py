@@ -136,7 +136,7 @@ def serve() -> None:
     os.dup2(nothing, 0)
     os.dup2(2, 1)
     sys.path.insert(0, str(ROOT))  # as every script of bench/ puts it
-    import webui  # noqa: F401 (first: gradio is then imported lean: webui/gradio_import.py)
+    import webui  # noqa: F401 (first: gradio is then imported lean: webui/gradio_patches/gradio_import.py)
 
     import gradio  # noqa: F401
     import torch  # noqa: F401

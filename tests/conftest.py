@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import webui  # noqa: F401 (first: gradio, which test modules import, is then imported lean: webui/gradio_import.py)
+import webui  # noqa: F401 (first: gradio, which test modules import, is then imported lean: webui/gradio_patches/gradio_import.py)
 from engines import ChatModel, ModelSlot
 from engines.model_files.paths import default_gguf
 from harness.browser import CHROMIUM, AppProcess, chromium, open_chat

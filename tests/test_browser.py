@@ -465,7 +465,7 @@ def test_the_model_picker_lists_and_loads_the_models_on_this_machine(page, model
 
 def test_an_open_page_that_waits_draws_few_frames(app, browser):
     """Gradio 6.31 leaves a status timer's animation-frame loop running on every page it serves, 60
-    frames a second for as long as the page is open (webui/idle_frames.py runs it at ten)."""
+    frames a second for as long as the page is open (webui/gradio_patches/idle_frames.py runs it at ten)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         # Counts every frame the page asks for, from before Gradio's scripts and the page's own run.
@@ -487,7 +487,7 @@ def test_an_open_page_that_waits_draws_few_frames(app, browser):
 
 def test_a_streamed_reply_pushes_only_the_statuses_that_changed(app, browser):
     """Gradio 6.31 pushes every component's loading status again on every message of every event,
-    a deep copy of each one's props each time (webui/status_pushes.py serves it pushing changes
+    a deep copy of each one's props each time (webui/gradio_patches/status_pushes.py serves it pushing changes
     only). Counted as the copies the page makes per update of a streamed reply of 200 tokens:
     140-180 with the changes pushed, 1,400 with every status (this page's 60 or so components have
     one). A reply gets at most ten updates a second, so 15 or more here on any machine."""

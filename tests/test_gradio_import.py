@@ -1,4 +1,4 @@
-"""Gradio is imported without what a running page never uses (webui/gradio_import.py): its stub
+"""Gradio is imported without what a running page never uses (webui/gradio_patches/gradio_import.py): its stub
 writer, which parsed every component's source at each import (3-4 s of every start of the app
 here), and the MCP SDK its MCP server class imports (about 1 s), imported on that class's first use."""
 

@@ -1,4 +1,4 @@
-"""The page's script served pushing only the loading statuses that changed (webui/status_pushes.py),
+"""The page's script served pushing only the loading statuses that changed (webui/gradio_patches/status_pushes.py),
 checked on the Blocks script of the Gradio installed here. What the browser then does is counted
 in tests/test_browser.py (test_a_streamed_reply_pushes_only_the_statuses_that_changed)."""
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import gradio
 
-from webui.status_pushes import CHANGED_STATUSES_PUSHED, EVERY_STATUS_PUSHED, changed_statuses_pushed, is_blocks_script
+from webui.gradio_patches.status_pushes import CHANGED_STATUSES_PUSHED, EVERY_STATUS_PUSHED, changed_statuses_pushed, is_blocks_script
 
 ASSETS = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
 
@@ -18,7 +18,7 @@ def blocks_script() -> Path:
 
 def test_the_installed_gradio_pushes_every_status_where_the_page_changes_it():
     script = blocks_script().read_bytes()
-    assert len(EVERY_STATUS_PUSHED.findall(script)) == 1, "Gradio's update_loading_stati_state is no longer written as webui/status_pushes.py expects"
+    assert len(EVERY_STATUS_PUSHED.findall(script)) == 1, "Gradio's update_loading_stati_state is no longer written as webui/gradio_patches/status_pushes.py expects"
     served = changed_statuses_pushed(script, "application/javascript")
     assert served.count(CHANGED_STATUSES_PUSHED) == 1
     assert not EVERY_STATUS_PUSHED.search(served)
@@ -40,7 +40,7 @@ def test_an_edited_answer_is_whole_under_a_tag_of_its_own(tmp_path):
     from starlette.staticfiles import StaticFiles
     from starlette.testclient import TestClient
 
-    from webui.edited_responses import EditedResponses
+    from webui.gradio_patches.edited_responses import EditedResponses
 
     (tmp_path / "script.js").write_text("let shown = 'as served';\n" * 100)
     app = Starlette()
