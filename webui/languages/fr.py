@@ -252,6 +252,8 @@ TEXT = {
     "setting.enable_thinking.info": "Pour les modèles de raisonnement dont le template le permet.",
     "setting.context_policy.label": "Quand la discussion dépasse le contexte",
     "setting.context_policy.info": "compact : les tours les plus anciens résumés par le modèle, dans un message dont les flèches ‹ › montrent ce qu’il remplace",
+    "setting.long_documents.label": "Documents longs",
+    "setting.long_documents.info": "auto : les mots de la question choisissent ; search : les passages les plus proches de la question ; whole : chaque partie lue, pour un résumé, une liste ou un compte",
     "setting.reply_format.label": "Format",
     "setting.reply_format.info": "text : libre ; json_object : un objet JSON quelconque ; json_schema : du JSON qui suit le schéma ci-dessous",
     "setting.reply_schema.label": "Schéma JSON",

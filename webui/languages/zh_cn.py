@@ -247,6 +247,8 @@ TEXT = {
     "setting.enable_thinking.info": "适用于模板支持思考开关的推理模型。",
     "setting.context_policy.label": "对话超出上下文时",
     "setting.context_policy.info": "compact：最早的轮次由模型总结为一条消息，其箭头 ‹ › 可查看被替换的内容",
+    "setting.long_documents.label": "长文档",
+    "setting.long_documents.info": "auto：由问题的措辞决定；search：与问题最相关的段落；whole：逐部分读完全文，用于总结、列举或计数",
     "setting.reply_format.label": "格式",
     "setting.reply_format.info": "text：自由文本；json_object：任意 JSON 对象；json_schema：符合下方 schema 的 JSON",
     "setting.reply_schema.label": "JSON schema",
