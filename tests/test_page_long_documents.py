@@ -8,9 +8,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from harness.document_corpus import FACTS, corpus, inventory_code
 from store import open_store
+from store.tables import Chat
 from tests.page_input import CONTROLS, message, run, settings
 from library.whole_document import NOTE_TOKENS, OUTLINE_HEADING, asks_about_the_whole, parts
 from webui.attachments import is_chip
@@ -113,6 +116,9 @@ async def test_a_message_with_documents_past_the_context_is_answered_from_their_
     updates = await run(handlers.send(other, message(vacation.question, [uploads["handbook.pdf"], uploads["pump_manual.md"]]), **settings(2)))
     assert not any("reading it into passages" in str(update.get("chatbot", "")) for update in updates)
     assert len(store.library.documents("login:ada")) == 2 and other.turns[0].documents[0].passages
+    # Their text, in the chats' messages and in the library, counts once in Ada's quota: in the chats.
+    with Session(store.engine) as kept:
+        assert store._text_used(kept, "login:ada") == kept.scalar(select(func.sum(Chat.text_size)).where(Chat.owner == "login:ada"))
 
 
 async def test_stop_while_a_document_is_read_into_passages_keeps_the_conversation(slot, store, uploads):
