@@ -210,8 +210,8 @@ TEXT = {
     # Sidebar: the document library
     "documents.title": "Documents",
     "documents.empty": "Aucun document pour l’instant : un document plus long que le contexte du modèle est gardé ici quand vous le joignez.",
-    "documents.listed_one": "1 document, {size} de texte dans votre quota. On y cherche les passages dont parle une question, dans n’importe laquelle de vos discussions.",
-    "documents.listed": "{count} documents, {size} de texte dans votre quota. On y cherche les passages dont parle une question, dans n’importe laquelle de vos discussions.",
+    "documents.listed_one": "1 document, {size} de texte, comptés une fois dans votre quota (dans la discussion où il a été envoyé, tant qu’elle est gardée). On y cherche les passages dont parle une question, dans n’importe laquelle de vos discussions.",
+    "documents.listed": "{count} documents, {size} de texte, comptés une fois dans votre quota (dans la discussion où il a été envoyé, tant qu’elle est gardée). On y cherche les passages dont parle une question, dans n’importe laquelle de vos discussions.",
     "documents.document": "Document",
     "documents.document_info": "Documents trop longs pour le contexte, gardés pour répondre à partir de leurs passages",
     "documents.delete": "Supprimer le document",

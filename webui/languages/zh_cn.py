@@ -205,8 +205,8 @@ TEXT = {
     # Sidebar: the document library
     "documents.title": "文档",
     "documents.empty": "还没有文档：附加的文档比模型的上下文更长时，会保存在这里。",
-    "documents.listed_one": "1 个文档，占用你配额中 {size} 的文本。提问时会在你的任何对话中搜索与问题相关的段落。",
-    "documents.listed": "{count} 个文档，占用你配额中 {size} 的文本。提问时会在你的任何对话中搜索与问题相关的段落。",
+    "documents.listed_one": "1 个文档，共 {size} 的文本，在你的配额中只计一次（在发送它的对话仍保留时计入该对话）。提问时会在你的任何对话中搜索与问题相关的段落。",
+    "documents.listed": "{count} 个文档，共 {size} 的文本，在你的配额中只计一次（在发送它的对话仍保留时计入该对话）。提问时会在你的任何对话中搜索与问题相关的段落。",
     "documents.document": "文档",
     "documents.document_info": "对上下文来说太长的文档，保存下来以便根据其段落回答",
     "documents.delete": "删除文档",
