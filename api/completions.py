@@ -22,6 +22,7 @@ from engines.logprobs import TokenLogprobs
 from engines.prompt.reply_parser import ReplyChunk, ToolCall as ParsedToolCall
 
 from library.citations import cited
+from library.whole_document import LongDocumentSettings
 from store import DocumentLibrary, StoreError
 
 from .errors import APIError
@@ -81,7 +82,7 @@ async def chat_request(body: ChatCompletionRequest, model: ChatModel, local_medi
         return request, []
     store, owner = library
     try:
-        return await fitted(engine_input, request, model, store, owner, build)
+        return await fitted(engine_input, request, model, store, owner, build, LongDocumentSettings(long_documents=body.long_documents))
     except (StoreError, ConfigError) as error:
         raise APIError(400, f"A document is too long for the model's context, and could not be kept to answer from its passages: {error}",
                        code="document_not_kept") from None

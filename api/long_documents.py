@@ -14,7 +14,7 @@ from typing import Any
 from engines import ChatModel, ChatRequest
 from library.fitting import GivenPassage, Room, choice_note, given_passages, numbered_by_document, passages_for_model
 from library.retrieval import kept
-from library.whole_document import asks_about_the_whole, read_whole, whole_note
+from library.whole_document import LongDocumentSettings, read_whole, whole_note
 from store import DocumentLibrary, LibraryEntry
 
 from .media import EngineInput
@@ -22,10 +22,12 @@ from .schemas import DocumentReport
 
 
 async def fitted(engine_input: EngineInput, request: ChatRequest, model: ChatModel, library: DocumentLibrary, owner: str,
-                 build: Callable[[list[dict[str, Any]]], ChatRequest]) -> tuple[ChatRequest, list[DocumentReport]]:
+                 build: Callable[[list[dict[str, Any]]], ChatRequest],
+                 choice: LongDocumentSettings = LongDocumentSettings()) -> tuple[ChatRequest, list[DocumentReport]]:
     """``request`` as it is where its documents fit, else built again (``build``) from messages
     whose documents are the passages the last user message is most about, or what reading each
-    whole gave where it asks about the whole. Cancelling it stops reading between parts."""
+    whole gave where it asks about the whole (or ``choice`` says so: the request's
+    ``long_documents``). Cancelling it stops reading between parts."""
     context, sent = model.context_length, engine_input.documents
     if context is None or not sent:
         return request, []
@@ -39,7 +41,7 @@ async def fitted(engine_input: EngineInput, request: ChatRequest, model: ChatMod
     asked = engine_input.messages[max(document.message for document in sent)]["content"]
     for document in sent:
         asked = asked.replace(document.text, "")
-    whole = asks_about_the_whole(asked)
+    whole = choice.reads_whole(asked)
     if whole:
         by_document = await _read_whole(model, library, owner, entries, asked, request.user)
     else:

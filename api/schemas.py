@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from engines.compaction import Compaction
 from engines.context_settings import ContextPolicy, ContextSettings
+from library.whole_document import LongDocuments, LongDocumentSettings
 from engines.generation_args import REASONING_EFFORTS, GenerationArgs
 from engines.logprobs import MAX_TOP_LOGPROBS
 from engines.prompt_progress import PromptRead
@@ -229,6 +230,8 @@ class ChatCompletionRequest(_RequestBody):
                                                           "continue_final_message, which continues the last one instead")
     # This server's extension (docs/api.md): left out, the server's --context-policy where one was given, else refuse.
     context_policy: ContextPolicy | None = Field(None, description=ContextSettings.model_fields["context_policy"].description)
+    # This server's extension (docs/api.md): left out, auto.
+    long_documents: LongDocuments = Field("auto", description=LongDocumentSettings.model_fields["long_documents"].description)
 
     def generation(self) -> dict[str, Any]:
         """The generation settings the request gives, under GenerationArgs' names. Where both are

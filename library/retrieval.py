@@ -14,7 +14,7 @@ import numpy as np
 from engines.prompt.documents import Document
 from store import DocumentLibrary, FoundPassage, LibraryEntry
 
-from .embedder import embed
+from .embedder import embed, embed_question
 from .passages import split_passages
 
 # How many of each ranking take part in the fusion; its constant (the paper's 60).
@@ -50,7 +50,7 @@ def search(library: DocumentLibrary, owner: str, document_ids: Sequence[str], qu
     if ranking != "keyword":
         ids, vectors = library.vectors(owner, document_ids)
         if len(ids):
-            scores = vectors @ embed([question])[0]
+            scores = vectors @ embed_question(question)
             by_meaning = ids[np.argsort(-scores)[:CANDIDATES]].tolist()
     return library.passages(owner, fused(keyword, by_meaning)[:count])
 

@@ -6,7 +6,7 @@ the parts, numbered, then go to the model in the document's place, and it answer
 (reduce), citing a part as it would a passage. Before the notes goes what the server counts
 itself (outline.py: a code file's functions and classes, a document's sections), which a small
 model would count wrong; where the question asks only that ("how many functions"), the outline
-alone. Chosen by the question's words; Stop ends it between parts."""
+alone. Chosen by the question's words, or by hand (LongDocumentSettings); Stop ends it between parts."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import Field
 
 from engines import ChatModel, ChatRequest
+from engines.settings import Settings, page_control
 from store import DocumentLibrary, FoundPassage, LibraryEntry
 
 from .embedder import Cancelled
@@ -35,8 +39,33 @@ NOTHING = "NONE"
 OUTLINE_HEADING = "outline, counted by the server"
 
 
+LongDocuments = Literal["auto", "search", "whole"]
+
+
 def asks_about_the_whole(question: str) -> bool:
     return bool(_WHOLE.search(question))
+
+
+class LongDocumentSettings(Settings):
+    """How a question is answered from documents longer than the context: one setting, from which
+    the page's control and the API's field are built. The question's words choose where they can;
+    the hand choice is for where they choose wrong (a summary asked in words the pattern misses, a
+    "how many" that is about one place after all)."""
+
+    kind = "long documents"
+
+    long_documents: LongDocuments = Field(
+        "auto", description="how a question about documents longer than the context is answered: auto (the question's words "
+                            "choose), search (from the passages most about it) or whole (every part of each read: its outline "
+                            "and the model's notes of all its parts)",
+        json_schema_extra=page_control("Long documents", elem_id="long-documents",
+                                       info="auto: the question's words choose; search: the passages most about the question; "
+                                            "whole: every part read, for a summary, a list or a count"),
+    )
+
+    def reads_whole(self, question: str) -> bool:
+        """Whether ``question`` is answered from the whole of each document rather than its passages found."""
+        return self.long_documents == "whole" or (self.long_documents == "auto" and asks_about_the_whole(question))
 
 
 def parts(passages: Sequence[FoundPassage], room: int, count_tokens: Callable[[str], int]) -> list[list[FoundPassage]]:

@@ -22,7 +22,7 @@ from .responses import ResponseStore
 from .media import MediaFiles
 from .message_tree import MessageTree
 from .quota import CHAT_FIELDS_SIZE, MESSAGE_SIZE, PRESET_SIZE, Quota
-from .tables import ApiResponse, Chat, ChatMedia, LibraryDocument, Media, Message, PagePreferences, Preset
+from .tables import ApiResponse, Chat, ChatMedia, LibraryDocument, LibraryInChat, Media, Message, PagePreferences, Preset
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,8 @@ class ChatStore:
             # thousands of them would pass SQLite's limit on a statement's parameters.
             added = Message.id >= rows[0].id if rows else false()
             after = _messages_size(session, chat_id, Message.id.in_(list(changes.changed)) | added)
+            session.execute(delete(LibraryInChat).where(LibraryInChat.message_id.in_(list(changes.changed))))
+            _note_library_texts(session, owner, {**changes.changed, **{row.id: message for row, message in zip(rows, changes.added)}})
             self._grow(session, owner, chat_id, after - before)
             self._use_media(session, owner, chat_id, media or {}, now)
             return [row.id for row in rows]
@@ -203,6 +205,7 @@ class ChatStore:
                 row.parent = rows[parent].id if parent is not None else None
             chat.shown = rows[tree.shown].id if tree.shown is not None else None
             session.flush()
+            _note_library_texts(session, owner, {row.id: message for row, message in zip(rows, tree.messages)})
             self._grow(session, owner, chat_id, _messages_size(session, chat_id, true()))
             self._use_media(session, owner, chat_id, media or {}, now)
             return [row.id for row in rows]
@@ -223,10 +226,14 @@ class ChatStore:
             self.quota.check_text(self._text_used(session, owner), grown)
 
     def _text_used(self, session: Session, owner: str) -> int:
-        """The characters of text ``owner``'s chats (those not deleted), presets, library and kept API responses hold."""
+        """The characters of text ``owner``'s chats (those not deleted), presets, library and kept API
+        responses hold. A library document whose whole text a message of their chats holds (the one
+        it was attached to) is counted there only: the same text, kept twice, counts once."""
         chats = select(func.coalesce(func.sum(Chat.text_size), 0)).where(Chat.owner == owner, Chat.deleted.is_(None))
         presets = select(func.coalesce(func.sum(Preset.text_size), 0)).where(Preset.owner == owner)
-        library = select(func.coalesce(func.sum(LibraryDocument.characters), 0)).where(LibraryDocument.owner == owner)
+        in_a_chat = (select(LibraryInChat.document_id).join(Message, Message.id == LibraryInChat.message_id).join(Chat, Chat.id == Message.chat_id)
+                     .where(LibraryInChat.document_id == LibraryDocument.id, Chat.owner == owner, Chat.deleted.is_(None)).exists())
+        library = select(func.coalesce(func.sum(LibraryDocument.characters), 0)).where(LibraryDocument.owner == owner, ~in_a_chat)
         responses = select(func.coalesce(func.sum(ApiResponse.characters), 0)).where(ApiResponse.owner == owner)
         return session.scalar(chats) + session.scalar(presets) + session.scalar(library) + session.scalar(responses)
 
@@ -389,6 +396,22 @@ def _stored(row: Message) -> StoredMessage:
 def _media_of(owner: str) -> Select:
     """The hashes and sizes of the media ``owner``'s chats keep, each once."""
     return select(Media.sha256, Media.size).join(ChatMedia).join(Chat).where(Chat.owner == owner).distinct()
+
+
+def _note_library_texts(session: Session, owner: str, written: dict[int, dict[str, Any]]) -> None:
+    """Note which of the messages ``written`` (by row id) hold the whole text of one of ``owner``'s
+    library documents: the page keeps a document it answered from passages with its text and
+    ``library_id`` in the message it was attached to; a later message that searched it again has
+    its id and no text. Only the owner's own documents are noted (an imported chat may name any id).
+    A message changed is noted anew: the caller removes what was noted of it before."""
+    holds = {row_id: {document["library_id"] for document in message.get("documents") or ()
+                      if isinstance(document, dict) and document.get("library_id") and document.get("text")}
+             for row_id, message in written.items()}
+    named = set().union(*holds.values())
+    owned = set(session.scalars(select(LibraryDocument.id).where(LibraryDocument.owner == owner, LibraryDocument.id.in_(named)))) if named else set()
+    noted = [{"message_id": row_id, "document_id": document_id} for row_id, ids in holds.items() for document_id in ids & owned]
+    if noted:
+        session.execute(LibraryInChat.__table__.insert(), noted)
 
 
 def _messages_size(session: Session, chat_id: str, which: Any) -> int:

@@ -128,6 +128,18 @@ class LibraryDocument(Base):
     __table_args__ = (Index("ix_library_documents_owner_sha256", "owner", "sha256"),)
 
 
+class LibraryInChat(Base):
+    """A message that holds the whole text of a library document (the one it was attached to): the
+    text is then counted once in its owner's quota, in the chat, and not again in the library,
+    while the message is in a chat that is not deleted (store/chats.py, _text_used)."""
+
+    __tablename__ = "library_in_chats"
+    message_id: Mapped[int] = mapped_column(ROW_ID, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True)
+    document_id: Mapped[str] = mapped_column(ForeignKey("library_documents.id", ondelete="CASCADE"), primary_key=True)
+
+    __table_args__ = (Index("ix_library_in_chats_document", "document_id"),)
+
+
 class LibraryPassage(Base):
     """One passage of a library document, in its order (``ordinal``), with the PDF page it is on
     (None for other formats), the heading it falls under, and its embedding (float32, unit length).

@@ -52,7 +52,7 @@ class PageClient:
     def chat(self, text: str, files: list[dict] = (), system: Any = "") -> dict[str, Any]:
         """Send a message, as Enter in the page does (greedy, a few tokens, to the default model,
         compacted past its context)."""
-        return self.call("chat", [None, {"text": text, "files": list(files)}, system, "", "text", "", "", "compact", *NO_TOOLS.values(),
+        return self.call("chat", [None, {"text": text, "files": list(files)}, system, "", "text", "", "", "compact", "auto", *NO_TOOLS.values(),
                                   *GREEDY.values()])
 
     def upload(self, name: str, data: bytes) -> str:

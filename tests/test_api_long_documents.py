@@ -101,3 +101,25 @@ def test_a_count_over_a_whole_code_file_is_answered_with_the_exact_count(served)
     assert report["passages"][0]["text"].startswith("Outline, counted by the server: inventory.py defines exactly 128 functions and 6 classes.")
     assert report["note"].endswith("read whole for a question about all of it: its outline sent, which counts what the question asks")
     assert re.search(r"\b128\b", answer.choices[0].message.content), answer.choices[0].message.content
+
+
+@pytest.mark.parametrize(("question", "choice"), [
+    ("List the functions.", "whole"),  # searched by its words: read whole by hand (its outline answers it)
+    ("How many functions does inventory.py define?", "search"),  # read whole by its words: searched by hand
+])
+def test_the_requests_long_documents_field_chooses_search_or_whole_over_the_questions_words(served, question, choice):
+    url, _, slot = served
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+    code = base64.b64encode(inventory_code().encode()).decode()
+    messages = [{"role": "user", "content": [{"type": "file", "file": {"file_data": f"data:text/x-python;base64,{code}", "filename": "inventory.py"}},
+                                             {"type": "text", "text": question}]}]
+    answer = client.chat.completions.create(model=slot.model.model_id, temperature=0, max_tokens=2, messages=messages,
+                                            extra_body={"long_documents": choice})
+    [report] = answer.model_extra["documents"]
+    headings = [passage["heading"] for passage in report["passages"]]
+    assert report["read_whole"] is (choice == "whole")
+    assert (headings == [OUTLINE_HEADING]) if choice == "whole" else (OUTLINE_HEADING not in headings and "answered from" in report["note"])
+    # A choice that is none is refused, naming the field and its choices.
+    with pytest.raises(openai.BadRequestError, match="long_documents: Input should be 'auto', 'search' or 'whole'") as refused:
+        client.chat.completions.create(model=slot.model.model_id, max_tokens=2, messages=messages, extra_body={"long_documents": "sometimes"})
+    assert refused.value.body["param"] == "long_documents"

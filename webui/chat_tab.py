@@ -12,6 +12,7 @@ from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.reply_format import ReplyFormatChoice
 from engines.context_settings import ContextPolicy, ContextSettings
 from engines.tools import ToolSettings
+from library.whole_document import LongDocumentSettings
 
 from . import python_in_browser, replying, tool_approval
 from .by_name import by_name
@@ -81,6 +82,7 @@ class ChatTab:
                 )
                 self.enable_thinking = control(GenerationArgs, "enable_thinking", control_value(GenerationArgs(), "enable_thinking"))
                 self.context_policy = control(ContextSettings, "context_policy", context_policy)
+                self.long_documents = control(LongDocumentSettings, "long_documents")
                 with gr.Accordion(text("chat.tools"), open=False, elem_id="tools-panel"):
                     self.run_tools = {name: control(ToolSettings, name, value) for name, value in ToolSettings()}
                     with gr.Row():
@@ -109,7 +111,8 @@ class ChatTab:
         self.refresh_tools.click(**offer)
         self.shortcuts_btn.click(None, js="() => window.anychatShortcuts && window.anychatShortcuts()")
         chat_settings = {"system": self.system, "tools": self.tools, "reply_format": self.reply_format, "reply_schema": self.reply_schema,
-                         "chat_model": self.chat_model, "context_policy": self.context_policy, **self.run_tools, **generation}
+                         "chat_model": self.chat_model, "context_policy": self.context_policy,
+                         "long_documents": self.long_documents, **self.run_tools, **generation}
         chat = {"chatbot": self.chatbot, "message_box": self.message_box, "chat_model": self.chat_model}
         self.chat_model.focus(handlers.model_choices, None, self.chat_model, queue=False, api_visibility="private")
         # Picked by the user, a model brings its own defaults, as a load does; a switch of chats,

@@ -254,9 +254,11 @@ class ChatHandlers:
         of it; later updates leave what is typed there alone. Once the tab has left the chat
         (``session.left``) the reply goes on being saved, but is no longer shown."""
         first = {"message_box": emptied} if emptied else {}
+        # Not the model's: it chooses how documents past the context are read (webui/long_documents.py).
+        long_documents = settings.pop("long_documents", "auto")
         model = None if continuing else self._loaded(settings.get("chat_model", ""))
         if model is not None:
-            async for shown in fit_documents(session, model, settings, self.limits, page_user(page_request)):
+            async for shown in fit_documents(session, model, settings, self.limits, page_user(page_request), long_documents):
                 if not session.left:
                     yield {"chatbot": shown, **first}
                     first = {}

@@ -104,7 +104,8 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         handlers = ChatHandlers(slot, tuple(generation), rights, limits)
         chat.wire(demo, handlers, session, generation)
         # A chat keeps the tools it runs and the model it asks as it keeps its generation settings.
-        kept = {**generation, **chat.run_tools, "chat_model": chat.chat_model, "context_policy": chat.context_policy}
+        kept = {**generation, **chat.run_tools, "chat_model": chat.chat_model, "context_policy": chat.context_policy,
+                "long_documents": chat.long_documents}
         sidebar.wire(demo, session, chat.chatbot, chat.system, chat.tools, kept, replies=chat.replies, changes=chat.changes, imported=chat.imported)
         with sidebar.panel:
             presets = ChatPresets()

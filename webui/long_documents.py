@@ -19,7 +19,7 @@ from engines.tools import ToolSettings
 from library.embedder import Cancelled
 from library.fitting import GivenPassage, Room, choice_note, given_passages, numbered_by_document
 from library.retrieval import kept
-from library.whole_document import asks_about_the_whole, read_whole, whole_note
+from library.whole_document import LongDocumentSettings, read_whole, whole_note
 from limits import Limits
 from store import DocumentLibrary, LibraryEntry, StoreError
 
@@ -33,10 +33,12 @@ PROGRESS_SECONDS = 0.5
 
 
 async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[str, Any], limits: Limits,
-                        user: str | None) -> AsyncIterator[list[dict[str, Any]]]:
+                        user: str | None, long_documents: str = "auto") -> AsyncIterator[list[dict[str, Any]]]:
     """Fit the documents of the conversation's last user message to ``model``'s context, showing
-    the Chatbot's messages while documents are read into passages. Where one cannot be (stopped,
-    or past the user's quota), the message's ``error`` says so and no reply is to be written."""
+    the Chatbot's messages while documents are read into passages; ``long_documents``: the chat's
+    LongDocumentSettings choice, whether they are searched or read whole. Where one cannot be
+    (stopped, past the user's quota, a choice that is none), the message's ``error`` says so and
+    no reply is to be written."""
     keeper, context = session.keeper, model.context_length
     branch = session.tree.branch()
     asked = session.tree.messages[branch[-1]] if branch else None
@@ -56,6 +58,11 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
     whole = room.fits(sum(counts))
     if whole and not earlier:
         return
+    try:
+        choice = LongDocumentSettings.build(long_documents=long_documents)
+    except ChatError as error:
+        asked.error = str(error)
+        return
     session.stop_requested = False
     entries: dict[str, LibraryEntry] = {}
     async for shown in _kept(session, library, owner, [] if whole else mine, limits, user, entries):
@@ -63,7 +70,7 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
     if asked.error:
         return
     searched = [*(entries[document.name] for document in mine if document.name in entries), *(entry for entry, _ in earlier)]
-    read_whole = asks_about_the_whole(asked.content)
+    read_whole = choice.reads_whole(asked.content)
     by_document: dict[str, list[GivenPassage]] = {}
     if read_whole:
         async for shown in _noted(session, model, library, owner, searched, user, by_document):

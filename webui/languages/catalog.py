@@ -27,11 +27,12 @@ from engines import GenerationArgs, ModelArgs
 from engines.context_settings import ContextSettings
 from engines.reply_format import ReplyFormatChoice
 from engines.tools import ToolSettings
+from library.whole_document import LongDocumentSettings
 
 from .chosen_language import ENGLISH, LANGUAGES, language_of
 
 # The settings that have controls on the page.
-SETTINGS: tuple[type[BaseModel], ...] = (ModelArgs, GenerationArgs, ContextSettings, ReplyFormatChoice, ToolSettings)
+SETTINGS: tuple[type[BaseModel], ...] = (ModelArgs, GenerationArgs, ContextSettings, LongDocumentSettings, ReplyFormatChoice, ToolSettings)
 # What a control shows in words; its other options (a step, an elem_id) are no text.
 TEXT_OPTIONS = ("label", "info", "placeholder")
 

@@ -213,8 +213,8 @@ TEXT = {
     # Sidebar: the document library
     "documents.title": "Documents",
     "documents.empty": "No documents yet: one longer than the model's context is kept here when you attach it.",
-    "documents.listed_one": "1 document, {size} of text in your quota. Each is searched for the passages a question is about, in any of your chats.",
-    "documents.listed": "{count} documents, {size} of text in your quota. Each is searched for the passages a question is about, in any of your chats.",
+    "documents.listed_one": "1 document, {size} of text, counted once in your quota (in the chat it was sent in, while that chat is kept). Each is searched for the passages a question is about, in any of your chats.",
+    "documents.listed": "{count} documents, {size} of text, counted once in your quota (in the chat it was sent in, while that chat is kept). Each is searched for the passages a question is about, in any of your chats.",
     "documents.document": "Document",
     "documents.document_info": "Documents too long for the context, kept to answer from their passages",
     "documents.delete": "Delete document",
