@@ -51,12 +51,12 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sent)
         finally:
-            route = _route(scope)
+            route = route_name(scope)
             self.requests.labels(route, scope["method"], str(status)).inc()
             self.seconds.labels(route, scope["method"]).observe(time.monotonic() - started)
 
 
-def _route(scope: Scope) -> str:
+def route_name(scope: Scope) -> str:
     """The route's path as declared (/v1/responses/{response_id}), not as asked: one series a route."""
     path = getattr(scope.get("route"), "path", None)
     if path and (path.startswith(API_PREFIX) or path == METRICS_PATH):

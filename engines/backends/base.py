@@ -17,9 +17,10 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
 from ..generation_args import INT64_MAX, GenerationArgs
@@ -48,7 +49,9 @@ class Response:
     ``parts`` is the reply read as reasoning, content and tool calls; ``logprobs``, where the
     request asked for them, each generated token's (GenerationArgs.logprobs); ``cached_tokens``,
     the prompt's first tokens found in a cache, so not read this time (on the backends that keep
-    conversations: llamacpp, huggingface, vllm)."""
+    conversations: llamacpp, huggingface, vllm). ``admitted_at``: on a streamed reply, the
+    time.monotonic() at which it got its place in line and the model began on it (what the
+    traces split its wait by: engines/reply_traces.py); no part of what the reply is."""
 
     response_text: str
     response_length: int
@@ -57,6 +60,7 @@ class Response:
     parts: ReplyParts = ReplyParts()
     logprobs: tuple[TokenLogprobs, ...] | None = None
     cached_tokens: int = 0
+    admitted_at: float | None = field(default=None, compare=False, repr=False)
 
 
 class CompiledFormats:
@@ -245,6 +249,7 @@ class BaseEngine(ABC):
                 async for place in places:
                     if progress:
                         yield place
+            admitted = time.monotonic()
             parser = ReplyParser(prompt.parse_tools, prompt.opens_reasoning)
             async with self._run(prompt, index) as items:
                 async for item in items:
@@ -253,7 +258,7 @@ class BaseEngine(ABC):
                         if not raw:
                             for chunk in held:
                                 yield chunk
-                        yield dataclasses.replace(item, parts=parser.parts(calls))
+                        yield dataclasses.replace(item, parts=parser.parts(calls), admitted_at=admitted)
                     elif isinstance(item, TokenLogprobs):
                         yield item
                     elif isinstance(item, PromptRead):
