@@ -139,6 +139,11 @@ class ChatModel:
         return self._engine().prompt_cache
 
     @property
+    def memory_bytes(self) -> int | None:
+        """What the model holds in memory, as its backend can tell it (None where it cannot)."""
+        return self._engine().memory_bytes
+
+    @property
     def media_kinds(self) -> frozenset[MediaKind]:
         """What the model reads besides text."""
         return self._engine().media_kinds

@@ -325,6 +325,12 @@ class BaseEngine(ABC):
         """What the engine keeps of conversations' prompts across chats, where it keeps them itself (llamacpp, huggingface)."""
         return None
 
+    @property
+    def memory_bytes(self) -> int | None:
+        """What this model holds in memory, as its backend can tell it (each backend says how), or
+        None where it cannot: one process's memory is every loaded model's together."""
+        return None
+
     @abstractmethod
     def unfinished_requests(self) -> int:
         """The replies the runtime itself is still working on (queued inside it, evaluating their

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import threading
 import time
@@ -303,6 +304,18 @@ class HuggingFaceEngine(BaseEngine):
     def prompt_cache(self) -> dict[str, int] | None:
         """What the kept conversations' caches hold (None without them)."""
         return self._kept.summary if self._kept is not None else None
+
+    @functools.cached_property
+    def _weights_bytes(self) -> int:
+        # Each tensor once: tied weights (the embeddings and the output layer) share one.
+        tensors = {tensor.data_ptr(): tensor.numel() * tensor.element_size() for tensor in (*self.model.parameters(), *self.model.buffers())}
+        return sum(tensors.values())
+
+    @property
+    def memory_bytes(self) -> int:
+        """The model's parameters and buffers, and the conversations' caches kept between replies
+        (the caches of the replies being written, which last as long as each, are left out)."""
+        return self._weights_bytes + ((self.prompt_cache or {}).get("memory_bytes", 0))
 
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)

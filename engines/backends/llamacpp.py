@@ -85,6 +85,8 @@ MAX_GRAMMAR_CHARS = 200_000
 CONTEXT_STEP = 256
 # The share of free memory the default context's KV cache may take.
 KV_CACHE_SHARE = 0.25
+# Bytes of one number of the KV cache, f16 as llama.cpp keeps it unless told otherwise.
+F16_BYTES = 2
 _load_lock = threading.Lock()
 logger = logging.getLogger(__name__)
 # What llama.cpp logs, as errors, when our abort callback stops an evaluation on purpose.
@@ -204,6 +206,15 @@ class LlamaCppEngine(BaseEngine):
     def prompt_cache(self) -> dict[str, int] | None:
         """What the prompt cache holds (None without one)."""
         return self._batcher.saved.summary if self._batcher.saved is not None else None
+
+    @property
+    def memory_bytes(self) -> int:
+        """The weights (llama_model_size), the KV cache of the context the model was opened with
+        (its every sequence, reserved at the start), and the prompt cache's saved states in memory;
+        a KV cache of another type than f16 (engine_args type_k/type_v) is counted as f16."""
+        shape = self.shape
+        kv_cache = self.model.n_ctx() * 2 * shape.layers * shape.kv_heads * shape.head_dim * F16_BYTES
+        return lib.llama_model_size(self.model.model) + kv_cache + ((self.prompt_cache or {}).get("memory_bytes", 0))
 
     def _step_threads(self) -> StepThreads | None:
         """The thread counts each step lowers to the free cores, unless they were set by hand."""
@@ -357,7 +368,7 @@ def default_threads() -> int:
 def _fitting_context(shape: GgufModel, sequences: int) -> int:
     """Each sequence's context: the model's trained context, or less where the KV cache (f16) of
     all ``sequences`` would take more than a quarter of the free memory."""
-    per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2
+    per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * F16_BYTES
     fits = int(psutil.virtual_memory().available * KV_CACHE_SHARE // per_token // sequences)
     trained = shape.context_length or 4096
     return max(CONTEXT_STEP, min(trained, fits) // CONTEXT_STEP * CONTEXT_STEP)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 from ..errors import BackendUnavailableError, ConfigError, MediaError, ModelLoadError, ModelUnloadedError
@@ -270,6 +272,18 @@ class VllmEngine(BaseEngine):
         return float(final.outputs.data[0])
 
     # ---- lifetime
+
+    @functools.cached_property
+    def memory_bytes(self) -> int:
+        """The weights, as the size of their safetensors files (vLLM's own process loads them and
+        does not say), and the KV cache vLLM reserved at its start: its blocks (as its engine
+        reported them) of block-size tokens, each token's keys and values in every layer."""
+        config = self.model.vllm_config
+        model, parallel, cache = config.model_config, config.parallel_config, config.cache_config
+        per_token = 2 * model.get_num_layers(parallel) * model.get_num_kv_heads(parallel) * model.get_head_size() * model.dtype.itemsize
+        kv_cache = (cache.num_gpu_blocks or 0) * cache.block_size * per_token * parallel.tensor_parallel_size
+        weights = sum(file.stat().st_size for file in Path(self.model_path).glob("*.safetensors"))
+        return weights + kv_cache
 
     def unfinished_requests(self) -> int:
         return 0 if self.model is None else self.model.get_num_unfinished_requests()
