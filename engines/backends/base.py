@@ -51,7 +51,10 @@ class Response:
     the prompt's first tokens found in a cache, so not read this time (on the backends that keep
     conversations: llamacpp, huggingface, vllm). ``admitted_at``: on a streamed reply, the
     time.monotonic() at which it got its place in line and the model began on it (what the
-    traces split its wait by: engines/reply_traces.py); no part of what the reply is."""
+    traces split its wait by: engines/reply_traces.py); no part of what the reply is.
+    ``stop_sequence``: the stop string (GenerationArgs.stop) that ended the reply, where one did
+    (finish_reason is "stop" then; the text ends before it), as the backend's stop filter
+    (engines/prompt/text_stream.py) or runtime matched it."""
 
     response_text: str
     response_length: int
@@ -60,6 +63,7 @@ class Response:
     parts: ReplyParts = ReplyParts()
     logprobs: tuple[TokenLogprobs, ...] | None = None
     cached_tokens: int = 0
+    stop_sequence: str | None = None
     admitted_at: float | None = field(default=None, compare=False, repr=False)
 
 

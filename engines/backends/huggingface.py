@@ -273,10 +273,10 @@ class HuggingFaceEngine(BaseEngine):
         while end is None and ids and ids[-1] == self.tokenizer.pad_token_id:
             ids = ids[:-1]
         text = self.tokenizer.decode(ids, skip_special_tokens=args.skip_special_tokens)
-        cut = find_stop(text, args.stop)
-        if cut is not None:
-            text = text[:cut]
-        hit_stop = end is not None or cut is not None
+        stopped = find_stop(text, args.stop)
+        if stopped is not None:
+            text = text[:stopped[0]]
+        hit_stop = end is not None or stopped is not None
         return Response(
             response_text=text,
             response_length=len(ids),
@@ -284,6 +284,7 @@ class HuggingFaceEngine(BaseEngine):
             finish_reason="length" if not hit_stop and len(ids) >= args.max_new_tokens else "stop",
             logprobs=None if logprobs is None else tuple(logprobs[:len(ids)]),
             cached_tokens=cached,
+            stop_sequence=None if stopped is None else stopped[1],
         )
 
     # ---- scores

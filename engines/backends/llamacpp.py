@@ -304,7 +304,8 @@ class LlamaCppEngine(BaseEngine):
                 yield tail
             finish = "length" if count >= args.max_new_tokens and not (ended or decoder.stopped) else "stop"
             yield Response(response_text=text, response_length=count, prompt_length=prompt_length, finish_reason=finish,
-                           logprobs=tuple(logprobs) if args.logprobs is not None else None, cached_tokens=job.cached)
+                           logprobs=tuple(logprobs) if args.logprobs is not None else None, cached_tokens=job.cached,
+                           stop_sequence=decoder.stop_sequence)
         finally:
             job.cancel.set()
             # The sequence is free for the next request only once the batcher has let go of it.

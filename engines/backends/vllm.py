@@ -196,8 +196,8 @@ class VllmEngine(BaseEngine):
         params = self._sampling(args, RequestOutputKind.FINAL_ONLY, prompt.request.reply_format)
         async for output in self._generate(engine_input, params, args.lora_adapter):
             final = output
-        return [_response(c.text, len(c.token_ids), prompt_length, c.finish_reason, self._logprobs(c, args), final.num_cached_tokens)
-                for c in final.outputs]
+        return [_response(c.text, len(c.token_ids), prompt_length, c.finish_reason, self._logprobs(c, args), final.num_cached_tokens,
+                          c.stop_reason) for c in final.outputs]
 
     async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
         engine_input, args = await self._engine_input(prompt, args)
@@ -219,7 +219,8 @@ class VllmEngine(BaseEngine):
                     pieces.append(completion.text)
                     yield completion.text
                 if output.finished:
-                    yield _response("".join(pieces), length, prompt_length, completion.finish_reason, logprobs, output.num_cached_tokens)
+                    yield _response("".join(pieces), length, prompt_length, completion.finish_reason, logprobs, output.num_cached_tokens,
+                                    completion.stop_reason)
 
     def _logprobs(self, completion: Any, args: GenerationArgs) -> list[TokenLogprobs] | None:
         """The logprobs vLLM gives with ``completion``'s tokens (one mapping of token ids to
@@ -350,7 +351,7 @@ def _engine_died() -> ModelUnloadedError:
 
 
 def _response(text: str, length: int, prompt_length: int, finish_reason: str | None,
-              logprobs: list[TokenLogprobs] | None = None, cached_tokens: int | None = None) -> Response:
+              logprobs: list[TokenLogprobs] | None = None, cached_tokens: int | None = None, stop_reason: int | str | None = None) -> Response:
     return Response(
         response_text=text,
         response_length=length,
@@ -359,6 +360,8 @@ def _response(text: str, length: int, prompt_length: int, finish_reason: str | N
         logprobs=None if logprobs is None else tuple(logprobs),
         # vLLM's automatic prefix caching, in whole blocks of the prompt
         cached_tokens=cached_tokens or 0,
+        # vLLM's stop_reason: the stop string that ended the reply (a token id where one of stop_token_ids did).
+        stop_sequence=stop_reason if isinstance(stop_reason, str) else None,
     )
 
 
