@@ -179,7 +179,7 @@ def test_the_standard_variable_alone_turns_traces_on():
     assert '"service.name": "anychat-test"' in output
 
 
-def test_an_exporter_this_server_lacks_is_refused_saying_so():
+def test_an_exporter_this_server_lacks_is_refused_saying_so(monkeypatch):
     assert not traces_wanted(TraceSettings(otel_traces=True), {"OTEL_TRACES_EXPORTER": "none"})
     assert traces_wanted(TraceSettings(otel_traces=True), {})
     assert not traces_wanted(TraceSettings(), {})
@@ -187,3 +187,7 @@ def test_an_exporter_this_server_lacks_is_refused_saying_so():
         start_tracer({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
     with pytest.raises(ValueError, match="otlp .* or console"):
         start_tracer({"OTEL_TRACES_EXPORTER": "zipkin"})
+    # Without the SDK installed, the error says what to install.
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)
+    with pytest.raises(ValueError, match="pip install opentelemetry-sdk==.* opentelemetry-exporter-otlp-proto-http=="):
+        start_tracer({})
