@@ -30,6 +30,7 @@ from engines.backends.base import REQUEST_LOG  # noqa: E402
 from engines.context_settings import ContextSettings  # noqa: E402
 from engines.model_files.model_args import MediaSettings  # noqa: E402
 from engines.model_files.server_address import is_server_address  # noqa: E402
+from engines.reply_traces import TraceSettings  # noqa: E402
 from engines.settings import choices, field_range, value_type  # noqa: E402
 from engines.tools import TOOL_CATALOG, McpServers, ToolSettings  # noqa: E402
 from limits import Limits, in_bytes, parse_size, size_text  # noqa: E402
@@ -160,6 +161,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "what a chat template or the page sends; the log then holds the users' words")
     server.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
                         help="folder whose files API requests may name as file:// URLs (default: none; remote URLs are never fetched)")
+    add_flags(server, TraceSettings)
     add_flags(parser.add_argument_group("limits (web, api; sizes like 100mb, 512kb, 2gb)"), Limits, with_defaults=True)
     add_flags(parser.add_argument_group("media (every model this server loads; per request unless said otherwise)"), MediaSettings)
     add_flags(parser.add_argument_group("chats (web)"), StoreSettings,

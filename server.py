@@ -146,9 +146,11 @@ def api_app(slot, args: argparse.Namespace, logins: Logins, read_by_any_page: tu
     from access import AllowedHosts, exposure_warnings, guard
     from api import add_api
     from api.errors import refusal
+    from engines.reply_traces import TraceSettings, start_tracer, traces_wanted
 
     app = add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args), args.max_request_size, logins,
-                  limits_of(args), args.context_policy, store)
+                  limits_of(args), args.context_policy, store,
+                  tracer=start_tracer() if traces_wanted(TraceSettings(otel_traces=args.otel_traces)) else None)
     guard(app, AllowedHosts(args.allowed_hosts or (), bound=args.host), refusal, read_by_any_page)
     for warning in exposure_warnings(args.host, args.port, bool(logins), args.api_key is not None, args.secret_flags):
         print(warning, flush=True)

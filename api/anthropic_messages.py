@@ -179,9 +179,16 @@ def as_message(completion: ChatCompletion) -> MessageResponse:
                 for call in reply.tool_calls or ()]
     usage = completion.usage
     cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0
-    return MessageResponse(id=message_id(), model=completion.model, content=content, stop_reason=STOP_REASONS[choice.finish_reason],
+    return MessageResponse(id=message_id(), model=completion.model, content=content, **_stop(choice.finish_reason, choice.stop_reason),
                            usage=MessagesUsage(input_tokens=usage.prompt_tokens - cached, output_tokens=usage.completion_tokens,
                                                cache_read_input_tokens=cached))
+
+
+def _stop(finish_reason: str, stop_sequence: str | None) -> dict[str, Any]:
+    """Why the reply ended, as Anthropic says it: one of the request's stop_sequences (named) ended it, or else its finish reason."""
+    if stop_sequence is not None:
+        return {"stop_reason": "stop_sequence", "stop_sequence": stop_sequence}
+    return {"stop_reason": STOP_REASONS[finish_reason], "stop_sequence": None}
 
 
 def _arguments(arguments: str) -> dict[str, Any]:
@@ -237,8 +244,7 @@ def _events(body: ChatCompletionRequest, model_id: str, replies: AsyncIterator[t
                 yield event("content_block_delta", index=len(blocks) - 1, delta={"type": "input_json_delta", "partial_json": call.arguments})
             yield from closed()
             finished.append(item)
-            stop_reason = "tool_use" if calls else STOP_REASONS[item.finish_reason]
-            yield event("message_delta", delta={"stop_reason": stop_reason, "stop_sequence": None},
+            yield event("message_delta", delta=_stop("tool_calls" if calls else item.finish_reason, None if calls else item.stop_sequence),
                         usage={"input_tokens": item.prompt_length - item.cached_tokens, "output_tokens": item.response_length,
                                "cache_read_input_tokens": item.cached_tokens})
             yield event("message_stop")

@@ -140,6 +140,7 @@ async def complete(body: ChatCompletionRequest, model: ChatModel, request: ChatR
                                      **_citations(reply.content, documents)),
             finish_reason="tool_calls" if calls else response.finish_reason,
             logprobs=chat_logprobs(response.logprobs),
+            stop_reason=None if calls else response.stop_sequence,
         ))
     return ChatCompletion(id=completion_id(), created=now(), model=model.model_id, choices=choices, usage=_usage(responses),
                           compaction=compaction, documents=list(documents) or None)
@@ -178,9 +179,9 @@ def _sse(body: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tupl
     unsent: dict[int, list[TokenLogprobs]] = {}
     finished: list[Response] = []
 
-    def chunk(index: int, delta: Delta, finish_reason: str | None = None) -> str:
+    def chunk(index: int, delta: Delta, finish_reason: str | None = None, stop_reason: str | None = None) -> str:
         logprobs = chat_logprobs(unsent.pop(index)) if unsent.get(index) else None
-        choice = ChunkChoice(index=index, delta=delta, finish_reason=finish_reason, logprobs=logprobs)
+        choice = ChunkChoice(index=index, delta=delta, finish_reason=finish_reason, logprobs=logprobs, stop_reason=stop_reason)
         return sse_data(ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[choice]).model_dump(exclude_none=True))
 
     def events(reply: tuple[int, ReplyChunk | TokenLogprobs | Response]) -> Iterator[str]:
@@ -209,7 +210,8 @@ def _sse(body: ChatCompletionRequest, model_id: str, replies: AsyncIterator[tupl
                 ]
                 yield chunk(index, Delta(tool_calls=deltas))
             finished.append(item)
-            yield chunk(index, Delta(**_citations(item.parts.content, documents)), "tool_calls" if calls else item.finish_reason)
+            yield chunk(index, Delta(**_citations(item.parts.content, documents)), "tool_calls" if calls else item.finish_reason,
+                        None if calls else item.stop_sequence)
             if len(finished) == body.n and body.stream_options and body.stream_options.include_usage:
                 usage = ChatCompletionChunk(id=chunk_id, created=created, model=model_id, choices=[], usage=_usage(finished))
                 yield sse_data(usage.model_dump(exclude_none=True))

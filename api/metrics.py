@@ -2,7 +2,8 @@
 the requests the app served by route and status (and how long they took), each loaded model's
 waiting line, replies, tokens in (and those found in its prompt cache) and out, the wait for the
 first token and the time per token after it (engines/reply_meter.py: every door's replies, the
-page's too), its prompt cache where the backend keeps one, and the process's memory and CPU.
+page's too), its prompt cache where the backend keeps one, the memory each model holds as its backend tells it,
+and the process's memory and CPU.
 
 Its own registry per app, not prometheus_client's global one: several apps in one process (the
 tests) count apart."""
@@ -51,12 +52,12 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sent)
         finally:
-            route = _route(scope)
+            route = route_name(scope)
             self.requests.labels(route, scope["method"], str(status)).inc()
             self.seconds.labels(route, scope["method"]).observe(time.monotonic() - started)
 
 
-def _route(scope: Scope) -> str:
+def route_name(scope: Scope) -> str:
     """The route's path as declared (/v1/responses/{response_id}), not as asked: one series a route."""
     path = getattr(scope.get("route"), "path", None)
     if path and (path.startswith(API_PREFIX) or path == METRICS_PATH):
@@ -73,6 +74,8 @@ class ModelMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         labels = ["model"]
         loaded = GaugeMetricFamily("anychat_model_loaded", "A model loaded, by id and backend (1)", labels=["model", "backend"])
+        memory = GaugeMetricFamily("anychat_model_memory_bytes", "What the model holds in memory, as its backend tells it "
+                                   "(docs/api.md#metrics)", labels=["model", "backend"])
         load_seconds = GaugeMetricFamily("anychat_model_load_seconds", "Seconds the model took to load", labels=labels)
         waiting = GaugeMetricFamily("anychat_waiting_requests", "Replies waiting in the model's line for a place", labels=labels)
         running = GaugeMetricFamily("anychat_running_requests", "Replies the model is writing now", labels=labels)
@@ -90,6 +93,8 @@ class ModelMetrics(Collector):
             name = model.model_id
             loaded.add_metric([name, model.backend], 1)
             load_seconds.add_metric([name], model.load_seconds)
+            if (held := model.memory_bytes) is not None:
+                memory.add_metric([name, model.backend], held)
             waiting.add_metric([name], model.line.waiting)
             running.add_metric([name], model.line.running)
             meter = model.meter
@@ -103,7 +108,7 @@ class ModelMetrics(Collector):
                 cache_hits.add_metric([name], cache.get("hits", 0))
                 cache_bytes.add_metric([name, "memory"], cache.get("memory_bytes", 0))
                 cache_bytes.add_metric([name, "disk"], cache.get("disk_bytes", 0))
-        yield from (loaded, load_seconds, waiting, running, replies, prompt, cached, written, first, per_token, cache_hits, cache_bytes)
+        yield from (loaded, memory, load_seconds, waiting, running, replies, prompt, cached, written, first, per_token, cache_hits, cache_bytes)
 
 
 def _histogram(family: HistogramMetricFamily, model: str, histogram: MeteredHistogram) -> None:

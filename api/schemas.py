@@ -350,6 +350,8 @@ class Choice(BaseModel):
     message: AssistantMessage
     finish_reason: Literal["stop", "length", "tool_calls"]
     logprobs: ChatLogprobs | None = None
+    # vLLM's extension, as its server names it: the stop string (of the request's stop) that ended the reply.
+    stop_reason: str | None = None
 
 
 class CompactionReport(BaseModel):
@@ -420,6 +422,7 @@ class ChunkChoice(BaseModel):
     delta: Delta
     finish_reason: Literal["stop", "length", "tool_calls"] | None = None
     logprobs: ChatLogprobs | None = None
+    stop_reason: str | None = None  # as Choice's, on the reply's last chunk
 
 
 class ChatCompletionChunk(BaseModel):

@@ -15,7 +15,7 @@ import gc
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from .backends import engine_class
 from .backends.base import BaseEngine, Response
@@ -29,9 +29,13 @@ from .model_files import Progress
 from .model_files.model_args import LoadSettings, ModelArgs
 from .prompt.reply_parser import ReplyChunk
 from .reply_meter import ReplyMeter
+from .reply_traces import trace_reply
 from .request import ChatRequest, MediaKind
 from .tools import STEP_LIMIT, Approval, Tool, reply_with_tools
 from .waiting_line import QueuePlace, WaitingLine
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -94,6 +98,8 @@ class ChatModel:
         self.summarizer: Callable[[], ChatModel | None] = lambda: None
         # What its replies took, for operators (api/metrics.py).
         self.meter = ReplyMeter()
+        # Where its replies' spans go, where the operator traces (ModelSlot sets it: engines/reply_traces.py).
+        self.tracer: Callable[[], Tracer | None] = lambda: None
         self._loop = EngineLoop()
         started = time.perf_counter()
         try:
@@ -131,6 +137,11 @@ class ChatModel:
     def prompt_cache(self) -> dict[str, int] | None:
         """What the prompt cache holds: conversations, bytes in memory and on disk, hits (None without one)."""
         return self._engine().prompt_cache
+
+    @property
+    def memory_bytes(self) -> int | None:
+        """What the model holds in memory, as its backend can tell it (None where it cannot)."""
+        return self._engine().memory_bytes
 
     @property
     def media_kinds(self) -> frozenset[MediaKind]:
@@ -252,6 +263,8 @@ class ChatModel:
                     done = time.monotonic()
                     first = first_tokens.get(index, done)
                     self.meter.replied(item, first - asked, done - first)
+                    if (tracer := self.tracer()) is not None:
+                        trace_reply(tracer, self.model_id, self.backend, item, asked, first, done)
                 yield pair
 
     async def astream_reply(self, request: ChatRequest | Messages, progress: bool = False,

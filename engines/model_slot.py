@@ -8,7 +8,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from pydantic import Field
@@ -19,6 +19,9 @@ from .errors import MemoryBudgetError, ModelLoadingError, ModelUnloadedError
 from .model_files import Progress
 from .model_files.model_args import LoadSettings
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 # The longest the idle check sleeps between looks: an idle model is unloaded at most this late
 # (a shorter idle time is looked at twice in its length).
@@ -87,6 +90,8 @@ class ModelSlot:
         self.loading: str | None = None
         self._idle_check: threading.Thread | None = None
         self._all_unloaded = threading.Event()
+        # The tracer of its models' replies where the operator traces (api/traces.py sets it), else None.
+        self.tracer: Tracer | None = None
         if model is not None:
             with self._lock:
                 self._keep(model, default=True)
@@ -252,6 +257,7 @@ class ModelSlot:
 
     def _keep(self, model: ChatModel, default: bool) -> None:
         model.summarizer = self._summarizer
+        model.tracer = lambda: self.tracer
         self._models[model.model_id] = model
         if default:
             self._default = model.model_id

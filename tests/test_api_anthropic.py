@@ -79,6 +79,31 @@ def test_a_streamed_message_is_told_in_anthropics_events(client, model_id):
     assert final.usage.input_tokens + final.usage.cache_read_input_tokens == whole.usage.input_tokens + whole.usage.cache_read_input_tokens
 
 
+def test_a_stop_sequence_that_ends_the_reply_is_named(served, client, model_id):
+    whole = client.messages.create(model=model_id, max_tokens=24, messages=QUESTION, **GREEDY).content[0].text
+    words = whole.split()
+    assert len(words) >= 3, whole
+    stop = f" {words[2]}"  # the third word, as the model writes it: after a space
+    asked = {"model": model_id, "max_tokens": 24, "messages": QUESTION, "stop_sequences": ["never written here", stop], **GREEDY}
+    message = client.messages.create(**asked)
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", stop)
+    assert message.content[0].text == whole[:whole.index(stop)]
+    with client.messages.stream(**asked) as stream:
+        events = list(stream)
+        streamed = stream.get_final_message()
+    assert (streamed.stop_reason, streamed.stop_sequence, streamed.content[0].text) == ("stop_sequence", stop, message.content[0].text)
+    [delta] = [event.delta for event in events if event.type == "message_delta"]
+    assert (delta.stop_reason, delta.stop_sequence) == ("stop_sequence", stop)
+    # Chat Completions names it too, as vLLM's server does.
+    url, _ = served
+    chat = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0).chat.completions.create(
+        model=model_id, max_tokens=24, messages=QUESTION, temperature=0, stop=[stop])
+    assert (chat.choices[0].finish_reason, chat.choices[0].model_extra["stop_reason"]) == ("stop", stop)
+    # A stop sequence never written ends nothing.
+    unmet = client.messages.create(**{**asked, "stop_sequences": ["never written here"]})
+    assert unmet.stop_reason in ("end_turn", "max_tokens") and unmet.stop_sequence is None and unmet.content[0].text == whole
+
+
 def test_a_tool_round_trip(client, model_id):
     question = {"role": "user", "content": "What is the weather in Paris?"}
     call = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]}

@@ -4,6 +4,9 @@ moving with the requests served, by what each reply says of itself."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import anthropic
 import httpx
 import openai
@@ -77,3 +80,36 @@ def test_metrics_move_with_the_requests_served(served):
     assert after[("anychat_waiting_requests", (("model", name),))] == 0
     assert after[("process_resident_memory_bytes", ())] > 100 * 2**20
     assert after[("anychat_prompt_cache_bytes", (("model", name), ("where", "memory")))] >= 0
+
+
+def test_each_model_s_memory_is_what_its_backend_holds(served):
+    """transformers: its parameters and buffers, as many bytes as their safetensors files hold
+    (the model loads in their dtype); llama.cpp: its weights, as many as its GGUF file less its
+    header, and the KV cache of every sequence of the context it opened, in f16; each with its
+    prompt cache's memory, which a conversation it keeps makes larger by as much."""
+    url, model = served
+
+    def memory(sample) -> tuple[float, float]:
+        """The model's memory, and its prompt cache's."""
+        return (sample[("anychat_model_memory_bytes", (("backend", model.backend), ("model", model.model_id)))],
+                sample[("anychat_prompt_cache_bytes", (("model", model.model_id), ("where", "memory")))])
+
+    held, cache = memory(scrape(url))
+    # Long enough a prompt for the prompt cache to keep (transformers keeps whole 512-token chunks), and new to it.
+    system = f"You answer in one word. {' '.join(f'Rule {index}: be brief.' for index in range(150))} {time.time()}"
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
+    # The other conversation after it: llama.cpp keeps a conversation aside as another takes its place.
+    for messages in ([{"role": "system", "content": system}, *QUESTION], QUESTION):
+        client.chat.completions.create(model=model.model_id, messages=messages, temperature=0, max_tokens=4)
+    held_after, cache_after = memory(scrape(url))
+    assert cache_after > cache and held_after - held == cache_after - cache
+    own = held - cache
+    engine = model.engine
+    if model.backend == "huggingface":
+        files = sum(file.stat().st_size for file in Path(engine.model_path).glob("*.safetensors"))
+        assert abs(own - files) < 0.001 * files, (own, files)
+    else:
+        shape = engine.shape
+        kv_cache = engine.model.n_ctx() * 2 * shape.layers * shape.kv_heads * shape.head_dim * 2
+        gguf = Path(engine.weights_path).stat().st_size
+        assert kv_cache > 100 * 2**20 and 0.95 * gguf < own - kv_cache <= gguf, (own, kv_cache, gguf)

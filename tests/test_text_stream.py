@@ -1,6 +1,6 @@
 """Stop strings cut from streamed text (engines/prompt/text_stream.py), checked against their plain
 definition: the text up to where the stop string the model completed first begins, with the
-start of a possible stop string held back until it is clear."""
+start of a possible stop string held back until it is clear, and which stop string it was."""
 
 import random
 
@@ -15,8 +15,8 @@ def held_back(text: str, markers: list[str]) -> int:
 
 
 def shown_so_far(text: str, markers: list[str]) -> str:
-    cut = find_stop(text, markers)
-    return text[:cut] if cut is not None else text[: len(text) - held_back(text, markers)]
+    found = find_stop(text, markers)
+    return text[:found[0]] if found is not None else text[: len(text) - held_back(text, markers)]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -34,7 +34,8 @@ def test_the_filter_gives_out_what_the_definition_says_piece_by_piece(seed):
             assert given == shown_so_far(read, markers), (markers, read)
             if stop_filter.stopped:
                 break
-        assert stop_filter.stopped == (find_stop(text, markers) is not None)
+        # The same stop string as the plain definition's, where one ended the text.
+        assert stop_filter.matched == (found[1] if (found := find_stop(text, markers)) else None)
         given += stop_filter.flush()
         assert given == shown_so_far(text, markers) if stop_filter.stopped else given == text
         assert partial_suffix_length(text, markers) == held_back(text, markers)
@@ -42,9 +43,9 @@ def test_the_filter_gives_out_what_the_definition_says_piece_by_piece(seed):
 
 def test_the_stop_string_completed_first_wins():
     # "bc" is complete when "c" arrives; "abcd" would be complete only a character later.
-    assert find_stop("xabcd", ["abcd", "bc"]) == 2
+    assert find_stop("xabcd", ["abcd", "bc"]) == (2, "bc")
     stop_filter = StopStringFilter(["abcd", "bc"])
-    assert stop_filter.push("xab") == "x" and stop_filter.push("cd") == "a" and stop_filter.stopped
+    assert stop_filter.push("xab") == "x" and stop_filter.push("cd") == "a" and stop_filter.matched == "bc"
 
 
 def test_a_long_near_miss_is_held_back_then_given_out():

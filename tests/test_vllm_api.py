@@ -42,7 +42,7 @@ def test_penalties_reach_an_engine_that_supports_them(vllm_model):
 
 def test_anthropics_messages_on_vllm(vllm_model):
     """The Messages API on vLLM: the same reply as the chat completion of the same request,
-    streamed in Anthropic's events, and a tool call as a tool_use block."""
+    streamed in Anthropic's events, a tool call as a tool_use block, and a stop sequence named."""
     import anthropic
 
     with running_server(add_api(FastAPI(), ModelSlot(vllm_model))) as url:
@@ -58,6 +58,12 @@ def test_anthropics_messages_on_vllm(vllm_model):
                    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
         forced = client.messages.create(model=model, max_tokens=40, messages=[{"role": "user", "content": "Weather in Oslo?"}],
                                         tools=[weather], tool_choice={"type": "tool", "name": "get_weather"}, extra_body={"temperature": 0})
+        # vLLM applies the stop strings itself, and says which one ended the reply.
+        stop = f" {message.content[0].text.split()[2]}"
+        with client.messages.stream(model=model, messages=messages, max_tokens=20, stop_sequences=[stop], extra_body={"temperature": 0}) as stream:
+            stopped = stream.get_final_message()
+    assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", stop)
+    assert stopped.content[0].text == message.content[0].text[:message.content[0].text.index(stop)]
     assert message.content[0].text == streamed.content[0].text == chat.choices[0].message.content
     assert message.usage.input_tokens + message.usage.cache_read_input_tokens == chat.usage.prompt_tokens
     assert forced.stop_reason == "tool_use" and [block.name for block in forced.content if block.type == "tool_use"] == ["get_weather"]

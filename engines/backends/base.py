@@ -17,9 +17,10 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
 from ..generation_args import INT64_MAX, GenerationArgs
@@ -48,7 +49,12 @@ class Response:
     ``parts`` is the reply read as reasoning, content and tool calls; ``logprobs``, where the
     request asked for them, each generated token's (GenerationArgs.logprobs); ``cached_tokens``,
     the prompt's first tokens found in a cache, so not read this time (on the backends that keep
-    conversations: llamacpp, huggingface, vllm)."""
+    conversations: llamacpp, huggingface, vllm). ``admitted_at``: on a streamed reply, the
+    time.monotonic() at which it got its place in line and the model began on it (what the
+    traces split its wait by: engines/reply_traces.py); no part of what the reply is.
+    ``stop_sequence``: the stop string (GenerationArgs.stop) that ended the reply, where one did
+    (finish_reason is "stop" then; the text ends before it), as the backend's stop filter
+    (engines/prompt/text_stream.py) or runtime matched it."""
 
     response_text: str
     response_length: int
@@ -57,6 +63,8 @@ class Response:
     parts: ReplyParts = ReplyParts()
     logprobs: tuple[TokenLogprobs, ...] | None = None
     cached_tokens: int = 0
+    stop_sequence: str | None = None
+    admitted_at: float | None = field(default=None, compare=False, repr=False)
 
 
 class CompiledFormats:
@@ -245,6 +253,7 @@ class BaseEngine(ABC):
                 async for place in places:
                     if progress:
                         yield place
+            admitted = time.monotonic()
             parser = ReplyParser(prompt.parse_tools, prompt.opens_reasoning)
             async with self._run(prompt, index) as items:
                 async for item in items:
@@ -253,7 +262,7 @@ class BaseEngine(ABC):
                         if not raw:
                             for chunk in held:
                                 yield chunk
-                        yield dataclasses.replace(item, parts=parser.parts(calls))
+                        yield dataclasses.replace(item, parts=parser.parts(calls), admitted_at=admitted)
                     elif isinstance(item, TokenLogprobs):
                         yield item
                     elif isinstance(item, PromptRead):
@@ -318,6 +327,12 @@ class BaseEngine(ABC):
     @property
     def prompt_cache(self) -> dict[str, int] | None:
         """What the engine keeps of conversations' prompts across chats, where it keeps them itself (llamacpp, huggingface)."""
+        return None
+
+    @property
+    def memory_bytes(self) -> int | None:
+        """What this model holds in memory, as its backend can tell it (each backend says how), or
+        None where it cannot: one process's memory is every loaded model's together."""
         return None
 
     @abstractmethod

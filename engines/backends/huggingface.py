@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import threading
 import time
@@ -272,10 +273,10 @@ class HuggingFaceEngine(BaseEngine):
         while end is None and ids and ids[-1] == self.tokenizer.pad_token_id:
             ids = ids[:-1]
         text = self.tokenizer.decode(ids, skip_special_tokens=args.skip_special_tokens)
-        cut = find_stop(text, args.stop)
-        if cut is not None:
-            text = text[:cut]
-        hit_stop = end is not None or cut is not None
+        stopped = find_stop(text, args.stop)
+        if stopped is not None:
+            text = text[:stopped[0]]
+        hit_stop = end is not None or stopped is not None
         return Response(
             response_text=text,
             response_length=len(ids),
@@ -283,6 +284,7 @@ class HuggingFaceEngine(BaseEngine):
             finish_reason="length" if not hit_stop and len(ids) >= args.max_new_tokens else "stop",
             logprobs=None if logprobs is None else tuple(logprobs[:len(ids)]),
             cached_tokens=cached,
+            stop_sequence=None if stopped is None else stopped[1],
         )
 
     # ---- scores
@@ -303,6 +305,18 @@ class HuggingFaceEngine(BaseEngine):
     def prompt_cache(self) -> dict[str, int] | None:
         """What the kept conversations' caches hold (None without them)."""
         return self._kept.summary if self._kept is not None else None
+
+    @functools.cached_property
+    def _weights_bytes(self) -> int:
+        # Each tensor once: tied weights (the embeddings and the output layer) share one.
+        tensors = {tensor.data_ptr(): tensor.numel() * tensor.element_size() for tensor in (*self.model.parameters(), *self.model.buffers())}
+        return sum(tensors.values())
+
+    @property
+    def memory_bytes(self) -> int:
+        """The model's parameters and buffers, and the conversations' caches kept between replies
+        (the caches of the replies being written, which last as long as each, are left out)."""
+        return self._weights_bytes + ((self.prompt_cache or {}).get("memory_bytes", 0))
 
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)

@@ -85,6 +85,8 @@ MAX_GRAMMAR_CHARS = 200_000
 CONTEXT_STEP = 256
 # The share of free memory the default context's KV cache may take.
 KV_CACHE_SHARE = 0.25
+# Bytes of one number of the KV cache, f16 as llama.cpp keeps it unless told otherwise.
+F16_BYTES = 2
 _load_lock = threading.Lock()
 logger = logging.getLogger(__name__)
 # What llama.cpp logs, as errors, when our abort callback stops an evaluation on purpose.
@@ -205,6 +207,15 @@ class LlamaCppEngine(BaseEngine):
         """What the prompt cache holds (None without one)."""
         return self._batcher.saved.summary if self._batcher.saved is not None else None
 
+    @property
+    def memory_bytes(self) -> int:
+        """The weights (llama_model_size), the KV cache of the context the model was opened with
+        (its every sequence, reserved at the start), and the prompt cache's saved states in memory;
+        a KV cache of another type than f16 (engine_args type_k/type_v) is counted as f16."""
+        shape = self.shape
+        kv_cache = self.model.n_ctx() * 2 * shape.layers * shape.kv_heads * shape.head_dim * F16_BYTES
+        return lib.llama_model_size(self.model.model) + kv_cache + ((self.prompt_cache or {}).get("memory_bytes", 0))
+
     def _step_threads(self) -> StepThreads | None:
         """The thread counts each step lowers to the free cores, unless they were set by hand."""
         if self.model_args.threads or {"n_threads", "n_threads_batch"} & set(self.model_args.engine_args):
@@ -293,7 +304,8 @@ class LlamaCppEngine(BaseEngine):
                 yield tail
             finish = "length" if count >= args.max_new_tokens and not (ended or decoder.stopped) else "stop"
             yield Response(response_text=text, response_length=count, prompt_length=prompt_length, finish_reason=finish,
-                           logprobs=tuple(logprobs) if args.logprobs is not None else None, cached_tokens=job.cached)
+                           logprobs=tuple(logprobs) if args.logprobs is not None else None, cached_tokens=job.cached,
+                           stop_sequence=decoder.stop_sequence)
         finally:
             job.cancel.set()
             # The sequence is free for the next request only once the batcher has let go of it.
@@ -357,7 +369,7 @@ def default_threads() -> int:
 def _fitting_context(shape: GgufModel, sequences: int) -> int:
     """Each sequence's context: the model's trained context, or less where the KV cache (f16) of
     all ``sequences`` would take more than a quarter of the free memory."""
-    per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2
+    per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * F16_BYTES
     fits = int(psutil.virtual_memory().available * KV_CACHE_SHARE // per_token // sequences)
     trained = shape.context_length or 4096
     return max(CONTEXT_STEP, min(trained, fits) // CONTEXT_STEP * CONTEXT_STEP)

@@ -289,9 +289,9 @@ class _VisibleText:
     def push(self, text: str, final: bool) -> str:
         self._received = self._received + text if self._incremental else text
         visible = self._received
-        cut = find_stop(visible, self._stop)
-        if cut is not None:
-            visible = visible[:cut]
+        stopped = find_stop(visible, self._stop)
+        if stopped is not None:
+            visible = visible[:stopped[0]]
         elif not final and self._stop:
             visible = visible[: len(visible) - partial_suffix_length(visible, self._stop)]
         if not visible.startswith(self.shown):

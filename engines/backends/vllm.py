@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 from ..errors import BackendUnavailableError, ConfigError, MediaError, ModelLoadError, ModelUnloadedError
@@ -194,8 +196,8 @@ class VllmEngine(BaseEngine):
         params = self._sampling(args, RequestOutputKind.FINAL_ONLY, prompt.request.reply_format)
         async for output in self._generate(engine_input, params, args.lora_adapter):
             final = output
-        return [_response(c.text, len(c.token_ids), prompt_length, c.finish_reason, self._logprobs(c, args), final.num_cached_tokens)
-                for c in final.outputs]
+        return [_response(c.text, len(c.token_ids), prompt_length, c.finish_reason, self._logprobs(c, args), final.num_cached_tokens,
+                          c.stop_reason) for c in final.outputs]
 
     async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
         engine_input, args = await self._engine_input(prompt, args)
@@ -217,7 +219,8 @@ class VllmEngine(BaseEngine):
                     pieces.append(completion.text)
                     yield completion.text
                 if output.finished:
-                    yield _response("".join(pieces), length, prompt_length, completion.finish_reason, logprobs, output.num_cached_tokens)
+                    yield _response("".join(pieces), length, prompt_length, completion.finish_reason, logprobs, output.num_cached_tokens,
+                                    completion.stop_reason)
 
     def _logprobs(self, completion: Any, args: GenerationArgs) -> list[TokenLogprobs] | None:
         """The logprobs vLLM gives with ``completion``'s tokens (one mapping of token ids to
@@ -270,6 +273,18 @@ class VllmEngine(BaseEngine):
         return float(final.outputs.data[0])
 
     # ---- lifetime
+
+    @functools.cached_property
+    def memory_bytes(self) -> int:
+        """The weights, as the size of their safetensors files (vLLM's own process loads them and
+        does not say), and the KV cache vLLM reserved at its start: its blocks (as its engine
+        reported them) of block-size tokens, each token's keys and values in every layer."""
+        config = self.model.vllm_config
+        model, parallel, cache = config.model_config, config.parallel_config, config.cache_config
+        per_token = 2 * model.get_num_layers(parallel) * model.get_num_kv_heads(parallel) * model.get_head_size() * model.dtype.itemsize
+        kv_cache = (cache.num_gpu_blocks or 0) * cache.block_size * per_token * parallel.tensor_parallel_size
+        weights = sum(file.stat().st_size for file in Path(self.model_path).glob("*.safetensors"))
+        return weights + kv_cache
 
     def unfinished_requests(self) -> int:
         return 0 if self.model is None else self.model.get_num_unfinished_requests()
@@ -336,7 +351,7 @@ def _engine_died() -> ModelUnloadedError:
 
 
 def _response(text: str, length: int, prompt_length: int, finish_reason: str | None,
-              logprobs: list[TokenLogprobs] | None = None, cached_tokens: int | None = None) -> Response:
+              logprobs: list[TokenLogprobs] | None = None, cached_tokens: int | None = None, stop_reason: int | str | None = None) -> Response:
     return Response(
         response_text=text,
         response_length=length,
@@ -345,6 +360,8 @@ def _response(text: str, length: int, prompt_length: int, finish_reason: str | N
         logprobs=None if logprobs is None else tuple(logprobs),
         # vLLM's automatic prefix caching, in whole blocks of the prompt
         cached_tokens=cached_tokens or 0,
+        # vLLM's stop_reason: the stop string that ended the reply (a token id where one of stop_token_ids did).
+        stop_sequence=stop_reason if isinstance(stop_reason, str) else None,
     )
 
 

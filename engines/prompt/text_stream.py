@@ -10,13 +10,17 @@ from typing import Any
 class StopStringFilter:
     """Passes text on as it arrives, except text that could be the start of a stop string,
     which is held back until it is clear. Once a stop string appears, the text before it is
-    the last given out and ``stopped`` turns true. Each piece costs in proportion to its own
-    length, however long the stop strings are."""
+    the last given out and ``matched`` is that stop string. Each piece costs in proportion to
+    its own length, however long the stop strings are."""
 
     def __init__(self, stop: Sequence[str] = ()) -> None:
         self._matchers = [_MarkerMatcher(marker) for marker in stop]
         self._pending = ""
-        self.stopped = False
+        self.matched: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.matched is not None
 
     def push(self, text: str) -> str:
         if self.stopped:
@@ -28,7 +32,7 @@ class StopStringFilter:
         if ends:
             # The stop string the model completed first, as find_stop picks it.
             end, marker = min(ends, key=lambda found: found[0])
-            self.stopped = True
+            self.matched = marker
             self._pending = ""
             return pending[: held + end - len(marker)]
         keep = max(matcher.matched for matcher in self._matchers)
@@ -99,6 +103,11 @@ class IncrementalDecoder:
     def stopped(self) -> bool:
         return self._filter.stopped
 
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop string that ended the text, once one has."""
+        return self._filter.matched
+
     def push(self, new_ids: Sequence[int]) -> str:
         """Add tokens; return the text that is now safe to show."""
         if self.stopped:
@@ -116,15 +125,15 @@ class IncrementalDecoder:
         return self._filter.flush()
 
 
-def find_stop(text: str, stop: Sequence[str]) -> int | None:
-    """Where the stop string that ends first in ``text`` starts (ties: the first given), so the
-    one the model met first writing ``text``; None if none is in it."""
+def find_stop(text: str, stop: Sequence[str]) -> tuple[int, str] | None:
+    """The stop string that ends first in ``text`` (ties: the first given), so the one the model
+    met first writing ``text``, and where it starts; None if none is in it."""
     first = None
     for marker in stop:
         index = text.find(marker)
         if index != -1 and (first is None or index + len(marker) < first[0]):
-            first = (index + len(marker), index)
-    return None if first is None else first[1]
+            first = (index + len(marker), index, marker)
+    return None if first is None else first[1:]
 
 
 def partial_suffix_length(text: str, markers: Sequence[str]) -> int:
