@@ -1,12 +1,14 @@
-"""``--cpu-report N``: the N modules that used the most CPU time, and the run's total.
+"""``--cpu-report N``: the N modules and the N tests that used the most CPU time, and the run's total.
 
 Wall-clock durations (``--durations``) mislead where the suite keeps the machine busy: a test run
 beside a heavy one takes longer without costing more. CPU seconds add up to the suite's time on a
 busy machine, so they say where to cut. A module's CPU is counted over the process tree of the
 pytest process that ran it: the model in that process, the apps, Chromium, vLLM's engine processes
-and the benchmark runs it started. The tree is read as each module's first test starts, so a
+and the benchmark runs it started. The tree is read as each test starts, so a
 module's count holds the CPU of everything its tests and fixtures did (a session fixture's start
-in the first module that uses it) until the next module's first test began. With xdist, the workers count; the
+in the first module that uses it) until the next module's first test began; a test's, likewise,
+until the next test began (so a module fixture's start counts in the module's first test, its end
+in the module's last). With xdist, the workers count; the
 controller's own start (its imports) is left out. A process whose parent exits before it does is
 counted only up to the last reading before that (a process reaped by a parent in the tree is
 counted whole, in its parent's count).
@@ -26,7 +28,7 @@ OUTPUT_KEY = "cpu_seconds_by_module"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cpu-report", type=int, default=0, metavar="N",
-                     help="print the N modules that used the most CPU time, counted over each worker's process tree")
+                     help="print the N modules and the N tests that used the most CPU time, counted over each worker's process tree")
 
 
 class ProcessTreeClock:
@@ -58,19 +60,19 @@ class ProcessTreeClock:
         return self.kept + sum(count for count, _ in live.values())
 
 
-class CpuByModule:
+class CpuByTest:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.clock = ProcessTreeClock()
         self.seconds: Counter[str] = Counter()
-        self.module: str | None = "(before the first test: imports and collection)"
+        self.test: str | None = "(before the first test: imports and collection)"
         self.since = 0.0
 
-    def switch_to(self, module: str | None) -> None:
+    def switch_to(self, test: str | None) -> None:
         now = self.clock.read()
-        if self.module is not None:
-            self.seconds[self.module] += now - self.since
-        self.module, self.since = module, now
+        if self.test is not None:
+            self.seconds[self.test] += now - self.since
+        self.test, self.since = test, now
 
     def runs_tests(self) -> bool:
         """False in xdist's controller: it is told of each test a worker starts, and the workers count."""
@@ -78,9 +80,8 @@ class CpuByModule:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logstart(self, nodeid: str) -> None:
-        module = nodeid.split("::", 1)[0]
-        if module != self.module and self.runs_tests():
-            self.switch_to(module)
+        if self.runs_tests():
+            self.switch_to(nodeid)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.runs_tests():
@@ -97,13 +98,17 @@ class CpuByModule:
         if hasattr(self.config, "workeroutput"):
             return
         shown = self.config.getoption("cpu_report")
-        ranked = self.seconds.most_common(shown)
-        terminalreporter.write_sep("=", f"CPU seconds by module, the {len(ranked)} highest "
-                                        f"(all: {self.seconds.total():.0f} s on {os.cpu_count()} cores)")
-        for module, seconds in ranked:
-            terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+        by_module: Counter[str] = Counter()
+        for test, seconds in self.seconds.items():
+            by_module[test.split("::", 1)[0]] += seconds
+        for what, counts in (("module", by_module), ("test", self.seconds)):
+            ranked = counts.most_common(shown)
+            terminalreporter.write_sep("=", f"CPU seconds by {what}, the {len(ranked)} highest "
+                                            f"(all: {counts.total():.0f} s on {os.cpu_count()} cores)")
+            for name, seconds in ranked:
+                terminalreporter.write_line(f"{seconds:8.1f} s  {name}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("cpu_report") > 0:
-        config.pluginmanager.register(CpuByModule(config), "cpu_report")
+        config.pluginmanager.register(CpuByTest(config), "cpu_report")
