@@ -18,7 +18,7 @@ from .errors import (
 )
 from .generation_args import GenerationArgs
 from .model_files.model_args import ModelArgs
-from .model_slot import KeepSettings, ModelSlot
+from .loaded_models import KeepSettings, LoadedModels
 from .prompt.reply_parser import ReplyChunk, ReplyParts, ToolCall
 from .prompt_progress import PromptRead
 from .request import ChatRequest
@@ -35,13 +35,13 @@ __all__ = [
     "ConfigError",
     "GenerationArgs",
     "KeepSettings",
+    "LoadedModels",
     "MediaError",
     "MemoryBudgetError",
     "ModelArgs",
     "ModelBusyError",
     "ModelLoadError",
     "ModelLoadingError",
-    "ModelSlot",
     "ModelUnloadedError",
     "PromptRead",
     "QueuePlace",

@@ -61,7 +61,7 @@ class ListedModel:
     size: int
 
 
-class ModelSlot:
+class LoadedModels:
     """The loaded ChatModels by their API id, least recently used first. Loading a model keeps
     the one it replaces (the default model, or one of the same id) serving until the new one is
     ready, so a failed load leaves it usable; then it is closed and its memory freed (peak memory
@@ -108,8 +108,9 @@ class ModelSlot:
         return model
 
     @property
-    def loaded(self) -> bool:
-        return bool(self._models)
+    def empty(self) -> bool:
+        """Whether no model is loaded."""
+        return not self._models
 
     @property
     def several(self) -> bool:
