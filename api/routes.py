@@ -74,10 +74,10 @@ def create_router(loaded_models: LoadedModels, local_media_dir: Path | None = No
         """The loaded model a request names, or loaded for it where the server lets requests load
         the models it lists, as many as the user's share (a load is slow: on a worker thread, the
         other requests served meanwhile)."""
-        model = loaded_models.get(requested)
-        if model is None and loaded_models.keep.load_on_demand:
+        model = loaded_models.for_request(requested)
+        if model is None and loaded_models.keep.load_on_demand:  # only then may it load: no worker thread taken otherwise
             user = requester(http)
-            model = await asyncio.to_thread(loaded_models.get_or_load, requested, lambda: loads.take(user))
+            model = await asyncio.to_thread(loaded_models.for_request, requested, lambda: loads.take(user))
         if model is not None:
             return model
         served = ", ".join(repr(model.model_id) for model in loaded_models.models) or loaded_models.model.model_id  # none: why none is

@@ -158,7 +158,7 @@ def test_a_memory_budget_keeps_models_loaded_and_unloads_the_least_recently_used
         assert loaded_ids(loaded_models) == ["second", "first"] and loaded_models.model is second, "the model loaded last is the default"
         assert "Also loaded: first." in loaded_models.describe()
         # Each answers by its id, loaded once: the engines are those loaded.
-        assert loaded_models.get("first") is first and loaded_models.get("nonesuch") is None
+        assert loaded_models.for_request("first") is first and loaded_models.for_request("nonesuch") is None
         assert first.chat(QUESTION, temperature=0, max_new_tokens=4)[0].response_length == 4
         assert second.chat(QUESTION, temperature=0, max_new_tokens=4)[0].response_length == 4
 
@@ -195,7 +195,7 @@ def test_an_idle_model_is_unloaded_after_its_time_and_a_busy_one_is_not():
         busy = Busy(model)
         try:
             time.sleep(3 * idle_seconds)
-            assert loaded_models.get(model.model_id) is model, "a model writing a reply was unloaded as idle"
+            assert loaded_models.for_request(model.model_id) is model, "a model writing a reply was unloaded as idle"
         finally:
             busy.stop()
         deadline = time.monotonic() + 30
@@ -283,7 +283,7 @@ async def test_a_model_whose_reply_waits_on_the_user_or_a_tool_is_never_unloaded
         reply = asyncio.create_task(whole_reply())
         await asyncio.wait_for(asked_user.wait(), 120)
         await asyncio.sleep(3 * idle_seconds)
-        assert loaded_models.get("with-tools") is model, "a model whose reply waits for the user's say was unloaded as idle"
+        assert loaded_models.for_request("with-tools") is model, "a model whose reply waits for the user's say was unloaded as idle"
         started = time.monotonic()
         other = await asyncio.to_thread(model.chat, QUESTION, temperature=0, max_new_tokens=4)
         other_seconds = time.monotonic() - started
@@ -294,7 +294,7 @@ async def test_a_model_whose_reply_waits_on_the_user_or_a_tool_is_never_unloaded
         await asyncio.sleep(3 * idle_seconds)
         loaded_models.keep = loaded_models.keep.replace(models_memory=1)
         await asyncio.to_thread(loaded_models.load, named("another"))  # past a 1-byte budget: every idle model but the new default goes
-        assert loaded_models.get("with-tools") is model and model.engine is not None, "a model whose reply runs a tool was unloaded"
+        assert loaded_models.for_request("with-tools") is model and model.engine is not None, "a model whose reply runs a tool was unloaded"
         finished.set()
         items = await asyncio.wait_for(reply, 120)
         print(f"\na reply held its model through the user's say and its tool; another user answered in {other_seconds:.2f} s meanwhile")
@@ -337,7 +337,7 @@ def test_a_load_on_demand_past_the_memory_budget_is_refused_while_the_models_hol
 
         # Once "first" is idle, it makes room for the other.
         deadline = time.monotonic() + 30
-        while app.loaded_models.get("first").line.running:
+        while app.loaded_models.for_request("first").line.running:
             assert time.monotonic() < deadline, "the closed stream went on"
             time.sleep(0.05)
         assert ask(app, "second", ATTACKER)[0].status_code == 200

@@ -170,7 +170,7 @@ class PageReply:
 def chat_model(loaded_models: LoadedModels, model_id: str) -> ChatModel:
     """The loaded model of that id (empty: the default model), or a ChatError that says what to
     do. Where one model replaces another, every chat goes on with the one loaded."""
-    model = loaded_models.get(model_id or None if loaded_models.several else None)
+    model = loaded_models.for_request(model_id or None if loaded_models.several else None)
     if model is None:
         loaded = ", ".join(loaded.model_id for loaded in loaded_models.models) or "none"
         raise ModelUnloadedError(f"This chat's model, {model_id}, is not loaded now (loaded: {loaded}). Pick a loaded model "
