@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engines.backends.registry import AUTO, choose_backend
+from engines.model_files.backend_registry import AUTO, choose_backend
 from engines.model_files.model_args import MediaSettings
 from limits import Limits
 

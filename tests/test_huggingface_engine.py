@@ -20,7 +20,7 @@ from engines import (
     ConfigError,
     UnsupportedError,
 )
-from engines.backends.registry import unavailable_reason
+from engines.model_files.backend_registry import unavailable_reason
 from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract, weights_question
 
 

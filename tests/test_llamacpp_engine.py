@@ -616,7 +616,7 @@ def test_auto_chooses_llamacpp_for_a_gguf_where_installed_and_says_why(monkeypat
 def test_a_build_for_another_cpu_is_refused_before_it_can_crash(monkeypatch, tmp_path):
     """A .venv copied from a newer CPU holds a llama.cpp that would die with 'Illegal instruction':
     auto runs the GGUF on transformers and says why, and asking for llama.cpp says what to run."""
-    from engines.backends import llamacpp_build
+    from engines import llamacpp_build
     from engines.model_files.model_args import ModelArgs
 
     stamp = tmp_path / "llama-cpp-build.json"

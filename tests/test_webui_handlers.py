@@ -17,7 +17,7 @@ from huggingface_hub import constants
 from PIL import Image
 
 from engines import ConfigError, LoadedModels
-from engines.backends.registry import BACKENDS
+from engines.model_files.backend_registry import BACKENDS
 from harness.reply_schemas import SCHEMAS
 from limits import Limits
 from tests.held_load import load_held
