@@ -1,4 +1,4 @@
-"""Serving the page and the OpenAI-compatible API from one process over one shared model slot."""
+"""Serving the page and the OpenAI-compatible API from one process over the loaded models both share."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engines.backends.registry import AUTO, choose_backend
+from engines.model_files.backend_registry import AUTO, choose_backend
 from engines.model_files.model_args import MediaSettings
 from limits import Limits
 
@@ -30,16 +30,16 @@ SERVER_WIDE = ("max_concurrent", "max_waiting", "max_waiting_per_user", *MediaSe
 def serve(settings: dict[str, Any], args: argparse.Namespace) -> None:
     """What ``args.command`` serves on the one loaded model, until interrupted: for web the page
     at / and the API at /v1, for api the API alone (no page, for headless use)."""
-    with loaded_app(model_slot(args), settings, args) as app:
+    with loaded_app(loaded_models(args), settings, args) as app:
         http_server(app, args).run()
 
 
-def model_slot(args: argparse.Namespace):
-    """The app's ModelSlot, keeping models as the flags say; with --load-on-demand, a request
+def loaded_models(args: argparse.Namespace):
+    """The app's LoadedModels, keeping models as the flags say; with --load-on-demand, a request
     naming a model the page's picker lists loads it with the server-wide settings."""
-    from engines import KeepSettings, ModelSlot
+    from engines import KeepSettings, LoadedModels
     from engines.model_files.catalog import find_models
-    from engines.model_slot import ListedModel
+    from engines.loaded_models import ListedModel
 
     def listed() -> dict[str, ListedModel]:
         settings = {**server_wide(args), "trust_remote_code": args.trust_remote_code}
@@ -47,27 +47,27 @@ def model_slot(args: argparse.Namespace):
                                         found.size)
                 for found in find_models(models_dir(args))}
 
-    return ModelSlot(keep=KeepSettings.build(**{name: getattr(args, name) for name in KeepSettings.model_fields}), listed=listed)
+    return LoadedModels(keep=KeepSettings.build(**{name: getattr(args, name) for name in KeepSettings.model_fields}), listed=listed)
 
 
 @contextmanager
-def loaded_app(slot, settings: dict[str, Any], args: argparse.Namespace) -> Iterator[Any]:
-    """The FastAPI app that ``args.command`` serves, not yet served, over ``slot`` loaded with
+def loaded_app(loaded_models, settings: dict[str, Any], args: argparse.Namespace) -> Iterator[Any]:
+    """The FastAPI app that ``args.command`` serves, not yet served, over ``loaded_models`` loaded with
     ``settings``; the model is unloaded after."""
     if args.command == "web":
-        app = web_app(slot, args)  # checks the flags before the slow load
-        load_slot(slot, settings)
+        app = web_app(loaded_models, args)  # checks the flags before the slow load
+        load_model(loaded_models, settings)
     else:
-        load_slot(slot, settings)
-        app = api_app(slot, args, server_logins(page_users(args), args), store=chat_store(args))
+        load_model(loaded_models, settings)
+        app = api_app(loaded_models, args, server_logins(page_users(args), args), store=chat_store(args))
     try:
         yield app
     finally:
-        slot.unload()
+        loaded_models.unload()
 
 
-def web_app(slot, args: argparse.Namespace):
-    """The page at / and the API at /v1 over ``slot``, as a FastAPI app not yet served."""
+def web_app(loaded_models, args: argparse.Namespace):
+    """The page at / and the API at /v1 over ``loaded_models``, as a FastAPI app not yet served."""
     import webui  # noqa: F401 (first: gradio is then imported without what a page never uses, webui/gradio_patches/gradio_import.py)
 
     import gradio as gr
@@ -91,14 +91,14 @@ def web_app(slot, args: argparse.Namespace):
     logins = server_logins(users, args)
     store = chat_store(args)
     # /v1 first: the page mounted at / takes every path added after it.
-    app = api_app(slot, args, logins, read_by_any_page=(PYODIDE_PREFIX,), store=store)
+    app = api_app(loaded_models, args, logins, read_by_any_page=(PYODIDE_PREFIX,), store=store)
     serve_pyodide(app)
     serve_app_files(app)
     uploads = f"{PAGE_PREFIX}/upload"  # each file bounded by --max-upload-size instead
     app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
                        flag="--max-page-request-size", advice="Send a shorter message, or ask the server's operator to raise the limit.")
     # api_open=False: a queued event run directly (POST /gradio_api/run/…) would skip the queue and its limits.
-    demo = build_demo(slot, rights, limits, models_dir(args), store, args.context_policy or "compact").queue(max_size=limits.max_queue_size, api_open=False)
+    demo = build_demo(loaded_models, rights, limits, models_dir(args), store, args.context_policy or "compact").queue(max_size=limits.max_queue_size, api_open=False)
     refuse_events_short_of_inputs(demo)
     files = FileCache(Path(get_upload_folder()), limits.max_file_age, limits.max_cache_size)
     page = gr.mount_gradio_app(app, demo, path="/", auth=logins.page_login if logins else None, max_file_size=limits.max_upload_size,
@@ -113,15 +113,15 @@ def web_app(slot, args: argparse.Namespace):
     return page
 
 
-def load_slot(slot, settings: dict[str, Any]) -> None:
-    """Load the model into ``slot``, with its progress in the terminal. The backend comes first:
+def load_model(loaded_models, settings: dict[str, Any]) -> None:
+    """Load the model into ``loaded_models``, with its progress in the terminal. The backend comes first:
     where llama.cpp is missing, a GGUF file runs on transformers several times slower, and the
     command that fixes it is worth reading before the load's own lines."""
     backend, why = choose_backend(settings.get("infer_backend") or AUTO, settings.get("model_name_or_path"))
     print(f"Loading {settings.get('model_name_or_path') or 'the embedded default model'} on {backend}"
           f"{f' ({why})' if why else ''}…", flush=True)
-    slot.load(settings, progress=lambda fraction, message: print(f"  {fraction:4.0%} {message}", flush=True))
-    print(slot.describe(), flush=True)
+    loaded_models.load(settings, progress=lambda fraction, message: print(f"  {fraction:4.0%} {message}", flush=True))
+    print(loaded_models.describe(), flush=True)
 
 
 def chat_store(args: argparse.Namespace):
@@ -137,8 +137,8 @@ def chat_store(args: argparse.Namespace):
     return store
 
 
-def api_app(slot, args: argparse.Namespace, logins: Logins, read_by_any_page: tuple[str, ...] = (), store=None):
-    """/v1 over ``slot``, with every request to the app (the page mounted on it later included)
+def api_app(loaded_models, args: argparse.Namespace, logins: Logins, read_by_any_page: tuple[str, ...] = (), store=None):
+    """/v1 over ``loaded_models``, with every request to the app (the page mounted on it later included)
     checked for who sends it (any page may read under ``read_by_any_page``), documents too long
     for the context and the Responses API's replies kept in ``store``; says at startup who can reach it."""
     from fastapi import FastAPI
@@ -148,7 +148,7 @@ def api_app(slot, args: argparse.Namespace, logins: Logins, read_by_any_page: tu
     from api.errors import refusal
     from engines.reply_traces import TraceSettings, start_tracer, traces_wanted
 
-    app = add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), slot, args.api_key, local_media_dir(args), args.max_request_size, logins,
+    app = add_api(FastAPI(title="anychat", docs_url=None, redoc_url=None), loaded_models, args.api_key, local_media_dir(args), args.max_request_size, logins,
                   limits_of(args), args.context_policy, store,
                   tracer=start_tracer() if traces_wanted(TraceSettings(otel_traces=args.otel_traces)) else None)
     guard(app, AllowedHosts(args.allowed_hosts or (), bound=args.host), refusal, read_by_any_page)

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible API (/v1) over the app's shared model slot."""
+"""The OpenAI-compatible API (/v1) over the app's loaded models, which the page shares."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 
 from access import Logins
-from engines import ModelSlot
+from engines import LoadedModels
 from engines.context_settings import ContextPolicy
 from limits import Limits
 from store import ChatStore
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
 
-def add_api(app: FastAPI, slot: ModelSlot, api_key: str | None = None, local_media_dir: Path | None = None,
+def add_api(app: FastAPI, loaded_models: LoadedModels, api_key: str | None = None, local_media_dir: Path | None = None,
             max_request_size: int = Limits().max_request_size, logins: Logins | None = None,
             limits: Limits = Limits(), context_policy: ContextPolicy | None = None,
             store: ChatStore | None = None, tracer: Tracer | None = None) -> FastAPI:
@@ -39,13 +39,13 @@ def add_api(app: FastAPI, slot: ModelSlot, api_key: str | None = None, local_med
     app.add_middleware(BodyLimit, limit=max_request_size)
     app.add_middleware(ApiAccessCheck, access=app.state.api_access)
     install_error_handlers(app)
-    app.include_router(create_router(slot, local_media_dir, limits, context_policy, store))
+    app.include_router(create_router(loaded_models, local_media_dir, limits, context_policy, store))
     # Last, so outermost: requests the other middleware refuse are counted too.
-    add_metrics(app, slot)
+    add_metrics(app, loaded_models)
     if tracer is not None:
         from .traces import add_traces  # imports opentelemetry: only where traces are on
 
-        add_traces(app, slot, tracer)
+        add_traces(app, loaded_models, tracer)
     return app
 
 

@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engines import ModelSlot
+from engines import LoadedModels
 from engines.reply_meter import Histogram as MeteredHistogram
 
 from .errors import API_PREFIX, METRICS_PATH
@@ -68,8 +68,8 @@ def route_name(scope: Scope) -> str:
 class ModelMetrics(Collector):
     """The loaded models' numbers, read from them at each scrape."""
 
-    def __init__(self, slot: ModelSlot) -> None:
-        self.slot = slot
+    def __init__(self, loaded_models: LoadedModels) -> None:
+        self.loaded_models = loaded_models
 
     def collect(self) -> Iterator[Metric]:
         labels = ["model"]
@@ -89,7 +89,7 @@ class ModelMetrics(Collector):
         cache_hits = CounterMetricFamily("anychat_prompt_cache_hits", "Conversations found in the prompt cache", labels=labels)
         cache_bytes = GaugeMetricFamily("anychat_prompt_cache_bytes", "What the prompt cache holds, in memory and on disk",
                                         labels=["model", "where"])
-        for model in self.slot.models:
+        for model in self.loaded_models.models:
             name = model.model_id
             loaded.add_metric([name, model.backend], 1)
             load_seconds.add_metric([name], model.load_seconds)
@@ -115,11 +115,11 @@ def _histogram(family: HistogramMetricFamily, model: str, histogram: MeteredHist
     family.add_metric([model], buckets=histogram.cumulative(), sum_value=histogram.total)
 
 
-def add_metrics(app: FastAPI, slot: ModelSlot) -> None:
+def add_metrics(app: FastAPI, loaded_models: LoadedModels) -> None:
     """Count the app's requests, and serve GET /metrics (whoever may use /v1 may read it: api/auth.py)."""
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
-    registry.register(ModelMetrics(slot))
+    registry.register(ModelMetrics(loaded_models))
     app.add_middleware(RequestMetrics, registry=registry)
 
     @app.get(METRICS_PATH, include_in_schema=False)

@@ -1,4 +1,4 @@
-"""The /v1 routes, serving the models the shared ModelSlot holds (the page may load others), each request the one it names."""
+"""The /v1 routes, serving the models the shared LoadedModels holds (the page may load others), each request the one it names."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engines import ChatModel, ChatRequest, ModelSlot, line_user
+from engines import ChatModel, ChatRequest, LoadedModels, line_user
 from engines.context_settings import ContextPolicy
 from limits import Limits
 from store import ChatStore, StoreError
@@ -58,7 +58,7 @@ async def _disconnected(http: Request) -> None:
         pass
 
 
-def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: Limits = Limits(),
+def create_router(loaded_models: LoadedModels, local_media_dir: Path | None = None, limits: Limits = Limits(),
                   context_policy: ContextPolicy | None = None, store: ChatStore | None = None) -> APIRouter:
     """``local_media_dir``: the folder whose files content parts may name (none: no local files);
     ``limits``: what a document sent in a ``file`` part may take, and how many models one user's
@@ -74,13 +74,13 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
         """The loaded model a request names, or loaded for it where the server lets requests load
         the models it lists, as many as the user's share (a load is slow: on a worker thread, the
         other requests served meanwhile)."""
-        model = slot.get(requested)
-        if model is None and slot.keep.load_on_demand:
+        model = loaded_models.for_request(requested)
+        if model is None and loaded_models.keep.load_on_demand:  # only then may it load: no worker thread taken otherwise
             user = requester(http)
-            model = await asyncio.to_thread(slot.get_or_load, requested, lambda: loads.take(user))
+            model = await asyncio.to_thread(loaded_models.for_request, requested, lambda: loads.take(user))
         if model is not None:
             return model
-        served = ", ".join(repr(model.model_id) for model in slot.models) or slot.model.model_id  # none: why none is
+        served = ", ".join(repr(model.model_id) for model in loaded_models.models) or loaded_models.model.model_id  # none: why none is
         raise APIError(404, f"The model {requested!r} is not served here; this server serves {served} (see GET /v1/models).",
                        param="model", code="model_not_found")
 
@@ -89,12 +89,12 @@ def create_router(slot: ModelSlot, local_media_dir: Path | None = None, limits: 
     @router.get("/models", response_model=None)
     async def list_models(http: Request) -> ModelList | ModelInfoList:
         if "anthropic-version" in http.headers:  # Anthropic's SDK sends it with every request
-            listed = [ModelInfo(id=model.model_id, display_name=model.display_name) for model in slot.models]
+            listed = [ModelInfo(id=model.model_id, display_name=model.display_name) for model in loaded_models.models]
             return ModelInfoList(data=listed, first_id=listed[0].id if listed else None, last_id=listed[-1].id if listed else None)
         loaded = [ModelCard(id=model.model_id, created=now(), input_modalities=["text", *sorted(model.media_kinds)],
-                            max_model_len=model.context_length, prompt_cache=model.prompt_cache) for model in slot.models]
+                            max_model_len=model.context_length, prompt_cache=model.prompt_cache) for model in loaded_models.models]
         # Those a request may load, after: read from the disk, on a worker thread.
-        offered = await asyncio.to_thread(slot.offered) if slot.keep.load_on_demand else {}
+        offered = await asyncio.to_thread(loaded_models.offered) if loaded_models.keep.load_on_demand else {}
         return ModelList(data=[*loaded, *(ModelCard(id=name, created=now(), loaded=False, input_modalities=modalities(listed.reads))
                                           for name, listed in offered.items())])
 

@@ -8,7 +8,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engines import ModelSlot
+from engines import LoadedModels
 
 from .errors import API_PREFIX, METRICS_PATH
 from .metrics import route_name
@@ -53,7 +53,7 @@ class RequestTraces:
             span.end()
 
 
-def add_traces(app: FastAPI, slot: ModelSlot, tracer: Tracer) -> None:
-    """Trace ``app``'s API requests and the replies of ``slot``'s models with ``tracer``."""
-    slot.tracer = tracer
+def add_traces(app: FastAPI, loaded_models: LoadedModels, tracer: Tracer) -> None:
+    """Trace ``app``'s API requests and the replies of ``loaded_models``'s models with ``tracer``."""
+    loaded_models.tracer = tracer
     app.add_middleware(RequestTraces, tracer=tracer)

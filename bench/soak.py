@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 from gradio_client import Client  # noqa: E402
 
-from engines import ModelSlot  # noqa: E402
+from engines import LoadedModels  # noqa: E402
 from harness.browser import chromium, open_chat  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
 from harness.soak_cycles import (  # noqa: E402
@@ -54,7 +54,7 @@ def usage_rows(label: str, trace: Trace) -> None:
     row(f"{label}: threads before / after / max", f"{trace.before.threads} / {trace.after.threads} / {trace.peak.threads}")
 
 
-def cancellation(backend: str, slot: ModelSlot, url: str, client: Client, browser, args: argparse.Namespace) -> None:
+def cancellation(backend: str, loaded_models: LoadedModels, url: str, client: Client, browser, args: argparse.Namespace) -> None:
     print(f"cancellation on {backend}…", flush=True)
     assert page_load(client, BACKENDS[backend]).startswith("✓ Loaded")
     timed_request(url)
@@ -68,7 +68,7 @@ def cancellation(backend: str, slot: ModelSlot, url: str, client: Client, browse
     started = time.perf_counter()
     page_stop_regenerate(page, args.page_cycles, trace)
     seconds = time.perf_counter() - started
-    wait_until_idle(slot)
+    wait_until_idle(loaded_models)
     context.close()
     usage_rows(f"{backend}, {args.page_cycles} page stop/regenerate ({seconds / args.page_cycles:.1f} s each)", trace)
 
@@ -76,17 +76,17 @@ def cancellation(backend: str, slot: ModelSlot, url: str, client: Client, browse
     trace = Trace()
     api_disconnects(url, args.api_disconnects, trace)
     after = timed_request(url)
-    settled = wait_until_idle(slot)
+    settled = wait_until_idle(loaded_models)
     label = f"{backend}, {args.api_disconnects} API disconnects"
     usage_rows(label, trace)
     if backend == "vllm":
-        row(f"{label}: vLLM unfinished requests after", f"{slot.model.engine.unfinished_requests()} (idle {settled:.2f} s after the next request)")
+        row(f"{label}: vLLM unfinished requests after", f"{loaded_models.model.engine.unfinished_requests()} (idle {settled:.2f} s after the next request)")
     row(f"{label}: next request / fresh request", f"{after:.2f} s / {fresh:.2f} s")
 
 
-def lifetime(backend: str, slot: ModelSlot, client: Client, cycles: int) -> None:
+def lifetime(backend: str, loaded_models: LoadedModels, client: Client, cycles: int) -> None:
     print(f"{cycles} load/unload cycles on {backend}…", flush=True)
-    slot.unload()
+    loaded_models.unload()
     done = load_unload_cycles(client, BACKENDS[backend], cycles)
     baseline = done[0].after_unload.rss
     ratios = [cycle.after_unload.rss / baseline - 1 for cycle in done[1:]]
@@ -98,19 +98,19 @@ def lifetime(backend: str, slot: ModelSlot, client: Client, cycles: int) -> None
     row(f"{label}: load time median", f"{sorted(c.load_seconds for c in done)[len(done) // 2]:.1f} s")
 
 
-def failed_loads(slot: ModelSlot, client: Client, url: str) -> None:
-    loaded = slot.describe()
+def failed_loads(loaded_models: LoadedModels, client: Client, url: str) -> None:
+    loaded = loaded_models.describe()
     for settings in ({"infer_backend": "huggingface", "model_name_or_path": "/no/such/model"}, {"infer_backend": "sglang"}):
         status = page_load(client, settings)
-        kept = status.startswith("⚠ **Could not load:**") and slot.describe() == loaded
+        kept = status.startswith("⚠ **Could not load:**") and loaded_models.describe() == loaded
         timed_request(url)
         row(f"failed load ({settings.get('model_name_or_path') or settings['infer_backend']})",
             "refused, previous model kept serving" if kept else f"NOT KEPT: {status[:80]}")
 
 
-def kill(slot: ModelSlot, client: Client, url: str) -> None:
+def kill(loaded_models: LoadedModels, client: Client, url: str) -> None:
     print("killing vLLM's engine core mid-stream…", flush=True)
-    if not slot.loaded or slot.model.backend != "vllm":
+    if loaded_models.empty or loaded_models.model.backend != "vllm":
         page_load(client, VLLM)
     core = engine_core()
     body = {"model": model_id(url), "messages": [{"role": "user", "content": COUNTING}], "max_tokens": 2000, "stream": True}
@@ -126,7 +126,7 @@ def kill(slot: ModelSlot, client: Client, url: str) -> None:
     started = time.perf_counter()
     status = page_load(client, VLLM)
     row("vLLM reload from the page, no restart", f"{'serves' if status.startswith('✓ Loaded') and timed_request(url) else 'FAILED'}"
-        f" after {time.perf_counter() - started:.1f} s; {busy(slot) or 'idle'}")
+        f" after {time.perf_counter() - started:.1f} s; {busy(loaded_models) or 'idle'}")
 
 
 def main() -> None:
@@ -139,24 +139,24 @@ def main() -> None:
     parser.add_argument("--no-kill", action="store_true", help="skip killing vLLM's engine")
     args = parser.parse_args()
 
-    slot = ModelSlot()
+    loaded_models = LoadedModels()
     started = time.perf_counter()
     try:
-        with served_app(slot) as url, chromium(300_000) as browser:
+        with served_app(loaded_models) as url, chromium(300_000) as browser:
             client = Client(url, verbose=False)
             for backend in filter(None, args.cancel_backends.split(",")):
                 try:
-                    cancellation(backend, slot, url, client, browser, args)
+                    cancellation(backend, loaded_models, url, client, browser, args)
                 except Exception as error:  # reported in the table; the other figures still come
                     row(f"{backend} cancellation", f"FAILED: {type(error).__name__}: {str(error).splitlines()[0]}")
-            if slot.loaded:
-                failed_loads(slot, client, url)
+            if not loaded_models.empty:
+                failed_loads(loaded_models, client, url)
             if not args.no_kill:
-                kill(slot, client, url)
+                kill(loaded_models, client, url)
             for backend in filter(None, args.lifetime_backends.split(",")):
-                lifetime(backend, slot, client, args.lifetime_cycles)
+                lifetime(backend, loaded_models, client, args.lifetime_cycles)
     finally:
-        slot.unload()
+        loaded_models.unload()
 
     print(f"\npage cycles {args.page_cycles}, API disconnects {args.api_disconnects}, load/unload cycles {args.lifetime_cycles}; "
           f"{(time.perf_counter() - started) / 60:.0f} min; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

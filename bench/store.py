@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import text  # noqa: E402
 
-from engines import ModelSlot  # noqa: E402
+from engines import LoadedModels  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
 from harness.postgres import fresh_database, postgres_bin, postgres_server  # noqa: E402
 from store import MessageTree, open_store  # noqa: E402
@@ -130,10 +130,10 @@ def main() -> None:
         for store in stores.values():
             stack.callback(store.close)
 
-        slot = ModelSlot()
-        slot.load({})
-        stack.callback(slot.unload)
-        handlers = ChatHandlers(slot, CONTROLS)
+        loaded_models = LoadedModels()
+        loaded_models.load({})
+        stack.callback(loaded_models.unload)
+        handlers = ChatHandlers(loaded_models, CONTROLS)
         ways = {"store off": lambda: ChatSession(), **{f"store on ({name})": SavedChats(store, OWNER).new_session for name, store in stores.items()}}
         asyncio.run(streamed(handlers, ChatSession(), 8))  # warm-up
         rates: dict[str, list[tuple[float, float, int, float]]] = {name: [] for name in ways}
@@ -142,7 +142,7 @@ def main() -> None:
             for name in names[round_ % len(names):] + names[: round_ % len(names)]:
                 rates[name].append(asyncio.run(streamed(handlers, ways[name](), args.tokens)))
 
-        print(f"streaming through the page's handler: {slot.describe()} greedy, {args.tokens} new tokens, median of {args.rounds} "
+        print(f"streaming through the page's handler: {loaded_models.describe()} greedy, {args.tokens} new tokens, median of {args.rounds} "
               f"rotated rounds; load average {os.getloadavg()[0]:.1f}")
         off_rate = statistics.median(rate for rate, *_ in rates["store off"])
         off_cpu = statistics.median(cpu for _, cpu, *_ in rates["store off"])

@@ -1,7 +1,6 @@
 """The backend-agnostic chat layer: ``ChatModel`` over one engine per backend."""
 
 from .backends.base import BaseEngine, Response
-from .backends.registry import BACKEND_NAMES
 from .chat_model import ChatModel
 from .errors import (
     BackendUnavailableError,
@@ -17,8 +16,9 @@ from .errors import (
     UnsupportedError,
 )
 from .generation_args import GenerationArgs
+from .loaded_models import KeepSettings, LoadedModels
+from .model_files.backend_registry import BACKEND_NAMES
 from .model_files.model_args import ModelArgs
-from .model_slot import KeepSettings, ModelSlot
 from .prompt.reply_parser import ReplyChunk, ReplyParts, ToolCall
 from .prompt_progress import PromptRead
 from .request import ChatRequest
@@ -35,13 +35,13 @@ __all__ = [
     "ConfigError",
     "GenerationArgs",
     "KeepSettings",
+    "LoadedModels",
     "MediaError",
     "MemoryBudgetError",
     "ModelArgs",
     "ModelBusyError",
     "ModelLoadError",
     "ModelLoadingError",
-    "ModelSlot",
     "ModelUnloadedError",
     "PromptRead",
     "QueuePlace",

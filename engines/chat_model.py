@@ -94,11 +94,11 @@ class ChatModel:
         self._holds = 0
         self._holds_lock = threading.Lock()
         self._summaries = Summaries()
-        # The model that writes this one's summaries where the operator chose one (ModelSlot sets it).
+        # The model that writes this one's summaries where the operator chose one (LoadedModels sets it).
         self.summarizer: Callable[[], ChatModel | None] = lambda: None
         # What its replies took, for operators (api/metrics.py).
         self.meter = ReplyMeter()
-        # Where its replies' spans go, where the operator traces (ModelSlot sets it: engines/reply_traces.py).
+        # Where its replies' spans go, where the operator traces (LoadedModels sets it: engines/reply_traces.py).
         self.tracer: Callable[[], Tracer | None] = lambda: None
         self._loop = EngineLoop()
         started = time.perf_counter()
@@ -192,7 +192,7 @@ class ChatModel:
     def held(self) -> Iterator[None]:
         """The model in use until the block ends, also while no request of it is in its line: a
         reply that runs tools holds it from its first answer to its last, so that it is never
-        unloaded as idle while a tool runs or a call waits for the user's say (ModelSlot)."""
+        unloaded as idle while a tool runs or a call waits for the user's say (LoadedModels)."""
         with self._holds_lock:
             self._holds += 1
         try:

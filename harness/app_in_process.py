@@ -17,7 +17,7 @@ from harness.running_server import QUIET, serving
 
 class AppInProcess:
     """``python app.py --port N [extra_args]`` as AppProcess starts it (``api`` among them for the
-    API alone), served on a thread of this process until stopped; ``slot`` is its model slot.
+    API alone), served on a thread of this process until stopped; ``loaded_models`` are its loaded models.
 
     Its environment is AppProcess's too: GRADIO_TEMP_DIR and ANYCHAT_DATA_DIR in ``temp_dir``,
     set in this process while it runs, as Gradio reads GRADIO_TEMP_DIR at each request, and
@@ -26,12 +26,12 @@ class AppInProcess:
 
     def __init__(self, temp_dir: Path, extra_args: tuple[str, ...] = ()) -> None:
         from app import model_settings, parse_args
-        from server import http_server, loaded_app, model_slot
+        from server import http_server, loaded_app, loaded_models
 
         self.port = free_port()
         self.log_path = temp_dir / "app.log"
         self.pid = os.getpid()  # the process whose memory is the server's
-        self.slot = None
+        self.loaded_models = None
         self._environment = {"GRADIO_TEMP_DIR": str(temp_dir / "gradio"), "ANYCHAT_DATA_DIR": str(temp_dir / "data")}
         self._outside = {name: os.environ.get(name) for name in self._environment}
         os.environ.update(self._environment)
@@ -40,8 +40,8 @@ class AppInProcess:
             # What the app prints, as it starts, is its log: the same lines as a process's.
             with open(self.log_path, "w") as log, redirect_stdout(log):
                 args = parse_args(["--port", str(self.port), *extra_args])
-                self.slot = model_slot(args)
-                app = self._running.enter_context(loaded_app(self.slot, model_settings(args), args))
+                self.loaded_models = loaded_models(args)
+                app = self._running.enter_context(loaded_app(self.loaded_models, model_settings(args), args))
                 app.add_middleware(OwnEnvironmentOnly, environment=self._environment)
                 self._running.enter_context(serving(http_server(app, args, **QUIET)))
                 self.url = self._wait_for_url()

@@ -19,7 +19,7 @@ from pathlib import Path
 import llama_cpp
 import llama_cpp.mtmd_cpp as mtmd
 
-from engines.backends.llamacpp_build import cpu_has_amx
+from engines.llamacpp_build import cpu_has_amx
 
 CHUNK_KINDS = {mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT: "text", mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE: "image", mtmd.MTMD_INPUT_CHUNK_TYPE_AUDIO: "audio"}
 

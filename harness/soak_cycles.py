@@ -2,7 +2,7 @@
 afford, with assertions) and bench/soak.py (the full counts, printed as a table).
 
 The app runs in this process, wired exactly as ``python app.py`` wires it (server.web_app: the
-page at / and the API at /v1 over one ModelSlot), served by uvicorn on a thread. So a cycle can
+page at / and the API at /v1 over one LoadedModels), served by uvicorn on a thread. So a cycle can
 look into the engine (vLLM's unfinished requests), and the app's memory and threads are this
 process's, plus vLLM's engine processes, without the browser that drives the page.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import httpx
 import psutil
 
-from engines import ModelSlot
+from engines import LoadedModels
 from harness.browser import bot_messages, free_port, open_tab, replies, send, set_number
 from harness.running_server import running_server
 from harness.vllm_settings import VLLM
@@ -118,12 +118,12 @@ class Trace:
 
 
 @contextmanager
-def served_app(slot: ModelSlot) -> Iterator[str]:
-    """The page and the API over ``slot``, as ``python app.py`` serves them; yields the page's URL."""
+def served_app(loaded_models: LoadedModels) -> Iterator[str]:
+    """The page and the API over ``loaded_models``, as ``python app.py`` serves them; yields the page's URL."""
     from app import parse_args
     from server import web_app
 
-    with running_server(web_app(slot, parse_args(["--port", str(free_port())]))) as url:
+    with running_server(web_app(loaded_models, parse_args(["--port", str(free_port())]))) as url:
         yield url + "/"
 
 
@@ -141,20 +141,20 @@ def timed_request(url: str) -> float:
     return time.perf_counter() - started
 
 
-def wait_until_idle(slot: ModelSlot, timeout: float = 30) -> float:
+def wait_until_idle(loaded_models: LoadedModels, timeout: float = 30) -> float:
     """Seconds until no request runs or waits for the model, and vLLM holds none; raises if that
     takes longer than ``timeout``."""
     started = time.monotonic()
-    while busy(slot):
+    while busy(loaded_models):
         if time.monotonic() - started > timeout:
-            raise AssertionError(f"still busy {timeout} s after the last cycle: {busy(slot)}")
+            raise AssertionError(f"still busy {timeout} s after the last cycle: {busy(loaded_models)}")
         time.sleep(0.05)
     return time.monotonic() - started
 
 
-def busy(slot: ModelSlot) -> dict[str, int]:
+def busy(loaded_models: LoadedModels) -> dict[str, int]:
     """What still runs in the model: requests in its waiting line, and vLLM's own count."""
-    model = slot.model
+    model = loaded_models.model
     counts = {"running": model.line.running, "waiting": model.line.waiting}
     if model.backend == "vllm":
         counts["vllm unfinished"] = model.engine.unfinished_requests()
@@ -230,7 +230,7 @@ def click_stop(page) -> None:
 
 
 def load_request(settings: dict) -> dict:
-    """The page's /load call for ModelSlot ``settings``: every control by name, those not given
+    """The page's /load call for LoadedModels ``settings``: every control by name, those not given
     left empty as in the page."""
     options = {k: v for k, v in settings.items() if k != "infer_backend"}
     return {"infer_backend": settings["infer_backend"], "model_name_or_path": "", "infer_dtype": "auto", "enforce_eager": "auto",

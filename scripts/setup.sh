@@ -116,9 +116,9 @@ has_module() { .venv/bin/python -c "import importlib.util, sys; sys.exit(importl
 # llama.cpp's compile is most of a first setup's time: it starts first, as a wheel of its own in
 # the background, beside every install below, and is installed at the end. It is compiled for this
 # CPU (-march=native), so its wheel is kept under a key of this CPU's instruction sets, compiler and
-# build (engines/backends/llamacpp_build.py), outside pip's cache, which would hand it to any CPU:
+# build (engines/llamacpp_build.py), outside pip's cache, which would hand it to any CPU:
 # another CPU, or a copy of this environment on one, builds its own.
-build_info() { .venv/bin/python engines/backends/llamacpp_build.py "$@"; }
+build_info() { .venv/bin/python engines/llamacpp_build.py "$@"; }
 llamacpp_job=""
 llamacpp_failed=""
 if [ "$want_llamacpp" = 1 ]; then

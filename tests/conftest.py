@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import webui  # noqa: F401 (first: gradio, which test modules import, is then imported lean: webui/gradio_patches/gradio_import.py)
-from engines import ChatModel, ModelSlot
+from engines import ChatModel, LoadedModels
 from engines.model_files.paths import default_gguf
 from harness.browser import CHROMIUM, AppProcess, chromium, open_chat
 from harness.mcp_config import write_config
@@ -61,19 +61,19 @@ def chat_model():
 
 
 @pytest.fixture(scope="session")
-def slot(chat_model):
-    """The session's default model in a slot, for the tests that chat through one and neither load
+def loaded_models(chat_model):
+    """The session's default model in a LoadedModels, for the tests that chat through one and neither load
     nor unload (so one load serves them all). A module that loads, unloads or needs other settings
-    has a ``slot`` of its own."""
-    return ModelSlot(chat_model)
+    has a ``loaded_models`` of its own."""
+    return LoadedModels(chat_model)
 
 
 @pytest.fixture(scope="module")
-def llamacpp_slot():
-    """The default model on llama.cpp, for a module whose tests run on it beside transformers (``slot``)."""
+def llamacpp_models():
+    """The default model on llama.cpp, for a module whose tests run on it beside transformers (``loaded_models``)."""
     pytest.importorskip("llama_cpp", reason="llama.cpp is not installed: bash scripts/setup.sh")
     with ChatModel({"infer_backend": "llamacpp"}) as model:
-        yield ModelSlot(model)
+        yield LoadedModels(model)
 
 
 @pytest.fixture(scope="session")

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from engines import ModelSlot
+from engines import LoadedModels
 
 
 @contextmanager
-def load_held(slot: ModelSlot, settings: dict[str, Any] | None = None) -> Iterator[None]:
-    """Inside the block ``slot`` is loading ``settings`` and no model can answer yet; on leaving,
+def load_held(loaded_models: LoadedModels, settings: dict[str, Any] | None = None) -> Iterator[None]:
+    """Inside the block ``loaded_models`` is loading ``settings`` and no model can answer yet; on leaving,
     the load goes on to the end."""
     loading, release = threading.Event(), threading.Event()
 
@@ -20,7 +20,7 @@ def load_held(slot: ModelSlot, settings: dict[str, Any] | None = None) -> Iterat
         loading.set()
         release.wait(300)
 
-    loader = threading.Thread(target=slot.load, args=(settings,), kwargs={"progress": progress})
+    loader = threading.Thread(target=loaded_models.load, args=(settings,), kwargs={"progress": progress})
     loader.start()
     try:
         assert loading.wait(300), "the load never reported progress"

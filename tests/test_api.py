@@ -20,7 +20,7 @@ from fastapi import FastAPI
 
 import server
 from api import add_api
-from engines import ModelSlot
+from engines import LoadedModels
 from harness.running_server import running_server
 from tests.api_samples import COUNTING, PNG, QUESTION, WEATHER_TOOL, image_part, stream_text
 from tests.held_load import load_held
@@ -36,8 +36,8 @@ def media_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def base_url(slot, media_dir):
-    with running_server(add_api(FastAPI(), slot, api_key=API_KEY, local_media_dir=media_dir)) as url:
+def base_url(loaded_models, media_dir):
+    with running_server(add_api(FastAPI(), loaded_models, api_key=API_KEY, local_media_dir=media_dir)) as url:
         yield url
 
 
@@ -54,12 +54,12 @@ def model_id(client):
 # ---- completions
 
 
-def test_models_lists_the_loaded_model(client, slot):
+def test_models_lists_the_loaded_model(client, loaded_models):
     [card] = client.models.list().data
     # A plain name clients can type: no spaces or brackets.
-    assert card.id == slot.model.model_id == "SmolLM2-135M-Instruct"
+    assert card.id == loaded_models.model.model_id == "SmolLM2-135M-Instruct"
     # What it reads and its context, for a client to know before it sends (another anychat's remote backend reads them).
-    assert (card.input_modalities, card.max_model_len) == (["text"], slot.model.context_length) and card.max_model_len
+    assert (card.input_modalities, card.max_model_len) == (["text"], loaded_models.model.context_length) and card.max_model_len
 
 
 async def test_the_model_list_is_answered_while_every_worker_thread_is_taken():
@@ -67,7 +67,7 @@ async def test_the_model_list_is_answered_while_every_worker_thread_is_taken():
     took /v1/models to 15 s. Listing models needs none of those threads."""
     import anyio.to_thread
 
-    app = add_api(FastAPI(), ModelSlot())
+    app = add_api(FastAPI(), LoadedModels())
     limiter = anyio.to_thread.current_default_thread_limiter()
     holders = [object() for _ in range(int(limiter.total_tokens))]
     for holder in holders:
@@ -81,14 +81,14 @@ async def test_the_model_list_is_answered_while_every_worker_thread_is_taken():
     assert listed.status_code == 200 and listed.json()["data"] == [], listed.text
 
 
-def test_completion_is_the_models_reply_with_its_token_counts(client, model_id, slot):
+def test_completion_is_the_models_reply_with_its_token_counts(client, model_id, loaded_models):
     completion = client.chat.completions.create(model=model_id, messages=QUESTION, **GREEDY)
-    [reply] = slot.model.chat(QUESTION, temperature=0, max_new_tokens=24)
+    [reply] = loaded_models.model.chat(QUESTION, temperature=0, max_new_tokens=24)
     [choice] = completion.choices
     assert choice.message.content == reply.response_text and "Paris" in reply.response_text
     assert choice.message.tool_calls is None and choice.finish_reason == "stop"
-    tokenizer = slot.model.engine.tokenizer
-    prompt_ids = tokenizer(slot.model.render_prompt(QUESTION), add_special_tokens=False).input_ids
+    tokenizer = loaded_models.model.engine.tokenizer
+    prompt_ids = tokenizer(loaded_models.model.render_prompt(QUESTION), add_special_tokens=False).input_ids
     assert completion.usage.prompt_tokens == len(prompt_ids) == reply.prompt_length
     # The reply's tokens and the end-of-turn token that ended it.
     assert completion.usage.completion_tokens == len(tokenizer(reply.response_text, add_special_tokens=False).input_ids) + 1
@@ -174,7 +174,7 @@ def test_n_2_gives_two_sampled_replies(client, model_id):
 
 
 @pytest.mark.slow
-def test_tool_call_round_trip(client, model_id, slot):
+def test_tool_call_round_trip(client, model_id, loaded_models):
     """Earlier turns in which the assistant called the tool make this small model call it again
     (greedy), so the reply is a tool call we know; then its result goes back to the model."""
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}
@@ -246,8 +246,8 @@ def test_logprobs_in_openais_shape_streamed_and_not(client, model_id):
 # ---- cancelling
 
 
-def test_disconnect_cancels_the_generation(base_url, client, model_id, slot):
-    engine = slot.model.engine
+def test_disconnect_cancels_the_generation(base_url, client, model_id, loaded_models):
+    engine = loaded_models.model.engine
     forward_calls = []
     hook = engine.model.register_forward_hook(lambda *args: forward_calls.append(time.monotonic()))
     try:
@@ -334,10 +334,10 @@ def test_unknown_endpoint_gets_an_openai_404(base_url):
     assert "POST /v1/chat/completions" in response.json()["error"]["message"]
 
 
-def test_a_body_over_the_size_limit_gets_413(slot, model_id):
+def test_a_body_over_the_size_limit_gets_413(loaded_models, model_id):
     limit = 2048
     long_question = [{"role": "user", "content": "Why? " * 500}]
-    with running_server(add_api(FastAPI(), slot, max_request_size=limit)) as url:
+    with running_server(add_api(FastAPI(), loaded_models, max_request_size=limit)) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
         with pytest.raises(openai.APIStatusError) as refused:
             client.chat.completions.create(model=model_id, messages=long_question, max_tokens=2)
@@ -380,7 +380,7 @@ def test_media_parts_refused_with_a_reason(client, model_id, url, message):
         assert refused.value.body["param"] == "messages[0].content[1]"
 
 
-def test_local_files_need_the_allowed_folder(base_url, slot, model_id, media_dir):
+def test_local_files_need_the_allowed_folder(base_url, loaded_models, model_id, media_dir):
     picture = media_dir / "pixel.png"
     picture.write_bytes(base64.b64decode(PNG))
     with pytest.raises(openai.BadRequestError) as refused:
@@ -389,7 +389,7 @@ def test_local_files_need_the_allowed_folder(base_url, slot, model_id, media_dir
         )
     # The file was allowed and read; the text-only model is what refuses it.
     assert "This model does not accept images" in refused.value.body["message"]
-    with running_server(add_api(FastAPI(), slot)) as no_files_url:
+    with running_server(add_api(FastAPI(), loaded_models)) as no_files_url:
         with pytest.raises(openai.BadRequestError) as refused:
             openai.OpenAI(base_url=f"{no_files_url}/v1", api_key="none", max_retries=0).chat.completions.create(
                 model=model_id, messages=[image_part(picture.as_uri())], max_tokens=2
@@ -407,18 +407,18 @@ def test_scores_from_a_generative_model_are_refused(base_url, model_id):
 
 
 def test_scores_of_a_reward_model(reward_model_dir):
-    reward_slot = ModelSlot()
-    reward_slot.load({"model_name_or_path": str(reward_model_dir)})
+    reward_models = LoadedModels()
+    reward_models.load({"model_name_or_path": str(reward_model_dir)})
     try:
         texts = ["The sky is blue.", "Blue is the sky, and the grass is green."]
-        expected = reward_slot.model.get_scores(texts)
-        with running_server(add_api(FastAPI(), reward_slot)) as url:
+        expected = reward_models.model.get_scores(texts)
+        with running_server(add_api(FastAPI(), reward_models)) as url:
             model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
             response = httpx.post(f"{url}/v1/score", json={"model": model, "input": texts}, timeout=60)
             single = httpx.post(f"{url}/v1/score", json={"model": model, "input": texts[1]}, timeout=60)
             chat = httpx.post(f"{url}/v1/chat/completions", json={"model": model, "messages": QUESTION}, timeout=60)
     finally:
-        reward_slot.unload()
+        reward_models.unload()
     assert response.status_code == 200, response.text
     assert [item["index"] for item in response.json()["data"]] == [0, 1]
     assert [item["score"] for item in response.json()["data"]] == pytest.approx(expected)
@@ -433,7 +433,7 @@ def test_scores_of_a_reward_model(reward_model_dir):
 @pytest.mark.browser
 @pytest.mark.server
 def test_page_and_api_at_once_on_one_model(tmp_path):
-    """`python app.py` serves the page and /v1 from one ModelSlot: both answer at the same time,
+    """`python app.py` serves the page and /v1 from one LoadedModels: both answer at the same time,
     and what the page does to the model (unload, load) is what the API serves."""
     sync_api = pytest.importorskip("playwright.sync_api")
     from harness.browser import CHROMIUM, CHROMIUM_ARGS, AppProcess
@@ -514,20 +514,20 @@ def _signal_first(chunks, started: threading.Event):
 
 
 @contextmanager
-def serving_model(path: Path) -> Iterator[tuple[ModelSlot, openai.OpenAI, str]]:
-    media_slot = ModelSlot()
-    media_slot.load({"model_name_or_path": str(path)})
+def serving_model(path: Path) -> Iterator[tuple[LoadedModels, openai.OpenAI, str]]:
+    media_models = LoadedModels()
+    media_models.load({"model_name_or_path": str(path)})
     try:
-        with running_server(add_api(FastAPI(), media_slot)) as url:
+        with running_server(add_api(FastAPI(), media_models)) as url:
             media_client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-            yield media_slot, media_client, media_client.models.list().data[0].id
+            yield media_models, media_client, media_client.models.list().data[0].id
     finally:
-        media_slot.unload()
+        media_models.unload()
 
 
-def recording_generate(monkeypatch, media_slot: ModelSlot) -> list[dict]:
+def recording_generate(monkeypatch, media_models: LoadedModels) -> list[dict]:
     """What the model's generate receives, call by call."""
-    calls, engine = [], media_slot.model.engine
+    calls, engine = [], media_models.model.engine
     original = engine.model.generate
 
     def generate(**inputs):
@@ -542,17 +542,17 @@ def test_an_image_part_reaches_a_multimodal_model(tmp_path, monkeypatch):
     from media_samples import png_bytes, solid_image
     from harness.tiny_models import build_qwen2_vl
 
-    with serving_model(build_qwen2_vl(tmp_path / "qwen2_vl")) as (media_slot, media_client, model):
-        calls = recording_generate(monkeypatch, media_slot)
+    with serving_model(build_qwen2_vl(tmp_path / "qwen2_vl")) as (media_models, media_client, model):
+        calls = recording_generate(monkeypatch, media_models)
         data_url = "data:image/png;base64," + base64.b64encode(png_bytes(solid_image((255, 0, 0), (80, 60)))).decode()
         completion = media_client.chat.completions.create(
             model=model, temperature=0, max_tokens=3,
             messages=[{"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": data_url}}]}],
         )
-        processor = media_slot.model.engine.prompts.media.processor
+        processor = media_models.model.engine.prompts.media.processor
         [inputs] = calls
         # 80x60 becomes 84x56: 6x4 patches of 14, merged 2x2 into 6 image tokens, after the text.
-        prompt = media_slot.model.engine.tokenizer.decode(inputs["input_ids"][0])
+        prompt = media_models.model.engine.tokenizer.decode(inputs["input_ids"][0])
         assert "What is this?<|vision_start|><|image_pad|>" in prompt
         assert int((inputs["input_ids"] == processor.image_token_id).sum()) == 6
         assert inputs["image_grid_thw"].tolist() == [[1, 4, 6]]
@@ -565,8 +565,8 @@ def test_an_input_audio_part_reaches_an_audio_model(tmp_path, monkeypatch):
     from harness.tiny_models import build_qwen2_audio
 
     wav = write_audio(tmp_path / "tone.wav", tone(1.0, 16000), 16000).read_bytes()
-    with serving_model(build_qwen2_audio(tmp_path / "qwen2_audio")) as (media_slot, media_client, model):
-        calls = recording_generate(monkeypatch, media_slot)
+    with serving_model(build_qwen2_audio(tmp_path / "qwen2_audio")) as (media_models, media_client, model):
+        calls = recording_generate(monkeypatch, media_models)
         chunks = list(media_client.chat.completions.create(
             model=model, temperature=0, max_tokens=3, stream=True, stream_options={"include_usage": True},
             messages=[{"role": "user", "content": [
@@ -577,7 +577,7 @@ def test_an_input_audio_part_reaches_an_audio_model(tmp_path, monkeypatch):
         [inputs] = calls
         # Whisper features: 100 frames a second, two stride-2 steps: 1 s -> 25 audio tokens.
         assert inputs["feature_attention_mask"].sum(-1).tolist() == [100]
-        assert int((inputs["input_ids"] == media_slot.model.engine.prompts.media.processor.audio_token_id).sum()) == 25
+        assert int((inputs["input_ids"] == media_models.model.engine.prompts.media.processor.audio_token_id).sum()) == 25
         _, finish, usage = stream_text(chunks)
         assert finish == {0: "length"} and usage.prompt_tokens == inputs["input_ids"].shape[1]
 
@@ -586,14 +586,14 @@ def test_an_input_audio_part_reaches_an_audio_model(tmp_path, monkeypatch):
 
 
 def test_a_request_while_a_model_loads_is_told_to_retry_and_then_answered():
-    slot = ModelSlot()
+    loaded_models = LoadedModels()
     body = {"model": "SmolLM2-135M-Instruct", "messages": QUESTION, "max_tokens": 2}
-    with running_server(add_api(FastAPI(), slot)) as url:
-        with load_held(slot):
+    with running_server(add_api(FastAPI(), loaded_models)) as url:
+        with load_held(loaded_models):
             response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
             assert response.status_code == 503, response.text
             assert response.headers["retry-after"] == "5"
             assert "is loading" in response.json()["error"]["message"]
             assert response.json()["error"]["code"] == "model_loading"
         assert httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).status_code == 200
-    slot.unload()
+    loaded_models.unload()

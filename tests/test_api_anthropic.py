@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 
 from api import add_api
-from engines import ModelSlot
+from engines import LoadedModels
 from harness.running_server import running_server
 from tests.api_samples import WEATHER_TOOL
 
@@ -32,9 +32,9 @@ WEATHER = {"name": "get_weather", "description": WEATHER_TOOL["function"]["descr
 @pytest.fixture(scope="module", params=["huggingface", "llamacpp"])
 def served(request):
     """The API on the default model, on transformers and on llama.cpp."""
-    slot = request.getfixturevalue("slot" if request.param == "huggingface" else "llamacpp_slot")
-    with running_server(add_api(FastAPI(), slot, api_key=API_KEY)) as url:
-        yield url, slot.model.model_id
+    loaded_models = request.getfixturevalue("loaded_models" if request.param == "huggingface" else "llamacpp_models")
+    with running_server(add_api(FastAPI(), loaded_models, api_key=API_KEY)) as url:
+        yield url, loaded_models.model.model_id
 
 
 @pytest.fixture(scope="module")
@@ -222,16 +222,16 @@ def test_the_model_list_in_anthropics_shape(client, model_id):
 def test_an_image_block_reaches_a_model_that_reads_images(tiny_vision_model, monkeypatch):
     from media_samples import png_bytes, solid_image
 
-    media_slot = ModelSlot()
-    media_slot.load({"model_name_or_path": str(tiny_vision_model)})
+    media_models = LoadedModels()
+    media_models.load({"model_name_or_path": str(tiny_vision_model)})
     try:
-        engine = media_slot.model.engine
+        engine = media_models.model.engine
         calls, original = [], engine.model.generate
         monkeypatch.setattr(engine.model, "generate", lambda **inputs: calls.append(inputs) or original(**inputs))
-        with running_server(add_api(FastAPI(), media_slot)) as url:
+        with running_server(add_api(FastAPI(), media_models)) as url:
             client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=300)
             image = base64.b64encode(png_bytes(solid_image((255, 0, 0), (80, 60)))).decode()
-            message = client.messages.create(model=media_slot.model.model_id, max_tokens=3, **GREEDY, messages=[{"role": "user", "content": [
+            message = client.messages.create(model=media_models.model.model_id, max_tokens=3, **GREEDY, messages=[{"role": "user", "content": [
                 {"type": "text", "text": "What is this?"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": image}}]}])
         [inputs] = calls
         # 80x60 becomes 84x56: 6x4 patches of 14, merged 2x2 into 6 image tokens, after the text.
@@ -239,7 +239,7 @@ def test_an_image_block_reaches_a_model_that_reads_images(tiny_vision_model, mon
         assert message.usage.input_tokens + message.usage.cache_read_input_tokens == inputs["input_ids"].shape[1]
         assert message.stop_reason == "max_tokens"
     finally:
-        media_slot.unload()
+        media_models.unload()
 
 
 def test_json_output_follows_the_schema(client, model_id):

@@ -21,8 +21,8 @@ PDF_TEXT = ("--- menu.pdf, page 1 of 2 ---\nSoup of the day: tomato.\n--- menu.p
 
 
 @pytest.fixture(scope="module")
-def client(slot):
-    with running_server(add_api(FastAPI(), slot, limits=Limits(max_document_unpacked_size=2**20))) as url:
+def client(loaded_models):
+    with running_server(add_api(FastAPI(), loaded_models, limits=Limits(max_document_unpacked_size=2**20))) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
 
 
@@ -35,16 +35,16 @@ def ask(client, *parts) -> openai.types.chat.ChatCompletion:
     return client.chat.completions.create(model=client.models.list().data[0].id, messages=[{"role": "user", "content": list(parts)}], **GREEDY)
 
 
-def test_a_pdf_reaches_the_model_as_its_text_named_by_file_and_page(client, slot):
+def test_a_pdf_reaches_the_model_as_its_text_named_by_file_and_page(client, loaded_models):
     pdf = pdf_bytes(["Soup of the day: tomato.", "Dessert: apple pie."])
     answer = ask(client, file_part(pdf, "menu.pdf"), {"type": "text", "text": "What is the soup?"})
     expected = ChatRequest.build([{"role": "user", "content": PDF_TEXT + "\nWhat is the soup?"}], temperature=0, max_new_tokens=12)
-    [direct] = slot.model.chat(expected)
+    [direct] = loaded_models.model.chat(expected)
     assert answer.choices[0].message.content == direct.response_text
-    assert answer.usage.prompt_tokens == slot.model.count_tokens(slot.model.render_prompt(expected))
+    assert answer.usage.prompt_tokens == loaded_models.model.count_tokens(loaded_models.model.render_prompt(expected))
 
 
-def test_word_and_text_files_and_a_name_from_the_media_type(client, slot):
+def test_word_and_text_files_and_a_name_from_the_media_type(client, loaded_models):
     word = docx_bytes(["Agenda"], [["Time", "Topic"], ["9:00", "Budget"]])
     docx_mime = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
     for part, text in [
@@ -53,7 +53,7 @@ def test_word_and_text_files_and_a_name_from_the_media_type(client, slot):
     ]:
         answer = ask(client, part)
         expected = ChatRequest.build([{"role": "user", "content": text}])
-        assert answer.usage.prompt_tokens == slot.model.count_tokens(slot.model.render_prompt(expected))
+        assert answer.usage.prompt_tokens == loaded_models.model.count_tokens(loaded_models.model.render_prompt(expected))
 
 
 @pytest.mark.parametrize(("part", "says"), [

@@ -23,10 +23,10 @@ GREEDY = {"temperature": 0, "max_tokens": 12}
 
 
 @pytest.fixture(scope="module")
-def provider(slot):
+def provider(loaded_models):
     """LiteLLM's arguments that reach this server: its model name and where it is."""
-    with running_server(add_api(FastAPI(), slot, api_key=API_KEY)) as url:
-        yield {"model": f"openai/{slot.model.model_id}", "api_base": f"{url}/v1", "api_key": API_KEY}
+    with running_server(add_api(FastAPI(), loaded_models, api_key=API_KEY)) as url:
+        yield {"model": f"openai/{loaded_models.model.model_id}", "api_base": f"{url}/v1", "api_key": API_KEY}
 
 
 def test_completion_and_stream(provider, chat_model):

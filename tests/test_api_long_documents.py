@@ -26,12 +26,12 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module", params=["huggingface", "llamacpp"])
 def served(request, tmp_path_factory):
     """The API on the default model, on transformers and on llama.cpp, each with a library of its own."""
-    slot = request.getfixturevalue("slot" if request.param == "huggingface" else "llamacpp_slot")
+    loaded_models = request.getfixturevalue("loaded_models" if request.param == "huggingface" else "llamacpp_models")
     folder = tmp_path_factory.mktemp("library")
     store = open_store(f"sqlite:///{folder / 'chats.db'}", data=folder)
     try:
-        with running_server(add_api(FastAPI(), slot, store=store)) as url:
-            yield url, store, slot
+        with running_server(add_api(FastAPI(), loaded_models, store=store)) as url:
+            yield url, store, loaded_models
     finally:
         store.close()
 
@@ -42,11 +42,11 @@ def file_part(name: str) -> dict:
 
 
 def test_a_document_past_the_context_is_answered_from_passages_said_in_the_response(served):
-    url, store, slot = served
+    url, store, loaded_models = served
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
     fact = next(fact for fact in FACTS if fact.name == "pump_manual.md" and "warranty" in fact.question)
     messages = [{"role": "user", "content": [file_part("pump_manual.md"), file_part("handbook.pdf"), {"type": "text", "text": fact.question}]}]
-    answer = client.chat.completions.create(model=slot.model.model_id, messages=messages, temperature=0, max_tokens=6)
+    answer = client.chat.completions.create(model=loaded_models.model.model_id, messages=messages, temperature=0, max_tokens=6)
     extra = answer.model_extra
     manual, handbook = extra["documents"]
     together = manual["tokens"] + handbook["tokens"]
@@ -59,7 +59,7 @@ def test_a_document_past_the_context_is_answered_from_passages_said_in_the_respo
     given = manual["passages"] + handbook["passages"]
     assert [passage["number"] for passage in given] == list(range(1, len(given) + 1))
     assert any(fact.answer in passage["text"] for passage in manual["passages"])
-    assert answer.usage.prompt_tokens < slot.model.context_length
+    assert answer.usage.prompt_tokens < loaded_models.model.context_length
     # Every citation the reply makes is a passage given, by its number; the rest are said apart.
     message = answer.choices[0].message.model_extra
     numbers = [passage["number"] for passage in message["citations"]]
@@ -68,7 +68,7 @@ def test_a_document_past_the_context_is_answered_from_passages_said_in_the_respo
 
     # Streamed: the documents first, then the reply, its citations with its end. The same files are not embedded again.
     with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=600, json={
-            "model": slot.model.model_id, "messages": messages, "temperature": 0, "max_tokens": 6, "stream": True}) as response:
+            "model": loaded_models.model.model_id, "messages": messages, "temperature": 0, "max_tokens": 6, "stream": True}) as response:
         events = [json.loads(line[len("data: "):]) for line in response.iter_lines() if line.startswith("data: {")]
     # (A stream's chunks leave out what is null, as OpenAI's do: a text file's passages have no page.)
     assert events[0]["documents"] == [{**report, "passages": [{name: value for name, value in passage.items() if value is not None}
@@ -79,20 +79,20 @@ def test_a_document_past_the_context_is_answered_from_passages_said_in_the_respo
 
 
 def test_documents_that_fit_go_whole_and_say_nothing(served):
-    url, _, slot = served
+    url, _, loaded_models = served
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
     small = base64.b64encode(b"The gate code is 4471.").decode()
-    answer = client.chat.completions.create(model=slot.model.model_id, max_tokens=4, messages=[{"role": "user", "content": [
+    answer = client.chat.completions.create(model=loaded_models.model.model_id, max_tokens=4, messages=[{"role": "user", "content": [
         {"type": "file", "file": {"file_data": f"data:text/plain;base64,{small}", "filename": "gate.txt"}},
         {"type": "text", "text": "What is the gate code?"}]}])
     assert answer.model_extra["documents"] is None and answer.choices[0].message.model_extra["citations"] is None
 
 
 def test_a_count_over_a_whole_code_file_is_answered_with_the_exact_count(served):
-    url, _, slot = served
+    url, _, loaded_models = served
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
     code = base64.b64encode(inventory_code().encode()).decode()  # 40 KB: 128 functions, 6 classes, "def" 257 times
-    answer = client.chat.completions.create(model=slot.model.model_id, temperature=0, max_tokens=24, messages=[{"role": "user", "content": [
+    answer = client.chat.completions.create(model=loaded_models.model.model_id, temperature=0, max_tokens=24, messages=[{"role": "user", "content": [
         {"type": "file", "file": {"file_data": f"data:text/x-python;base64,{code}", "filename": "inventory.py"}},
         {"type": "text", "text": "How many functions does inventory.py define?"}]}])
     [report] = answer.model_extra["documents"]
@@ -108,12 +108,12 @@ def test_a_count_over_a_whole_code_file_is_answered_with_the_exact_count(served)
     ("How many functions does inventory.py define?", "search"),  # read whole by its words: searched by hand
 ])
 def test_the_requests_long_documents_field_chooses_search_or_whole_over_the_questions_words(served, question, choice):
-    url, _, slot = served
+    url, _, loaded_models = served
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
     code = base64.b64encode(inventory_code().encode()).decode()
     messages = [{"role": "user", "content": [{"type": "file", "file": {"file_data": f"data:text/x-python;base64,{code}", "filename": "inventory.py"}},
                                              {"type": "text", "text": question}]}]
-    answer = client.chat.completions.create(model=slot.model.model_id, temperature=0, max_tokens=2, messages=messages,
+    answer = client.chat.completions.create(model=loaded_models.model.model_id, temperature=0, max_tokens=2, messages=messages,
                                             extra_body={"long_documents": choice})
     [report] = answer.model_extra["documents"]
     headings = [passage["heading"] for passage in report["passages"]]
@@ -121,5 +121,5 @@ def test_the_requests_long_documents_field_chooses_search_or_whole_over_the_ques
     assert (headings == [OUTLINE_HEADING]) if choice == "whole" else (OUTLINE_HEADING not in headings and "answered from" in report["note"])
     # A choice that is none is refused, naming the field and its choices.
     with pytest.raises(openai.BadRequestError, match="long_documents: Input should be 'auto', 'search' or 'whole'") as refused:
-        client.chat.completions.create(model=slot.model.model_id, max_tokens=2, messages=messages, extra_body={"long_documents": "sometimes"})
+        client.chat.completions.create(model=loaded_models.model.model_id, max_tokens=2, messages=messages, extra_body={"long_documents": "sometimes"})
     assert refused.value.body["param"] == "long_documents"

@@ -25,9 +25,9 @@ API_KEY = "metrics-key"
 
 @pytest.fixture(scope="module", params=["huggingface", "llamacpp"])
 def served(request):
-    slot = request.getfixturevalue("slot" if request.param == "huggingface" else "llamacpp_slot")
-    with running_server(add_api(FastAPI(), slot, api_key=API_KEY)) as url:
-        yield url, slot.model
+    loaded_models = request.getfixturevalue("loaded_models" if request.param == "huggingface" else "llamacpp_models")
+    with running_server(add_api(FastAPI(), loaded_models, api_key=API_KEY)) as url:
+        yield url, loaded_models.model
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

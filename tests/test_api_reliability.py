@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from media_samples import bomb_png, png_bytes, solid_image, tone, write_audio
 
 from api import add_api
-from engines import ModelSlot
+from engines import LoadedModels
 from engines.generation_args import INT32_MAX
 from harness.running_server import running_server
 from tests.api_samples import PNG, QUESTION, WEATHER_TOOL, image_part
@@ -155,8 +155,8 @@ BAD_INPUTS = [
 
 
 @pytest.fixture(scope="module")
-def base_url(slot):
-    with running_server(add_api(FastAPI(), slot, api_key=API_KEY)) as url:
+def base_url(loaded_models):
+    with running_server(add_api(FastAPI(), loaded_models, api_key=API_KEY)) as url:
         yield url
 
 
@@ -215,13 +215,13 @@ def test_the_server_still_answers_after_the_bad_input(base_url):
 def vision_url(tmp_path_factory):
     from harness.tiny_models import build_qwen2_vl
 
-    vision_slot = ModelSlot()
-    vision_slot.load({"model_name_or_path": str(build_qwen2_vl(tmp_path_factory.mktemp("qwen2_vl")))})
+    vision_models = LoadedModels()
+    vision_models.load({"model_name_or_path": str(build_qwen2_vl(tmp_path_factory.mktemp("qwen2_vl")))})
     try:
-        with running_server(add_api(FastAPI(), vision_slot)) as url:
+        with running_server(add_api(FastAPI(), vision_models)) as url:
             yield url, httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
     finally:
-        vision_slot.unload()
+        vision_models.unload()
 
 
 def bad_media(tmp_path) -> list[tuple[str, dict, str]]:
@@ -308,9 +308,9 @@ FUZZ_PLAN = [
 
 
 @pytest.mark.slow
-def test_fuzzing_the_api_from_its_schema_finds_no_server_error(slot):
-    app = add_api(FastAPI(), slot, api_key=API_KEY)
-    schema = fuzzing_schema(app, slot.model.model_id)
+def test_fuzzing_the_api_from_its_schema_finds_no_server_error(loaded_models):
+    app = add_api(FastAPI(), loaded_models, api_key=API_KEY)
+    schema = fuzzing_schema(app, loaded_models.model.model_id)
     sent, failures, refused = 0, [], 0
     started = time.monotonic()
     with running_server(app) as url:

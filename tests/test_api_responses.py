@@ -29,12 +29,12 @@ WEATHER = {"type": "function", **WEATHER_TOOL["function"]}
 @pytest.fixture(scope="module", params=["huggingface", "llamacpp"])
 def served(request, tmp_path_factory):
     """The API on the default model, on transformers and on llama.cpp, with a chat store and two logins."""
-    slot = request.getfixturevalue("slot" if request.param == "huggingface" else "llamacpp_slot")
+    loaded_models = request.getfixturevalue("loaded_models" if request.param == "huggingface" else "llamacpp_models")
     folder = tmp_path_factory.mktemp("responses")
     store = open_store(f"sqlite:///{folder / 'chats.db'}", data=folder)
     try:
-        with running_server(add_api(FastAPI(), slot, logins=Logins(list(USERS.items())), store=store)) as url:
-            yield url, slot.model.model_id, store
+        with running_server(add_api(FastAPI(), loaded_models, logins=Logins(list(USERS.items())), store=store)) as url:
+            yield url, loaded_models.model.model_id, store
     finally:
         store.close()
 

@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 
 from api import add_api
-from engines import ChatModel, ChatRequest, ModelSlot
+from engines import ChatModel, ChatRequest, LoadedModels
 from harness.running_server import running_server
 
 PROMPT = "The three primary colors are"
@@ -19,17 +19,17 @@ GREEDY = {"temperature": 0, "max_tokens": 12}
 
 
 @pytest.fixture(scope="module", params=["llamacpp", "huggingface"])
-def served(request, slot):
+def served(request, loaded_models):
     """(ChatModel, client, model id) for each backend; transformers' is the session's model."""
     if request.param == "huggingface":
-        model_slot, owned = slot, None
+        loaded_models, owned = loaded_models, None
     else:
         owned = ChatModel({"infer_backend": "llamacpp"})
-        model_slot = ModelSlot(owned)
+        loaded_models = LoadedModels(owned)
     try:
-        with running_server(add_api(FastAPI(), model_slot)) as url:
+        with running_server(add_api(FastAPI(), loaded_models)) as url:
             client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-            yield model_slot.model, client, model_slot.model.model_id
+            yield loaded_models.model, client, loaded_models.model.model_id
     finally:
         if owned is not None:
             owned.close()
@@ -179,13 +179,13 @@ def test_a_client_leaving_mid_stream_stops_the_generation(served):
     assert time.monotonic() - started < 30
 
 
-def test_keys_and_the_body_limit_hold_as_for_chat(slot):
-    with running_server(add_api(FastAPI(), slot, api_key="the-key", max_request_size=2048)) as url:
+def test_keys_and_the_body_limit_hold_as_for_chat(loaded_models):
+    with running_server(add_api(FastAPI(), loaded_models, api_key="the-key", max_request_size=2048)) as url:
         keyless = openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0, timeout=300)
         with pytest.raises(openai.AuthenticationError):
-            keyless.completions.create(model=slot.model.model_id, prompt=PROMPT, max_tokens=2)
+            keyless.completions.create(model=loaded_models.model.model_id, prompt=PROMPT, max_tokens=2)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="the-key", max_retries=0, timeout=300)
         with pytest.raises(openai.APIStatusError) as refused:
-            client.completions.create(model=slot.model.model_id, prompt="Why? " * 500, max_tokens=2)
+            client.completions.create(model=loaded_models.model.model_id, prompt="Why? " * 500, max_tokens=2)
         assert refused.value.status_code == 413 and "--max-request-size" in refused.value.body["message"]
-        assert client.completions.create(model=slot.model.model_id, prompt=PROMPT, max_tokens=2).choices[0].text
+        assert client.completions.create(model=loaded_models.model.model_id, prompt=PROMPT, max_tokens=2).choices[0].text

@@ -68,7 +68,7 @@ class ReceiverHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module", params=["llamacpp", "huggingface"])
 def traced(request):
-    slot = request.getfixturevalue("slot" if request.param == "huggingface" else "llamacpp_slot")
+    loaded_models = request.getfixturevalue("loaded_models" if request.param == "huggingface" else "llamacpp_models")
     receiver = Receiver()
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
     with pytest.MonkeyPatch.context() as env:
@@ -77,10 +77,10 @@ def traced(request):
         assert traces_wanted(TraceSettings())
         tracer = start_tracer()
     try:
-        with running_server(add_api(FastAPI(), slot, tracer=tracer)) as url:
-            yield url, slot.model, receiver
+        with running_server(add_api(FastAPI(), loaded_models, tracer=tracer)) as url:
+            yield url, loaded_models.model, receiver
     finally:
-        slot.tracer = None  # the session's slot, which other modules use untraced
+        loaded_models.tracer = None  # the session's loaded_models, which other modules use untraced
         receiver.shutdown()
 
 
@@ -147,13 +147,13 @@ import json, sys
 from fastapi.testclient import TestClient
 import app, server
 args = app.parse_args(["api", "--backend", "llamacpp"])
-slot = server.model_slot(args)
-server.load_slot(slot, app.model_settings(args))
-with TestClient(server.api_app(slot, args, server.server_logins(None, args)), base_url="http://localhost") as client:
-    reply = client.post("/v1/chat/completions", json={"model": slot.model.model_id, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+loaded_models = server.loaded_models(args)
+server.load_model(loaded_models, app.model_settings(args))
+with TestClient(server.api_app(loaded_models, args, server.server_logins(None, args)), base_url="http://localhost") as client:
+    reply = client.post("/v1/chat/completions", json={"model": loaded_models.model.model_id, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
     assert reply.status_code == 200, reply.text
 print("imported:", json.dumps(sorted(name for name in sys.modules if name.startswith("opentelemetry"))), flush=True)
-slot.unload()
+loaded_models.unload()
 """
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from engines import ChatModel, ChatRequest, ConfigError, KeepSettings, ModelSlot, Response
+from engines import ChatModel, ChatRequest, ConfigError, KeepSettings, LoadedModels, Response
 from engines.compaction import TARGET_SHARE, TRIGGER_SHARE, Compacting, Compaction, summary_budget
 
 CONTEXT = 2048
@@ -233,10 +233,10 @@ async def test_the_model_the_operator_chose_writes_the_summaries_while_it_is_loa
     """--summary-model: another loaded model writes the chat's summary (named in the note); once
     it is unloaded, the chat's own model writes them again. (Half the context, for shorter summaries.)"""
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh builds it)", exc_type=ImportError)
-    slot = ModelSlot(keep=KeepSettings(models_memory=64 << 30, summary_model="writer"))
+    loaded_models = LoadedModels(keep=KeepSettings(models_memory=64 << 30, summary_model="writer"))
     try:
-        writer = await asyncio.to_thread(slot.load, {"infer_backend": "llamacpp", "max_model_len": CONTEXT // 2, "served_model_name": "writer"})
-        chat = await asyncio.to_thread(slot.load, {"infer_backend": "llamacpp", "max_model_len": CONTEXT // 2, "served_model_name": "chat"})
+        writer = await asyncio.to_thread(loaded_models.load, {"infer_backend": "llamacpp", "max_model_len": CONTEXT // 2, "served_model_name": "writer"})
+        chat = await asyncio.to_thread(loaded_models.load, {"infer_backend": "llamacpp", "max_model_len": CONTEXT // 2, "served_model_name": "chat"})
         asked: list[ChatRequest] = []
         writes = writer.achat
 
@@ -252,13 +252,13 @@ async def test_the_model_the_operator_chose_writes_the_summaries_while_it_is_loa
         assert compaction.written_by == "writer" and "written by writer" in compaction.note()
         assert compaction.summary.strip() and response.response_length > 0
         written = len(asked)
-        await asyncio.to_thread(slot.unload, "writer")
+        await asyncio.to_thread(loaded_models.unload, "writer")
         request = ChatRequest.build(long_chat(chat, 900, topic="Own"), context_policy="compact", temperature=0, max_new_tokens=4)
         items, _ = await answer(chat, request)
         [own] = [item for item in items if isinstance(item, Compaction)]
         assert own.written_by is None and own.summary.strip() and len(asked) == written
     finally:
-        await asyncio.to_thread(slot.unload)
+        await asyncio.to_thread(loaded_models.unload)
 
 
 def long_chat(llama: ChatModel, tokens: int, topic: str = "River") -> list[dict]:
@@ -281,15 +281,15 @@ def test_the_api_compacts_where_the_request_or_the_server_asks_and_says_what_it_
     from fastapi import FastAPI
 
     from api import add_api
-    from engines import ModelSlot
+    from engines import LoadedModels
     from harness.running_server import running_server
 
-    slot = ModelSlot()
-    slot.load({"infer_backend": "llamacpp", "max_model_len": CONTEXT})
+    loaded_models = LoadedModels()
+    loaded_models.load({"infer_backend": "llamacpp", "max_model_len": CONTEXT})
     try:
-        history, too_long = long_chat(slot.model, 1750, topic="Lake"), long_chat(slot.model, 2100, topic="Sea")
-        asked = {"model": slot.model.model_id, "messages": history, "max_tokens": 4, "temperature": 0}
-        with running_server(add_api(FastAPI(), slot)) as url:
+        history, too_long = long_chat(loaded_models.model, 1750, topic="Lake"), long_chat(loaded_models.model, 2100, topic="Sea")
+        asked = {"model": loaded_models.model.model_id, "messages": history, "max_tokens": 4, "temperature": 0}
+        with running_server(add_api(FastAPI(), loaded_models)) as url:
             client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
             with pytest.raises(openai.BadRequestError, match="more than this model's limit"):
                 client.chat.completions.create(**{**asked, "messages": too_long})
@@ -302,17 +302,17 @@ def test_the_api_compacts_where_the_request_or_the_server_asks_and_says_what_it_
             assert compaction["freed_tokens"] == compaction["prompt_tokens_before"] - compaction["prompt_tokens_after"]
             # The client takes the summary in place of the messages it replaced, and goes on from there.
             compacted = [*history[:first], compaction["message"], *history[first + replaced:]]
-            assert slot.model.count_prompt_tokens(ChatRequest.build(compacted)) == compaction["prompt_tokens_after"]
+            assert loaded_models.model.count_prompt_tokens(ChatRequest.build(compacted)) == compaction["prompt_tokens_after"]
             chunks = list(client.chat.completions.create(**asked, extra_body={"context_policy": "compact"}, stream=True))
             [streamed] = [chunk.model_extra["compaction"] for chunk in chunks if chunk.model_extra.get("compaction")]
             # A chunk leaves out what is null (summary_by, where the chat's own model wrote the summary).
             assert streamed == {key: value for key, value in compaction.items() if value is not None}, "the same summary, kept for the same messages"
             assert chunks.index(next(c for c in chunks if c.model_extra.get("compaction"))) < len(chunks) - 1
-        with running_server(add_api(FastAPI(), slot, context_policy="drop_oldest")) as url:
+        with running_server(add_api(FastAPI(), loaded_models, context_policy="drop_oldest")) as url:
             client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
             reply = client.chat.completions.create(**asked)
             assert reply.model_extra["compaction"]["policy"] == "drop_oldest", "the server's default, for a request that names none"
             with pytest.raises(openai.BadRequestError, match="more than this model's limit"):
                 client.chat.completions.create(**{**asked, "messages": too_long}, extra_body={"context_policy": "refuse"})
     finally:
-        slot.unload()
+        loaded_models.unload()

@@ -20,7 +20,7 @@ from engines import (
     ConfigError,
     UnsupportedError,
 )
-from engines.backends.registry import unavailable_reason
+from engines.model_files.backend_registry import unavailable_reason
 from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract, weights_question
 
 
@@ -259,20 +259,20 @@ def test_close_frees_memory(default_model_dir):
 
 
 @pytest.mark.slow
-def test_model_slot_switch_keeps_old_model_on_failure_and_frees_it_on_success(default_model_dir):
-    from engines import ModelSlot
+def test_loading_another_model_keeps_old_model_on_failure_and_frees_it_on_success(default_model_dir):
+    from engines import LoadedModels
 
-    slot = ModelSlot()
-    first = slot.load({"model_name_or_path": default_model_dir})
+    loaded_models = LoadedModels()
+    first = loaded_models.load({"model_name_or_path": default_model_dir})
     with pytest.raises(ConfigError, match="does not exist"):
-        slot.load({"model_name_or_path": "/no/such/model"})
-    assert slot.model is first
+        loaded_models.load({"model_name_or_path": "/no/such/model"})
+    assert loaded_models.model is first
     assert first.chat(QUESTION, temperature=0, max_new_tokens=2)[0].response_length == 2
-    second = slot.load({"model_name_or_path": default_model_dir, "infer_dtype": "float32"})
-    assert slot.model is second and first.engine is None
-    assert "on huggingface" in slot.describe()
-    slot.unload()
-    assert not slot.loaded and second.engine is None
+    second = loaded_models.load({"model_name_or_path": default_model_dir, "infer_dtype": "float32"})
+    assert loaded_models.model is second and first.engine is None
+    assert "on huggingface" in loaded_models.describe()
+    loaded_models.unload()
+    assert loaded_models.empty and second.engine is None
 
 
 def parcels_question(items: int) -> list[dict]:

@@ -73,6 +73,25 @@ def test_no_module_imports_itself_round_a_circle():
     assert circles(graph) == []
 
 
+# The engines' rooms, each above those after it: a room imports only the rooms below it (and the
+# modules at the top of engines/, which every room shares), so that a newcomer reads each one
+# knowing only what lies under it.
+ENGINE_ROOMS = ("engines.tools", "engines.backends", "engines.prompt", "engines.model_files")
+
+
+def room_of(module: str) -> str | None:
+    return next((room for room in ENGINE_ROOMS if module == room or module.startswith(room + ".")), None)
+
+
+def test_the_engines_rooms_import_only_the_rooms_below_them():
+    modules = module_files()
+    upward = sorted(f"{name} -> {other}" for name, path in modules.items() if room_of(name)
+                    for other in imported_by(name, path, modules)
+                    if room_of(other) and ENGINE_ROOMS.index(room_of(other)) < ENGINE_ROOMS.index(room_of(name)))
+    assert "engines.model_files.model_args" in imported_by("engines.backends.base", modules["engines.backends.base"], modules)
+    assert upward == []
+
+
 def test_a_circle_is_found_where_there_is_one():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []

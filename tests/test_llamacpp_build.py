@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.backends.llamacpp_build import STAMP
+from engines.llamacpp_build import STAMP
 
 REPO = Path(__file__).resolve().parent.parent
 SDISTS = REPO / ".cache" / "llama-cpp-sdist"

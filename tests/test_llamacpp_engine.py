@@ -20,7 +20,7 @@ from fastapi import FastAPI
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh builds it)", exc_type=ImportError)
 
-from engines import BackendUnavailableError, ChatModel, ChatRequest, ConfigError, MediaError, ModelBusyError, ModelLoadError, ModelSlot  # noqa: E402
+from engines import BackendUnavailableError, ChatModel, ChatRequest, ConfigError, LoadedModels, MediaError, ModelBusyError, ModelLoadError  # noqa: E402
 from engines.backends.free_cores import WINDOW  # noqa: E402
 from engines.backends.llamacpp_weights import Q8_0, weights_to_read  # noqa: E402
 from engines.model_files.gguf_header import GgufModel  # noqa: E402
@@ -551,16 +551,16 @@ def test_without_memory_for_a_background_sequence_background_work_waits_in_line(
 
 
 def test_a_model_directory_or_a_broken_file_is_refused_and_the_old_model_keeps_serving(default_model_dir, tmp_path):
-    slot = ModelSlot()
-    first = slot.load(LLAMACPP)
+    loaded_models = LoadedModels()
+    first = loaded_models.load(LLAMACPP)
     with pytest.raises(ConfigError, match="runs GGUF files.*huggingface or vllm backend"):
-        slot.load({**LLAMACPP, "model_name_or_path": default_model_dir})
+        loaded_models.load({**LLAMACPP, "model_name_or_path": default_model_dir})
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 64)
     with pytest.raises(ModelLoadError):
-        slot.load({**LLAMACPP, "model_name_or_path": str(broken)})
-    assert slot.model is first and first.chat(QUESTION, temperature=0, max_new_tokens=2)[0].response_length == 2
-    slot.unload()
+        loaded_models.load({**LLAMACPP, "model_name_or_path": str(broken)})
+    assert loaded_models.model is first and first.chat(QUESTION, temperature=0, max_new_tokens=2)[0].response_length == 2
+    loaded_models.unload()
 
 
 # The share of a loaded model's memory that may stay after it is unloaded: 1-7 % stayed in module
@@ -616,7 +616,7 @@ def test_auto_chooses_llamacpp_for_a_gguf_where_installed_and_says_why(monkeypat
 def test_a_build_for_another_cpu_is_refused_before_it_can_crash(monkeypatch, tmp_path):
     """A .venv copied from a newer CPU holds a llama.cpp that would die with 'Illegal instruction':
     auto runs the GGUF on transformers and says why, and asking for llama.cpp says what to run."""
-    from engines.backends import llamacpp_build
+    from engines import llamacpp_build
     from engines.model_files.model_args import ModelArgs
 
     stamp = tmp_path / "llama-cpp-build.json"
@@ -660,11 +660,11 @@ def api():
     from api import add_api
     from harness.running_server import running_server
 
-    slot = ModelSlot()
-    slot.load(LLAMACPP)
-    with running_server(add_api(FastAPI(), slot)) as url:
-        yield url, openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300), slot.model
-    slot.unload()
+    loaded_models = LoadedModels()
+    loaded_models.load(LLAMACPP)
+    with running_server(add_api(FastAPI(), loaded_models)) as url:
+        yield url, openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300), loaded_models.model
+    loaded_models.unload()
 
 
 def wait_for_free_turn(model: ChatModel, seconds: float) -> float:
@@ -733,7 +733,7 @@ def test_a_long_prompt_streams_how_far_it_is_read_where_the_client_asks(llama_mo
     (llama.cpp's server's shape), only with stream_options.include_prompt_progress; the next
     turn's says what came from the cache."""
     conversation = parcels_question(130)
-    with running_server(add_api(FastAPI(), ModelSlot(llama_model))) as url:
+    with running_server(add_api(FastAPI(), LoadedModels(llama_model))) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="-", max_retries=0, timeout=300)
 
         def streamed(conversation: list[dict], **options) -> list:
@@ -763,7 +763,7 @@ def test_a_long_prompt_streams_how_far_it_is_read_where_the_client_asks(llama_mo
 
 @pytest.mark.slow
 async def test_the_page_shows_how_far_a_long_prompt_is_read(llama_model):
-    handlers = ChatHandlers(ModelSlot(llama_model), CONTROLS)
+    handlers = ChatHandlers(LoadedModels(llama_model), CONTROLS)
     session = ChatSession()
     started = time.perf_counter()
     updates = await run(handlers.send(session, message(parcels_question(131, "the page")[0]["content"]), **settings(4)))

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engines import ModelSlot
+from engines import LoadedModels
 from limits import Limits
 from tests.media_samples import bomb_png, png_bytes, solid_image, tone, write_audio, write_video
 from tests.page_input import CONTROLS, message, run, settings, written_imports
@@ -45,9 +45,9 @@ FOLLOW_UP = "Say yes."
 
 @dataclass
 class Chat:
-    """A model in a slot, the page's handlers over it, and the exchange each test starts from."""
+    """A model in a LoadedModels, the page's handlers over it, and the exchange each test starts from."""
 
-    slot: ModelSlot
+    loaded_models: LoadedModels
     handlers: ChatHandlers
     prior: list[Turn] = field(default_factory=list)
 
@@ -55,14 +55,14 @@ class Chat:
         return ChatSession(tree=MessageTree.line([turn.model_copy(deep=True) for turn in self.prior]))
 
 
-def loaded_slot(args: dict[str, Any]) -> ModelSlot:
-    slot = ModelSlot()
-    slot.load({"infer_backend": "huggingface", **args})
-    return slot
+def models_loaded_with(args: dict[str, Any]) -> LoadedModels:
+    loaded_models = LoadedModels()
+    loaded_models.load({"infer_backend": "huggingface", **args})
+    return loaded_models
 
 
-async def chat_on(slot: ModelSlot, first: dict[str, Any]) -> Chat:
-    chat = Chat(slot, ChatHandlers(slot, CONTROLS))
+async def chat_on(loaded_models: LoadedModels, first: dict[str, Any]) -> Chat:
+    chat = Chat(loaded_models, ChatHandlers(loaded_models, CONTROLS))
     session = ChatSession()
     await run(chat.handlers.send(session, first, **settings(6)))
     assert [t.role for t in session.turns] == ["user", "assistant"] and not session.turns[0].error, session.turns
@@ -71,27 +71,27 @@ async def chat_on(slot: ModelSlot, first: dict[str, Any]) -> Chat:
 
 
 @pytest.fixture(scope="module")
-async def text_chat(slot):
+async def text_chat(loaded_models):
     """On the session's default model."""
-    return await chat_on(slot, message("Name a color."))
+    return await chat_on(loaded_models, message("Name a color."))
 
 
 @pytest.fixture(scope="module")
 async def vision_chat(tmp_path_factory, tiny_vision_model):
     picture = tmp_path_factory.mktemp("vision") / "red.png"
     solid_image((255, 0, 0)).save(picture)
-    chat = await chat_on(loaded_slot({"model_name_or_path": str(tiny_vision_model)}), message("What color is this?", [str(picture)]))
+    chat = await chat_on(models_loaded_with({"model_name_or_path": str(tiny_vision_model)}), message("What color is this?", [str(picture)]))
     yield chat
-    chat.slot.unload()
+    chat.loaded_models.unload()
 
 
 @pytest.fixture(scope="module")
 async def audio_chat(tmp_path_factory):
     folder = tmp_path_factory.mktemp("audio")
     clip = write_audio(folder / "beep.wav", tone(1.0, 16000), 16000)
-    chat = await chat_on(loaded_slot({"model_name_or_path": str(build_qwen2_audio(folder / "model"))}), message("What is this sound?", [str(clip)]))
+    chat = await chat_on(models_loaded_with({"model_name_or_path": str(build_qwen2_audio(folder / "model"))}), message("What is this sound?", [str(clip)]))
     yield chat
-    chat.slot.unload()
+    chat.loaded_models.unload()
 
 
 @pytest.fixture
@@ -312,7 +312,7 @@ IMPORTED = [
 
 @pytest.mark.parametrize("case", [pytest.param(case, id=case.kind) for case in IMPORTED])
 async def test_a_bad_conversation_file_is_refused_clearly_and_the_chat_stays(case, text_chat, tmp_path, upload_folder):
-    handlers = ChatHandlers(text_chat.slot, CONTROLS, limits=case.limits)
+    handlers = ChatHandlers(text_chat.loaded_models, CONTROLS, limits=case.limits)
     session = text_chat.session()
     path = tmp_path / "conversation.json"
     path.write_bytes(case.data)

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from harness.document_samples import docx_bytes, encrypted_pdf_bytes, pdf_bytes
-from engines import ModelSlot
+from engines import LoadedModels
 from engines.request import ChatRequest
 from limits import Limits
 from tests.page_input import CONTROLS, message, run, settings
@@ -26,8 +26,8 @@ from webui.handlers import ChatHandlers, edited_text
 
 
 @pytest.fixture
-def handlers(slot):
-    return ChatHandlers(slot, CONTROLS)
+def handlers(loaded_models):
+    return ChatHandlers(loaded_models, CONTROLS)
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def notes(tmp_path):
 
 
 @pytest.mark.slow
-async def test_documents_reach_the_model_named_by_file_and_page_and_show_as_chips(handlers, slot, report, notes):
+async def test_documents_reach_the_model_named_by_file_and_page_and_show_as_chips(handlers, loaded_models, report, notes):
     session = ChatSession()
     await run(handlers.send(session, message("What is the launch code?", [report, notes]), **settings(12)))
     asked, answer = session.turns
@@ -61,7 +61,7 @@ async def test_documents_reach_the_model_named_by_file_and_page_and_show_as_chip
     request = model_request(session.turns[:1])
     assert request.messages == [{"role": "user", "content": expected_text}]
     # What the model answered is its greedy answer to exactly that text.
-    [greedy] = slot.model.chat(ChatRequest.build([{"role": "user", "content": expected_text}], temperature=0, max_new_tokens=12))
+    [greedy] = loaded_models.model.chat(ChatRequest.build([{"role": "user", "content": expected_text}], temperature=0, max_new_tokens=12))
     assert answer.content == greedy.response_text and answer.error is None
     shown = render(session.tree)[0]["content"]
     chips = [part for part in shown if is_chip(part)]
@@ -76,26 +76,26 @@ async def test_documents_reach_the_model_named_by_file_and_page_and_show_as_chip
     assert session.turns[0].content == "Repeat the code." and len(session.turns[0].documents) == 2 and len(session.turns) == 2
 
 
-async def test_the_note_counts_tokens_with_the_models_own_tokenizer(handlers, slot, report, notes):
+async def test_the_note_counts_tokens_with_the_models_own_tokenizer(handlers, loaded_models, report, notes):
     note = handlers.attachments_note(ChatSession(), message("", [report, notes]), system="", tools="")
-    tokenizer = slot.model.engine.tokenizer
+    tokenizer = loaded_models.model.engine.tokenizer
     session = ChatSession()
     await run(handlers.send(session, message("", [report, notes]), **settings(2)))
     report_tokens, notes_tokens = (len(tokenizer(d.text, add_special_tokens=False).input_ids) for d in session.turns[0].documents)
     assert f"report.pdf (PDF, 2 pages): {report_tokens:,} tokens · notes.docx (Word, " in note
     assert f"{notes_tokens:,} tokens" in note
-    assert f"Together {report_tokens + notes_tokens:,} of this model's {slot.model.context_length:,} tokens" in note
+    assert f"Together {report_tokens + notes_tokens:,} of this model's {loaded_models.model.context_length:,} tokens" in note
     # With a conversation before it, its prompt counts too.
     later = handlers.attachments_note(session, message("", [report]), system="", tools="")
     assert "With the conversation so far (" in later and "the prompt takes" in later
     assert handlers.attachments_note(session, message("just text"), system="", tools="") == ""
 
 
-async def test_what_cannot_fit_the_context_is_refused_with_the_numbers(handlers, slot, tmp_path):
-    context = slot.model.context_length
+async def test_what_cannot_fit_the_context_is_refused_with_the_numbers(handlers, loaded_models, tmp_path):
+    context = loaded_models.model.context_length
     path = tmp_path / "book.txt"
     path.write_text("The quick brown fox jumps over the lazy dog. " * (context // 5))
-    tokens = slot.model.count_tokens(f"--- book.txt ---\n{path.read_text().strip()}\n--- end of book.txt ---")
+    tokens = loaded_models.model.count_tokens(f"--- book.txt ---\n{path.read_text().strip()}\n--- end of book.txt ---")
     assert tokens > context
     note = handlers.attachments_note(ChatSession(), message("", [str(path)]), system="", tools="")
     assert f"book.txt (text, {len(path.read_text()):,} characters): {tokens:,} tokens" in note
@@ -144,10 +144,10 @@ async def test_the_page_images_choice_is_ignored_for_a_model_that_reads_no_image
 
 
 async def test_pdfs_go_to_a_vision_model_as_page_images_when_chosen(tiny_vision_model, tmp_path, upload_folder):
-    slot = ModelSlot()
-    slot.load({"model_name_or_path": str(tiny_vision_model), "infer_backend": "huggingface"})
+    loaded_models = LoadedModels()
+    loaded_models.load({"model_name_or_path": str(tiny_vision_model), "infer_backend": "huggingface"})
     try:
-        handlers = ChatHandlers(slot, CONTROLS, limits=Limits(max_document_page_images=2))
+        handlers = ChatHandlers(loaded_models, CONTROLS, limits=Limits(max_document_page_images=2))
         assert handlers.model_status()["pdfs_as_images"]["visible"] is True
         session = ChatSession()
         handlers.pdfs_as_images(session, True)
@@ -171,10 +171,10 @@ async def test_pdfs_go_to_a_vision_model_as_page_images_when_chosen(tiny_vision_
             await run(handlers.send(session, message("And these?", [str(longer)]), **settings(2)))
         assert len(session.turns) == 2
     finally:
-        slot.unload()
+        loaded_models.unload()
 
 
-def test_token_counts_do_not_keep_an_unloaded_model_alive(slot):
+def test_token_counts_do_not_keep_an_unloaded_model_alive(loaded_models):
     from webui import attachments
 
     class Counting:

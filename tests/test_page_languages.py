@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from gradio.context import LocalContext
 
-from engines import ModelSlot
+from engines import LoadedModels
 from webui.languages.catalog import CATALOG, SETTINGS, TEXT_OPTIONS, is_text, said, setting_key
 from webui.languages.chosen_language import COOKIE, ENGLISH, LANGUAGE_SCRIPT, OFFERED, language_of, with_language_script
 
@@ -95,7 +95,7 @@ def test_words_the_browser_translates_read_as_icu_messages():
 @pytest.fixture(scope="module")
 def demo():
     from webui.layout import build_demo
-    return build_demo(ModelSlot())
+    return build_demo(LoadedModels())
 
 
 def test_no_component_shows_words_outside_the_catalog(demo):

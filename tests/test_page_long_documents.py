@@ -61,10 +61,10 @@ def fact(question_start):
     return next(fact for fact in FACTS if fact.question.startswith(question_start))
 
 
-async def test_a_message_with_documents_past_the_context_is_answered_from_their_passages(slot, store, uploads):
-    handlers = ChatHandlers(slot, CONTROLS)
+async def test_a_message_with_documents_past_the_context_is_answered_from_their_passages(loaded_models, store, uploads):
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     session = kept_session(store)
-    context = slot.model.context_length
+    context = loaded_models.model.context_length
     attached = [uploads["pump_manual.md"], uploads["handbook.pdf"]]
     note = handlers.attachments_note(session, message("", attached), system="", tools="")
     assert f"more than this model's context of {context:,} tokens: they will be read into passages" in note
@@ -77,9 +77,9 @@ async def test_a_message_with_documents_past_the_context_is_answered_from_their_
     asked, reply = session.turns
     assert asked.error is None and reply.content and len(store.library.documents("login:ada")) == 2
     manual, handbook = asked.documents
-    together = sum(slot.model.count_tokens(document.text) for document in asked.documents)
+    together = sum(loaded_models.model.count_tokens(document.text) for document in asked.documents)
     for document in (manual, handbook):
-        tokens = slot.model.count_tokens(document.text)
+        tokens = loaded_models.model.count_tokens(document.text)
         assert document.library_id and document.text  # kept whole in the chat, answered from passages
         assert re.fullmatch(rf"{re.escape(document.name)}: {tokens:,} tokens \({together:,} with the other documents\) > [\d,]+ left in "
                             rf"the context: answered from {len(document.passages)} passages?, [\d,]+ tokens", document.note), document.note
@@ -91,7 +91,7 @@ async def test_a_message_with_documents_past_the_context_is_answered_from_their_
     prompt = model_request(session.turns[:1]).messages[-1]["content"]
     assert "--- handbook.pdf: passages" in prompt and "cite each one you use by its number" in prompt
     assert handbook.text not in prompt and prompt.endswith(vacation.question)
-    assert slot.model.count_prompt_tokens(model_request(session.turns[:1])) < context
+    assert loaded_models.model.count_prompt_tokens(model_request(session.turns[:1])) < context
     chips = [part for part in render(session.tree)[0]["content"] if is_chip(part)]
     assert "answered from" in chips[1] and "[1]" in chips[0]
     # The reply's citations open the passages given; a number given none is said, not linked.
@@ -121,8 +121,8 @@ async def test_a_message_with_documents_past_the_context_is_answered_from_their_
         assert store._text_used(kept, "login:ada") == kept.scalar(select(func.sum(Chat.text_size)).where(Chat.owner == "login:ada"))
 
 
-async def test_stop_while_a_document_is_read_into_passages_keeps_the_conversation(slot, store, uploads):
-    handlers = ChatHandlers(slot, CONTROLS)
+async def test_stop_while_a_document_is_read_into_passages_keeps_the_conversation(loaded_models, store, uploads):
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     session = kept_session(store)
     report = uploads["field_report.docx"]
     doubled = report.replace("field_report.docx", "long_report.docx")
@@ -134,8 +134,8 @@ async def test_stop_while_a_document_is_read_into_passages_keeps_the_conversatio
     assert store.library.documents("login:ada") == []
 
 
-async def test_a_question_about_a_whole_document_reads_all_of_it_part_by_part(slot, store, uploads):
-    handlers = ChatHandlers(slot, CONTROLS)
+async def test_a_question_about_a_whole_document_reads_all_of_it_part_by_part(loaded_models, store, uploads):
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     session = kept_session(store)
     question = "How many sections does each document have? List all the section titles."
     sections = {"pump_manual.md": 70, "handbook.pdf": 60}
@@ -148,7 +148,7 @@ async def test_a_question_about_a_whole_document_reads_all_of_it_part_by_part(sl
     for document in asked.documents:
         [entry] = [entry for entry in store.library.documents("login:ada") if entry.name == document.name]
         every = store.library.in_order("login:ada", entry.id)
-        split = parts(every, (slot.model.context_length - NOTE_TOKENS) // 2, slot.model.count_tokens)
+        split = parts(every, (loaded_models.model.context_length - NOTE_TOKENS) // 2, loaded_models.model.count_tokens)
         # Every passage was read, in parts that fit the context, each noted by the model, numbered on.
         assert [passage.id for part in split for passage in part] == [passage.id for passage in every] and len(split) > 1
         outline, *notes = document.passages
@@ -158,7 +158,7 @@ async def test_a_question_about_a_whole_document_reads_all_of_it_part_by_part(sl
             f"Outline, counted by the server: {document.name} has exactly {sections[document.name]} sections.\nSections, in order: 1. ")
         assert [note.heading.split(",")[0] for note in notes] == [f"part {index} of {len(split)}" for index in range(1, len(split) + 1)]
         assert all(note.text for note in notes)
-        assert document.note == (f"{document.name}: {slot.model.count_tokens(document.text):,} tokens, read whole for a question about all "
+        assert document.note == (f"{document.name}: {loaded_models.model.count_tokens(document.text):,} tokens, read whole for a question about all "
                                  f"of it: its outline and the notes of its {len(split)} parts sent")
         assert any(f"{len(split)} of {len(split)} parts noted" in line and document.name in line for line in shown)
         number += 1 + len(split)
@@ -168,12 +168,12 @@ async def test_a_question_about_a_whole_document_reads_all_of_it_part_by_part(sl
     assert "--- pump_manual.md: passages [1]-" in prompt
 
 
-async def test_a_count_over_a_whole_code_file_is_answered_with_the_exact_count(slot, store, tmp_path):
+async def test_a_count_over_a_whole_code_file_is_answered_with_the_exact_count(loaded_models, store, tmp_path):
     # 40 KB of Python, some 14,000 tokens: 128 functions and 6 classes, and "def" 257 times.
     path = tmp_path / "upload" / "inventory.py"
     path.parent.mkdir()
     path.write_text(inventory_code())
-    handlers = ChatHandlers(slot, CONTROLS)
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     session = kept_session(store)
     await run(handlers.send(session, message("How many functions does inventory.py define?", [str(path)]), **settings(24)))
     asked, reply = session.turns
@@ -190,12 +190,12 @@ async def test_a_count_over_a_whole_code_file_is_answered_with_the_exact_count(s
     ("List the functions.", "whole"),  # searched by its words: read whole by hand (its outline answers it)
     ("How many functions does inventory.py define?", "search"),  # read whole by its words: searched by hand
 ])
-async def test_the_chats_long_documents_setting_chooses_search_or_whole_over_the_questions_words(slot, store, tmp_path, question, choice):
+async def test_the_chats_long_documents_setting_chooses_search_or_whole_over_the_questions_words(loaded_models, store, tmp_path, question, choice):
     path = tmp_path / "upload" / "inventory.py"
     path.parent.mkdir()
     path.write_text(inventory_code())
     assert asks_about_the_whole(question) is (choice == "search")
-    handlers = ChatHandlers(slot, CONTROLS)
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     session = kept_session(store)
     await run(handlers.send(session, message(question, [str(path)]), **settings(2), long_documents=choice))
     asked, reply = session.turns
@@ -209,8 +209,8 @@ async def test_the_chats_long_documents_setting_chooses_search_or_whole_over_the
         assert "answered from" in document.note and "passage" in document.note
 
 
-async def test_a_long_documents_choice_that_is_none_is_said_on_the_message(slot, store, uploads):
-    handlers = ChatHandlers(slot, CONTROLS)
+async def test_a_long_documents_choice_that_is_none_is_said_on_the_message(loaded_models, store, uploads):
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     session = kept_session(store)
     attached = [uploads["pump_manual.md"], uploads["handbook.pdf"]]  # together past the context
     await run(handlers.send(session, message("What is the warranty?", attached), **settings(2), long_documents="sometimes"))
@@ -219,8 +219,8 @@ async def test_a_long_documents_choice_that_is_none_is_said_on_the_message(slot,
     assert store.library.documents("login:ada") == []
 
 
-async def test_stop_while_a_whole_document_is_read_keeps_the_conversation(slot, store, uploads):
-    handlers = ChatHandlers(slot, CONTROLS)
+async def test_stop_while_a_whole_document_is_read_keeps_the_conversation(loaded_models, store, uploads):
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     session = kept_session(store)
     attached = [uploads["pump_manual.md"], uploads["handbook.pdf"]]
     assert await stopped_once_shown(handlers, session, message("Summarize the whole manual.", attached), "parts noted")

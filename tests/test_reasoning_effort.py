@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 
 from api import add_api
-from engines import ChatModel, ConfigError, ModelSlot, UnsupportedError
+from engines import ChatModel, ConfigError, LoadedModels, UnsupportedError
 from harness.running_server import running_server
 from tests.api_samples import QUESTION
 
@@ -60,8 +60,8 @@ def test_a_template_without_a_switch_refuses_it(chat_model):
     assert refused.value.setting == "reasoning_effort"
 
 
-def test_through_the_api(switch_model, slot):
-    with running_server(add_api(FastAPI(), ModelSlot(switch_model))) as url:
+def test_through_the_api(switch_model, loaded_models):
+    with running_server(add_api(FastAPI(), LoadedModels(switch_model))) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
         model_id = client.models.list().data[0].id
         settings = {"model": model_id, "messages": QUESTION, "temperature": 0, "max_tokens": 16}
@@ -71,10 +71,10 @@ def test_through_the_api(switch_model, slot):
         assert answering.content and not answering.model_extra.get("reasoning_content")
         with pytest.raises(openai.BadRequestError, match="reasoning_effort"):
             client.chat.completions.create(**settings, extra_body={"reasoning_effort": "max"})
-    with running_server(add_api(FastAPI(), slot)) as url:
+    with running_server(add_api(FastAPI(), loaded_models)) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
         with pytest.raises(openai.BadRequestError) as refused:
-            client.chat.completions.create(model=slot.model.model_id, messages=QUESTION, reasoning_effort="low")
+            client.chat.completions.create(model=loaded_models.model.model_id, messages=QUESTION, reasoning_effort="low")
         assert "no thinking switch" in refused.value.body["message"] and refused.value.body["param"] == "reasoning_effort"
 
 
@@ -87,7 +87,7 @@ def test_the_pages_thinking_switch_does_something_or_says_why_not(switch_model, 
 
     no_thinking_switch = said("chat.no_thinking_switch")
 
-    handlers = ChatHandlers(ModelSlot(chat_model), CONTROLS)
+    handlers = ChatHandlers(LoadedModels(chat_model), CONTROLS)
     switchable = handlers.model_defaults(switch_model)["enable_thinking"]
     assert (switchable["value"], switchable["interactive"]) == (True, True) and switchable["info"] != no_thinking_switch
     without = handlers.model_defaults(chat_model)["enable_thinking"]
@@ -97,7 +97,7 @@ def test_the_pages_thinking_switch_does_something_or_says_why_not(switch_model, 
 def test_the_responses_api_turns_the_switch_by_its_effort(switch_model):
     """reasoning.effort reaches a template with a switch (no warning); the prompt with the switch
     off holds the empty thought the template writes for it."""
-    with running_server(add_api(FastAPI(), ModelSlot(switch_model))) as url:
+    with running_server(add_api(FastAPI(), LoadedModels(switch_model))) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
         off, on = (client.responses.create(model=switch_model.model_id, input=QUESTION[0]["content"], max_output_tokens=1,
                                            reasoning={"effort": effort}) for effort in ("none", "high"))

@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 
 from api import add_api
-from engines import (ChatError, ChatModel, ChatRequest, ConfigError, KeepSettings, MediaError, ModelBusyError, ModelLoadError, ModelSlot,
+from engines import (ChatError, ChatModel, ChatRequest, ConfigError, KeepSettings, LoadedModels, MediaError, ModelBusyError, ModelLoadError,
                      Response, UnsupportedError)
 from engines.compaction import Compaction
 from engines.backends import remote
@@ -497,8 +497,8 @@ def test_our_api_in_front_of_a_remote_server_serves_the_same_requests(gateway, d
 async def test_the_page_loads_a_remote_server_and_chats_through_it(address, direct):
     """The Settings tab's Load with the remote backend, its key in the password field: the status
     names the server (never the key), and a chat's reply is the server's, with its stats."""
-    slot = ModelSlot()
-    handlers = ChatHandlers(slot, CONTROLS)
+    loaded_models = LoadedModels()
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     try:
         shown = handlers.load("remote", address, "auto", remote_api_key=f"  {KEY} ", progress=lambda *a, **k: None)
         assert shown["status"].startswith(f"✓ Loaded {address} on remote in ") and "Reads text." in shown["status"]
@@ -511,17 +511,17 @@ async def test_the_page_loads_a_remote_server_and_chats_through_it(address, dire
         refused = handlers.load("remote", address, "auto", remote_api_key="wrong", progress=lambda *a, **k: None)["status"]
         assert "refused the API key" in refused and "wrong" not in refused and f"Loaded {address} on remote" in refused
     finally:
-        slot.unload()
+        loaded_models.unload()
 
 
 def test_a_remote_model_and_a_local_one_are_served_side_by_side(address, direct):
     """Several models at once mix backends: the API answers each by its name, the remote one
     with the server's reply, the local one from this process."""
-    slot = ModelSlot(keep=KeepSettings(models_memory=64 << 30))
+    loaded_models = LoadedModels(keep=KeepSettings(models_memory=64 << 30))
     try:
-        slot.load({"served_model_name": "local"})
-        remote_id = slot.load({"model_name_or_path": address, "remote_api_key": KEY}).model_id
-        with running_server(add_api(FastAPI(), slot)) as url:
+        loaded_models.load({"served_model_name": "local"})
+        remote_id = loaded_models.load({"model_name_or_path": address, "remote_api_key": KEY}).model_id
+        with running_server(add_api(FastAPI(), loaded_models)) as url:
             client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
             assert [card.id for card in client.models.list().data] == [remote_id, "local"]
             asked = {"messages": QUESTION, "temperature": 0, "max_tokens": 8}
@@ -532,7 +532,7 @@ def test_a_remote_model_and_a_local_one_are_served_side_by_side(address, direct)
         assert through.choices[0].message.content == straight.choices[0].message.content
         assert local.usage.completion_tokens == 8 and local.choices[0].message.content
     finally:
-        slot.unload()
+        loaded_models.unload()
 
 
 def test_an_admin_lists_a_servers_models_for_the_settings_tab(address):

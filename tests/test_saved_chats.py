@@ -30,8 +30,8 @@ from webui.saved_chats import SavedChats
 
 
 @pytest.fixture
-def handlers(slot):
-    return ChatHandlers(slot, CONTROLS)
+def handlers(loaded_models):
+    return ChatHandlers(loaded_models, CONTROLS)
 
 
 @pytest.fixture
@@ -566,7 +566,7 @@ def sidebar_over(store, export_limit=100 * 2**20, **limits):
     return sidebar
 
 
-def test_all_of_a_users_chats_export_as_conversation_files_that_import(chat_store, upload_folder, slot):
+def test_all_of_a_users_chats_export_as_conversation_files_that_import(chat_store, upload_folder, loaded_models):
     chats = user_chats(chat_store)
     chats.add(MessageTree.line([Turn(role="user", content="Look", files=[str(picture(upload_folder / "a" / "red.png", "red"))]),
                Turn(role="assistant", content="Red.")]), system="Be brief.")
@@ -581,7 +581,7 @@ def test_all_of_a_users_chats_export_as_conversation_files_that_import(chat_stor
         names = archive.namelist()
         assert names == ["002 Say_ hi_there_.json", "003 Look.json"], "numbered as listed, newest first"
         archive.extractall(upload_folder / "unzipped")
-    handlers = ChatHandlers(slot, CONTROLS)
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     session = ChatSession()
     assert handlers.import_(session, str(upload_folder / "unzipped" / names[1]))["system"] == "Be brief."
     assert [t.content for t in session.turns] == ["Look", "Red."]
@@ -838,7 +838,7 @@ async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_
     assert session.tree.branch() == [0, versions[0]] and "1/3" in str(shown["chatbot"][-1]["content"])
     assert chat_store.tree(chats.owner, session.chat_id).branch() == [0, versions[0]], "the chat shows that branch from now on"
     requests = []
-    model = handlers.slot.model
+    model = handlers.loaded_models.model
     astream_reply = model.astream_reply
     monkeypatch.setattr(model, "astream_reply", lambda request, **kw: requests.append(request) or astream_reply(request, **kw))
     await run(handlers.send(session, message("And a vegetable?"), **settings(4)))
@@ -881,7 +881,7 @@ async def test_regenerate_and_edit_keep_versions_and_the_next_message_continues_
     assert chat_store.tree(chats.owner, session.chat_id).messages == []
 
 
-async def test_continue_writes_on_the_cut_reply_in_the_same_message_and_keeps_it(handlers, chat_store, slot):
+async def test_continue_writes_on_the_cut_reply_in_the_same_message_and_keeps_it(handlers, chat_store, loaded_models):
     chats = user_chats(chat_store)
     session = chats.new_session()
     asked = "Write a long story about a dragon."
@@ -890,7 +890,7 @@ async def test_continue_writes_on_the_cut_reply_in_the_same_message_and_keeps_it
     assert first_part.stats.finish_reason == "length"
 
     updates = await run(handlers.continue_reply(session, **settings(8)))
-    [whole] = slot.model.chat([{"role": "user", "content": asked}], temperature=0, max_new_tokens=16)
+    [whole] = loaded_models.model.chat([{"role": "user", "content": asked}], temperature=0, max_new_tokens=16)
     assert [t.role for t in session.turns] == ["user", "assistant"]
     reply = session.turns[1]
     assert reply.content == whole.response_text, "the model went on from where the reply ended"
@@ -979,13 +979,13 @@ async def test_a_chat_exports_and_imports_with_every_version_of_its_messages(han
     assert chat_shape(chat_store, bob.owner, plain.chat_id) == ([("user", "Name a berry.", None), ("assistant", saved["turns"][1]["content"], 0)], [0, 1])
 
 
-def test_an_imported_version_keeps_its_media(chat_store, upload_folder, slot):
+def test_an_imported_version_keeps_its_media(chat_store, upload_folder, loaded_models):
     chats = user_chats(chat_store)
     red = picture(upload_folder / "a" / "red.png", "red")
     session = chats.add(MessageTree.line([Turn(role="user", content="Look", files=[str(red)]), Turn(role="assistant", content="Red.")]))
     session.tree.add(Turn(role="user", content="Look again", files=[str(picture(upload_folder / "b" / "blue.png", "blue"))]), None)
     chats.keep(session, session.chat_id, "", "")  # an edit: a new version of the first message
-    handlers = ChatHandlers(slot, CONTROLS)
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     exported = handlers.export(session, "")["value"]
     assert Path(exported).read_text().count("data:image/png") == 2, "each message's medium once"
 

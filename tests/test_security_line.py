@@ -121,7 +121,7 @@ def running_stream(url: str, address: str, auth: tuple[str, str] | None = None) 
 
 def wait_until_waiting(app: AppInProcess, count: int) -> None:
     """Until ``count`` replies wait in the app's line for the model."""
-    line = app.slot.model.line
+    line = app.loaded_models.model.line
     deadline = time.monotonic() + 120
     while line.waiting != count:
         assert time.monotonic() < deadline, f"{line.waiting} replies wait in line, not {count}"

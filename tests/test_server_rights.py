@@ -16,7 +16,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 from gradio_client.utils import QueueError, Status
 
-from engines import ModelSlot
+from engines import LoadedModels
 from harness.app_in_process import AppInProcess
 from harness.browser import CHROMIUM, free_port
 from harness.soak_cycles import load_request
@@ -123,16 +123,16 @@ def test_an_api_body_over_the_limit_gets_413(app):
 
 
 @pytest.fixture(scope="module")
-def slot():
-    slot = ModelSlot()
-    yield slot
-    slot.unload()
+def loaded_models():
+    loaded_models = LoadedModels()
+    yield loaded_models
+    loaded_models.unload()
 
 
-def test_a_full_queue_says_the_server_is_busy(slot, browser):
+def test_a_full_queue_says_the_server_is_busy(loaded_models, browser):
     """With room for one waiting request: while a model switch holds the model, one unload runs
     (waiting for it), one waits its turn, and the next is told the server is busy."""
-    demo = build_demo(slot).queue(max_size=1)
+    demo = build_demo(loaded_models).queue(max_size=1)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     url = f"http://127.0.0.1:{port}/"
@@ -142,7 +142,7 @@ def test_a_full_queue_says_the_server_is_busy(slot, browser):
         page.get_by_role("tab", name="Settings").click()
         expect(page.locator("#model-status")).to_contain_text("No model loaded")
         client = Client(url, verbose=False)
-        with load_held(slot, {"infer_backend": "huggingface"}):
+        with load_held(loaded_models, {"infer_backend": "huggingface"}):
             running = client.submit(api_name="/unload")
             wait_for(lambda: running.status().code == Status.PROCESSING)
             waiting = client.submit(api_name="/unload")

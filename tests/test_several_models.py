@@ -1,4 +1,4 @@
-"""Several models loaded at once (engines/model_slot.py), on llama.cpp and the embedded GGUF under
+"""Several models loaded at once (engines/loaded_models.py), on llama.cpp and the embedded GGUF under
 other names: kept within a memory budget, the least recently used idle one unloaded first and its
 memory given back, a busy one never (nor one whose reply waits on a tool or the user's say); an
 idle model unloaded after its time; the API serving each loaded model by its name, and loading a
@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh builds it)", exc_type=ImportError)
 
-from engines import ChatRequest, KeepSettings, ModelSlot, Response  # noqa: E402
+from engines import ChatRequest, KeepSettings, LoadedModels, Response  # noqa: E402
 from engines.model_files.paths import default_gguf  # noqa: E402
 from engines.tools import BUILTIN_TOOLS, Tool, ToolResult  # noqa: E402
 from harness.app_in_process import AppInProcess  # noqa: E402
@@ -48,8 +48,8 @@ def rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-def loaded_ids(slot: ModelSlot) -> list[str]:
-    return [model.model_id for model in slot.models]
+def loaded_ids(loaded_models: LoadedModels) -> list[str]:
+    return [model.model_id for model in loaded_models.models]
 
 
 class Busy:
@@ -148,25 +148,25 @@ class LongStream:
 
 @pytest.mark.slow
 def test_a_memory_budget_keeps_models_loaded_and_unloads_the_least_recently_used_idle_one():
-    slot = ModelSlot(keep=KeepSettings(models_memory=64 << 30))
+    loaded_models = LoadedModels(keep=KeepSettings(models_memory=64 << 30))
     try:
-        first = slot.load(named("first"))
+        first = loaded_models.load(named("first"))
         before = rss()
-        second = slot.load(named("second"))
+        second = loaded_models.load(named("second"))
         footprint = rss() - before
         assert footprint > 50 * 2**20, f"a second model should take memory of its own: {footprint / 2**20:.0f} MiB"
-        assert loaded_ids(slot) == ["second", "first"] and slot.model is second, "the model loaded last is the default"
-        assert "Also loaded: first." in slot.describe()
+        assert loaded_ids(loaded_models) == ["second", "first"] and loaded_models.model is second, "the model loaded last is the default"
+        assert "Also loaded: first." in loaded_models.describe()
         # Each answers by its id, loaded once: the engines are those loaded.
-        assert slot.get("first") is first and slot.get("nonesuch") is None
+        assert loaded_models.for_request("first") is first and loaded_models.for_request("nonesuch") is None
         assert first.chat(QUESTION, temperature=0, max_new_tokens=4)[0].response_length == 4
         assert second.chat(QUESTION, temperature=0, max_new_tokens=4)[0].response_length == 4
 
         # Over the budget, the least recently used idle model is unloaded: "second", as "first" was asked since.
         with_two = rss()
-        slot.keep = KeepSettings(models_memory=with_two + footprint // 2)
-        third = slot.load(named("third"))
-        assert loaded_ids(slot) == ["third", "first"] and second.engine is None
+        loaded_models.keep = KeepSettings(models_memory=with_two + footprint // 2)
+        third = loaded_models.load(named("third"))
+        assert loaded_ids(loaded_models) == ["third", "first"] and second.engine is None
         after = rss()
         print(f"\ntwo models {with_two / 2**20:.0f} MiB, one model's {footprint / 2**20:.0f} MiB; "
               f"a third loaded and the least recently used unloaded: {after / 2**20:.0f} MiB")
@@ -176,30 +176,30 @@ def test_a_memory_budget_keeps_models_loaded_and_unloads_the_least_recently_used
         # A model writing a reply stays, even over the budget; the idle one goes.
         busy = Busy(first)
         try:
-            slot.keep = KeepSettings(models_memory=1)
-            slot.load(named("fourth"))
-            assert loaded_ids(slot) == ["fourth", "first"] and third.engine is None and first.engine is not None
+            loaded_models.keep = KeepSettings(models_memory=1)
+            loaded_models.load(named("fourth"))
+            assert loaded_ids(loaded_models) == ["fourth", "first"] and third.engine is None and first.engine is not None
         finally:
             busy.stop()
     finally:
-        slot.unload()
-    assert not slot.loaded and first.engine is None
+        loaded_models.unload()
+    assert loaded_models.empty and first.engine is None
 
 
 @pytest.mark.slow
 def test_an_idle_model_is_unloaded_after_its_time_and_a_busy_one_is_not():
     idle_seconds = 1.0
-    slot = ModelSlot(keep=KeepSettings(idle_unload_minutes=idle_seconds / 60))
+    loaded_models = LoadedModels(keep=KeepSettings(idle_unload_minutes=idle_seconds / 60))
     try:
-        model = slot.load(LLAMACPP)
+        model = loaded_models.load(LLAMACPP)
         busy = Busy(model)
         try:
             time.sleep(3 * idle_seconds)
-            assert slot.get(model.model_id) is model, "a model writing a reply was unloaded as idle"
+            assert loaded_models.for_request(model.model_id) is model, "a model writing a reply was unloaded as idle"
         finally:
             busy.stop()
         deadline = time.monotonic() + 30
-        while slot.loaded:
+        while not loaded_models.empty:
             assert time.monotonic() < deadline, "the idle model was not unloaded"
             time.sleep(0.1)
         assert model.engine is None
@@ -208,7 +208,7 @@ def test_an_idle_model_is_unloaded_after_its_time_and_a_busy_one_is_not():
             assert time.monotonic() < deadline, "the idle check went on with no model loaded"
             time.sleep(0.1)
     finally:
-        slot.unload()
+        loaded_models.unload()
 
 
 @pytest.mark.server
@@ -228,7 +228,7 @@ def test_the_api_serves_each_loaded_model_by_name_and_loads_a_listed_one_on_dema
         assert from_copy.model == "copy" and other_seconds < ANSWERED_WITHIN
         # The default, which the page's new chats get, is still the operator's: a request's load never changes it.
         assert listed(app) == [("SmolLM2-135M-Instruct", True, ["text"]), ("copy", True, ["text"])]
-        assert app.slot.model.model_id == DEFAULT_MODEL
+        assert app.loaded_models.model.model_id == DEFAULT_MODEL
         from_default = client.chat.completions.create(model="SmolLM2-135M-Instruct", **asked)
         assert from_default.model == "SmolLM2-135M-Instruct"
         assert from_default.choices[0].message.content == from_copy.choices[0].message.content, "the same weights, greedy"
@@ -236,10 +236,10 @@ def test_the_api_serves_each_loaded_model_by_name_and_loads_a_listed_one_on_dema
         for unknown in ("nonesuch", "http://127.0.0.1:9/v1"):
             with pytest.raises(openai.NotFoundError, match=f"The model '{unknown}' is not served here; this server serves 'SmolLM2-135M-Instruct', 'copy'"):
                 client.chat.completions.create(model=unknown, **asked)
-        assert len(app.slot.models) == 2
+        assert len(app.loaded_models.models) == 2
         # Without --load-on-demand, a listed model not loaded is not served.
-        app.slot.unload("copy")
-        app.slot.keep = app.slot.keep.replace(load_on_demand=False)
+        app.loaded_models.unload("copy")
+        app.loaded_models.keep = app.loaded_models.keep.replace(load_on_demand=False)
         assert listed(app) == [("SmolLM2-135M-Instruct", True, ["text"])]
         with pytest.raises(openai.NotFoundError, match="'copy' is not served here; this server serves 'SmolLM2-135M-Instruct'"):
             client.chat.completions.create(model="copy", **asked)
@@ -253,7 +253,7 @@ async def test_a_model_whose_reply_waits_on_the_user_or_a_tool_is_never_unloaded
     waits for the user's say and while the tool runs, the model is neither unloaded after its
     idle time nor to make room for another, and another user's request to it is answered."""
     idle_seconds = 0.5
-    slot = ModelSlot(keep=KeepSettings(models_memory=64 << 30, idle_unload_minutes=idle_seconds / 60))
+    loaded_models = LoadedModels(keep=KeepSettings(models_memory=64 << 30, idle_unload_minutes=idle_seconds / 60))
     asked_user, answered, running, finished = asyncio.Event(), asyncio.Event(), asyncio.Event(), asyncio.Event()
 
     class WaitingApproval:
@@ -275,7 +275,7 @@ async def test_a_model_whose_reply_waits_on_the_user_or_a_tool_is_never_unloaded
     request = ChatRequest.build([{"role": "user", "content": "What is 17 times 23? Use the calculator."}], tools=[calculator.schema()],
                                 tool_choice={"type": "function", "function": {"name": "calculator"}}, temperature=0, max_new_tokens=30)
     try:
-        model = await asyncio.to_thread(slot.load, named("with-tools"))
+        model = await asyncio.to_thread(loaded_models.load, named("with-tools"))
 
         async def whole_reply() -> list:
             return [item async for item in model.astream_reply_with_tools(request, tools, step_limit=2, approval=WaitingApproval())]
@@ -283,7 +283,7 @@ async def test_a_model_whose_reply_waits_on_the_user_or_a_tool_is_never_unloaded
         reply = asyncio.create_task(whole_reply())
         await asyncio.wait_for(asked_user.wait(), 120)
         await asyncio.sleep(3 * idle_seconds)
-        assert slot.get("with-tools") is model, "a model whose reply waits for the user's say was unloaded as idle"
+        assert loaded_models.for_request("with-tools") is model, "a model whose reply waits for the user's say was unloaded as idle"
         started = time.monotonic()
         other = await asyncio.to_thread(model.chat, QUESTION, temperature=0, max_new_tokens=4)
         other_seconds = time.monotonic() - started
@@ -292,16 +292,16 @@ async def test_a_model_whose_reply_waits_on_the_user_or_a_tool_is_never_unloaded
         answered.set()
         await asyncio.wait_for(running.wait(), 30)
         await asyncio.sleep(3 * idle_seconds)
-        slot.keep = slot.keep.replace(models_memory=1)
-        await asyncio.to_thread(slot.load, named("another"))  # past a 1-byte budget: every idle model but the new default goes
-        assert slot.get("with-tools") is model and model.engine is not None, "a model whose reply runs a tool was unloaded"
+        loaded_models.keep = loaded_models.keep.replace(models_memory=1)
+        await asyncio.to_thread(loaded_models.load, named("another"))  # past a 1-byte budget: every idle model but the new default goes
+        assert loaded_models.for_request("with-tools") is model and model.engine is not None, "a model whose reply runs a tool was unloaded"
         finished.set()
         items = await asyncio.wait_for(reply, 120)
         print(f"\na reply held its model through the user's say and its tool; another user answered in {other_seconds:.2f} s meanwhile")
         assert [item.content for item in items if isinstance(item, ToolResult)] == ["391"]
         assert isinstance(items[-1], Response) and items[-1].finish_reason != "abort", "the reply went on to its last answer"
     finally:
-        slot.unload()
+        loaded_models.unload()
 
 
 @pytest.mark.server
@@ -312,13 +312,13 @@ def test_a_load_on_demand_past_the_memory_budget_is_refused_while_the_models_hol
         with_first, files = rss(), default_gguf().stat().st_size
         # Room for another model's files only once "first" is unloaded; the default is never unloaded for a request.
         budget = with_first + files // 2
-        app.slot.keep = app.slot.keep.replace(models_memory=budget)
+        app.loaded_models.keep = app.loaded_models.keep.replace(models_memory=budget)
         busy = LongStream(app, "first", ATTACKER)
         try:
             (refused, seconds), other_seconds = while_another_asks(app, lambda: ask(app, "second", ATTACKER))
             during = rss()
             # Room for its files, not for its context and buffers: loaded, measured, and unloaded before any request reaches it.
-            app.slot.keep = app.slot.keep.replace(models_memory=with_first + 2 * files)
+            app.loaded_models.keep = app.loaded_models.keep.replace(models_memory=with_first + 2 * files)
             measured = ask(app, "second", ATTACKER)[0]
             after_measured = rss()
         finally:
@@ -332,18 +332,18 @@ def test_a_load_on_demand_past_the_memory_budget_is_refused_while_the_models_hol
             assert "would pass this server's memory budget" in message and "first (in use)" in message and f"{DEFAULT_MODEL} (the default)" in message
         assert f"Loading second ({files / 2**20:,.0f} MiB)" in refused.json()["error"]["message"], "refused before it loads"
         assert seconds < ANSWERED_WITHIN and other_seconds < ANSWERED_WITHIN
-        assert loaded_ids(app.slot) == [DEFAULT_MODEL, "first"] and during <= budget
+        assert loaded_ids(app.loaded_models) == [DEFAULT_MODEL, "first"] and during <= budget
         assert abs(after_measured - with_first) <= MEMORY_BOUND * with_first
 
         # Once "first" is idle, it makes room for the other.
         deadline = time.monotonic() + 30
-        while app.slot.get("first").line.running:
+        while app.loaded_models.for_request("first").line.running:
             assert time.monotonic() < deadline, "the closed stream went on"
             time.sleep(0.05)
         assert ask(app, "second", ATTACKER)[0].status_code == 200
         after = rss()
         print(f"then loaded in its place: {after / 2**20:.0f} MiB")
-        assert loaded_ids(app.slot) == [DEFAULT_MODEL, "second"] and abs(after - with_first) <= MEMORY_BOUND * with_first
+        assert loaded_ids(app.loaded_models) == [DEFAULT_MODEL, "second"] and abs(after - with_first) <= MEMORY_BOUND * with_first
     finally:
         app.stop()
 
@@ -362,7 +362,7 @@ def test_one_user_loads_only_so_many_models_a_minute(tmp_path):
         assert refused.status_code == 429 and refused.json()["error"]["code"] == "model_load_rate_limit"
         assert 0 < int(refused.headers["Retry-After"]) <= 60 and "--max-model-loads-per-user 2" in refused.json()["error"]["message"]
         assert seconds < ANSWERED_WITHIN and other_seconds < ANSWERED_WITHIN
-        assert "third" not in loaded_ids(app.slot) and rss() - with_two <= MEMORY_BOUND * with_two
+        assert "third" not in loaded_ids(app.loaded_models) and rss() - with_two <= MEMORY_BOUND * with_two
         # The limit is each user's: the other user loads it.
         assert ask(app, "third", OTHER_USER)[0].status_code == 200
     finally:

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engines import ModelSlot
+from engines import LoadedModels
 from harness.browser import CHROMIUM, bot_messages, open_chat, open_tab, replies, send
 from harness.soak_cycles import (
     BACKENDS, COUNTING, ENGINE_STOPPED, VLLM, Trace, api_disconnects, busy, click_stop, engine_core, load_in_page, load_unload_cycles,
@@ -52,15 +52,15 @@ def needs(backend: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def slot():
-    slot = ModelSlot()
-    yield slot
-    slot.unload()
+def loaded_models():
+    loaded_models = LoadedModels()
+    yield loaded_models
+    loaded_models.unload()
 
 
 @pytest.fixture(scope="module")
-def url(slot):
-    with served_app(slot) as url:
+def url(loaded_models):
+    with served_app(loaded_models) as url:
         yield url
 
 
@@ -95,7 +95,7 @@ def assert_flat(trace: Trace, what: str) -> None:
 
 
 @pytest.mark.parametrize("backend", ["huggingface", "vllm"])
-def test_stop_and_disconnect_cycles_leave_nothing_behind(backend, slot, url, open_page, client):
+def test_stop_and_disconnect_cycles_leave_nothing_behind(backend, loaded_models, url, open_page, client):
     """Stop/Regenerate in the page and streams cut by the client: memory, threads and vLLM's
     unfinished requests stay flat, and the next request is answered at once. On vLLM the page
     cycles run in bench/soak.py only: in a full CI run the regenerated reply was gone before
@@ -111,15 +111,15 @@ def test_stop_and_disconnect_cycles_leave_nothing_behind(backend, slot, url, ope
         page_stop_regenerate(page, 1)  # the warm cycle
         trace = Trace()
         page_stop_regenerate(page, PAGE_CYCLES, trace)
-        wait_until_idle(slot)
+        wait_until_idle(loaded_models)
         assert_flat(trace, f"{PAGE_CYCLES} stop/regenerate cycles")
 
     api_disconnects(url, 1)  # the warm cycle
     trace = Trace()
     api_disconnects(url, API_DISCONNECTS, trace)
     next_request = timed_request(url)
-    wait_until_idle(slot, timeout=10)
-    assert busy(slot) == {}
+    wait_until_idle(loaded_models, timeout=10)
+    assert busy(loaded_models) == {}
     assert_flat(trace, f"{API_DISCONNECTS} client disconnects")
     # A cancelled request still holding the model would cost the rest of its 2,000-token reply,
     # over half a minute at this model's pace; a stall of the shared machine costs seconds (CI once
@@ -127,26 +127,26 @@ def test_stop_and_disconnect_cycles_leave_nothing_behind(backend, slot, url, ope
     assert next_request < 3 * fresh + STALL, f"the next request took {next_request:.2f} s, a fresh one {fresh:.2f} s"
 
 
-def test_a_failed_load_keeps_the_previous_model_serving(slot, url, client):
-    if not slot.loaded:  # run alone: the earlier tests leave a model loaded
-        slot.load(BACKENDS["huggingface"])
-    loaded = slot.describe()
+def test_a_failed_load_keeps_the_previous_model_serving(loaded_models, url, client):
+    if loaded_models.empty:  # run alone: the earlier tests leave a model loaded
+        loaded_models.load(BACKENDS["huggingface"])
+    loaded = loaded_models.describe()
     for settings, why in (({"infer_backend": "huggingface", "model_name_or_path": "/no/such/model"}, "/no/such/model"),
                           ({"infer_backend": "sglang"}, "sglang")):
         status = page_load(client, settings)
         assert status.startswith("⚠ **Could not load:**") and why in status and loaded in status, status
-        assert slot.describe() == loaded
+        assert loaded_models.describe() == loaded
         page_reply(client)  # a written reply, not the note that the model could not answer
         timed_request(url)
 
 
-def test_killed_vllm_engine_is_told_to_the_user_and_a_reload_serves(slot, url, open_page):
+def test_killed_vllm_engine_is_told_to_the_user_and_a_reload_serves(loaded_models, url, open_page):
     """vLLM's engine core killed while a reply streams in the page and another to an API client:
     both are told, in words, that the engine stopped and to load the model again; nothing hangs;
     loading it again from the page serves, without restarting the app."""
     needs("vllm")
-    if not slot.loaded or slot.model.backend != "vllm":
-        slot.load(VLLM)
+    if loaded_models.empty or loaded_models.model.backend != "vllm":
+        loaded_models.load(VLLM)
     core = engine_core()
     page = open_page()
     send(page, COUNTING)
@@ -166,20 +166,20 @@ def test_killed_vllm_engine_is_told_to_the_user_and_a_reload_serves(slot, url, o
     refused = httpx.post(f"{url}v1/chat/completions", json=body | {"stream": False}, timeout=60)
     assert refused.status_code == 503 and ENGINE_STOPPED.search(refused.json()["error"]["message"]), refused.text
 
-    dead = slot.model
+    dead = loaded_models.model
     dead_sockets = Path(dead.engine.socket_folder)
     load_in_page(page, VLLM)
     # The status line named the dead model as loaded already: wait for the new one to take its place.
     deadline = time.monotonic() + 300
-    while slot.model is dead:
+    while loaded_models.model is dead:
         assert time.monotonic() < deadline, "loading again from the page did not finish"
         time.sleep(0.2)
     # vLLM's sockets are named in a folder of the engine's own, gone with the dead engine, which the
-    # slot closes once the new one has taken its place (engines/model_slot.py): a moment after.
+    # LoadedModels closes once the new one has taken its place (engines/loaded_models.py): a moment after.
     while dead_sockets.exists():
         assert time.monotonic() < deadline, f"the dead engine's sockets were left: {dead_sockets}"
         time.sleep(0.2)
-    assert any(path.is_socket() for path in Path(slot.model.engine.socket_folder).iterdir())
+    assert any(path.is_socket() for path in Path(loaded_models.model.engine.socket_folder).iterdir())
     expect(page.locator("#model-status")).to_contain_text("Loaded SmolLM2-135M-Instruct (embedded) on vllm in")
     open_tab(page, "Chat")
     before = replies(page)
@@ -191,22 +191,22 @@ def test_killed_vllm_engine_is_told_to_the_user_and_a_reload_serves(slot, url, o
     click_stop(page)
     timed_request(url)
     assert engine_core().pid != core.pid
-    assert busy(slot) == {}
+    assert busy(loaded_models) == {}
 
 
 # vLLM first: the killed-engine test above leaves it loaded, and unloading that model is its warm cycle.
 @pytest.mark.parametrize("backend", ["vllm", "huggingface"])
-def test_load_unload_cycles_give_the_memory_back(backend, slot, client):
+def test_load_unload_cycles_give_the_memory_back(backend, loaded_models, client):
     """After a warm cycle, each load/unload cycle gives its memory and threads back. Where the
     earlier tests left this backend's model loaded (and answering), its unload is the warm cycle:
     a vLLM cycle costs a minute."""
     needs(backend)
-    if slot.loaded and slot.model.backend == backend:
+    if not loaded_models.empty and loaded_models.model.backend == backend:
         page_unload(client)
         baseline = Usage.now()
         cycles = load_unload_cycles(client, BACKENDS[backend], LIFETIME_CYCLES[backend] - 1)
     else:
-        slot.unload()
+        loaded_models.unload()
         warm, *cycles = load_unload_cycles(client, BACKENDS[backend], LIFETIME_CYCLES[backend])
         baseline = warm.after_unload
     for number, cycle in enumerate(cycles, start=1):

@@ -15,9 +15,9 @@ from webui.handlers import ChatHandlers
 from webui.saved_chats import SavedChats
 
 
-async def a_chat_under_way(slot, store, owner):
+async def a_chat_under_way(loaded_models, store, owner):
     """The page's handlers on ``store``, and a session of ``owner``'s whose first exchange is saved."""
-    handlers = ChatHandlers(slot, CONTROLS)
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     chats = SavedChats(store, owner)
     session = chats.new_session()
     await run(handlers.send(session, message("Say apple."), **settings(4)))
@@ -30,10 +30,10 @@ def server():
         yield running
 
 
-async def test_a_database_gone_mid_session_is_said_and_nothing_is_lost_once_it_is_back(slot, server, upload_folder):
+async def test_a_database_gone_mid_session_is_said_and_nothing_is_lost_once_it_is_back(loaded_models, server, upload_folder):
     store = open_store(server.url)
     try:
-        handlers, chats, session = await a_chat_under_way(slot, store, "login:alice")
+        handlers, chats, session = await a_chat_under_way(loaded_models, store, "login:alice")
 
         server.stop()
         with pytest.warns(UserWarning, match=r"⚠ This chat could not be saved \(.*\)\. It stays on the page and goes on"):
@@ -101,10 +101,10 @@ def full_at(engine, pages):
     return lambda: event.remove(engine, "connect", limit) or engine.dispose()
 
 
-async def test_a_full_disk_is_said_the_conversation_goes_on_and_the_store_catches_up(slot, tmp_path, upload_folder):
+async def test_a_full_disk_is_said_the_conversation_goes_on_and_the_store_catches_up(loaded_models, tmp_path, upload_folder):
     store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", data=tmp_path)
     try:
-        handlers, chats, session = await a_chat_under_way(slot, store, "browser:b1")
+        handlers, chats, session = await a_chat_under_way(loaded_models, store, "browser:b1")
         with store.engine.connect() as connection:
             pages = connection.exec_driver_sql("PRAGMA page_count").scalar()
         room_again = full_at(store.engine, pages)
@@ -127,11 +127,11 @@ async def test_a_full_disk_is_said_the_conversation_goes_on_and_the_store_catche
         store.close()
 
 
-async def test_a_database_file_broken_under_a_session_is_said_and_the_conversation_goes_on(slot, tmp_path, upload_folder):
+async def test_a_database_file_broken_under_a_session_is_said_and_the_conversation_goes_on(loaded_models, tmp_path, upload_folder):
     path = tmp_path / "chats.db"
     store = open_store(f"sqlite:///{path}", data=tmp_path)
     try:
-        handlers, chats, session = await a_chat_under_way(slot, store, "browser:b1")
+        handlers, chats, session = await a_chat_under_way(loaded_models, store, "browser:b1")
         store.engine.dispose()
         for leftover in tmp_path.glob("chats.db-*"):  # the write-ahead log would otherwise still hold the chat
             leftover.unlink()

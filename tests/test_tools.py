@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from engines import ChatModel, ChatRequest, ConfigError, ModelSlot, Response
+from engines import ChatModel, ChatRequest, ConfigError, LoadedModels, Response
 from engines.prompt.reply_parser import ToolCall
 from engines.tools import BUILTIN_TOOLS, DENIED, StepLimitReached, Tool, ToolResult, ToolSettings, ToolsRunning, run_call
 from engines.tools import agent_loop
@@ -204,7 +204,7 @@ def test_a_result_too_long_for_the_context_is_cut_with_a_note(model):
 
 @pytest.fixture
 def handlers(model):
-    return ChatHandlers(ModelSlot(model), CONTROLS)
+    return ChatHandlers(LoadedModels(model), CONTROLS)
 
 
 def with_tools(**tools):

@@ -16,15 +16,15 @@ pytest.importorskip(
 )
 
 from api import add_api  # noqa: E402
-from engines import ModelSlot  # noqa: E402
+from engines import LoadedModels  # noqa: E402
 from harness.running_server import running_server  # noqa: E402
 from tests.api_samples import COUNTING, stream_text  # noqa: E402
 
 
 def test_penalties_reach_an_engine_that_supports_them(vllm_model):
-    """Presence/frequency penalties are honoured, not refused. The slot is never unloaded: that
+    """Presence/frequency penalties are honoured, not refused. The model is never unloaded: that
     would close the shared engine."""
-    with running_server(add_api(FastAPI(), ModelSlot(vllm_model))) as url:
+    with running_server(add_api(FastAPI(), LoadedModels(vllm_model))) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
         model = client.models.list().data[0].id
         request = {"model": model, "messages": COUNTING, "temperature": 0, "max_tokens": 30}
@@ -45,7 +45,7 @@ def test_anthropics_messages_on_vllm(vllm_model):
     streamed in Anthropic's events, a tool call as a tool_use block, and a stop sequence named."""
     import anthropic
 
-    with running_server(add_api(FastAPI(), ModelSlot(vllm_model))) as url:
+    with running_server(add_api(FastAPI(), LoadedModels(vllm_model))) as url:
         model = vllm_model.model_id
         messages = [{"role": "user", "content": "What is the capital of France?"}]
         chat = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300).chat.completions.create(
@@ -72,7 +72,7 @@ def test_anthropics_messages_on_vllm(vllm_model):
 def test_the_responses_api_on_vllm(vllm_model):
     """The Responses API on vLLM: the same reply as the chat completion of the same request,
     streamed in its events, and a forced function call as a function_call item."""
-    with running_server(add_api(FastAPI(), ModelSlot(vllm_model))) as url:
+    with running_server(add_api(FastAPI(), LoadedModels(vllm_model))) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
         model = vllm_model.model_id
         question = "What is the capital of France?"

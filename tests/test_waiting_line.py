@@ -14,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 
 from api import add_api
-from engines import ConfigError, ModelBusyError, ModelSlot, QueuePlace, ReplyChunk
+from engines import ConfigError, LoadedModels, ModelBusyError, QueuePlace, ReplyChunk
 from engines.waiting_line import WaitingLine
 from harness.running_server import running_server
 from tests.api_samples import COUNTING, QUESTION
@@ -27,11 +27,11 @@ ENDLESS = {"temperature": 0, "max_new_tokens": 3000}
 
 
 @pytest.fixture(scope="module")
-def slot():
-    slot = ModelSlot()
-    slot.load({"infer_backend": "huggingface", "max_concurrent": 1, "max_waiting": MAX_WAITING})
-    yield slot
-    slot.unload()
+def loaded_models():
+    loaded_models = LoadedModels()
+    loaded_models.load({"infer_backend": "huggingface", "max_concurrent": 1, "max_waiting": MAX_WAITING})
+    yield loaded_models
+    loaded_models.unload()
 
 
 async def generating(model):
@@ -49,8 +49,8 @@ def wait_until(condition, what: str, seconds: float = 60) -> None:
         time.sleep(0.02)
 
 
-async def test_waiting_requests_see_their_place_move_and_leaving_frees_it_at_once(slot):
-    model = slot.model
+async def test_waiting_requests_see_their_place_move_and_leaving_frees_it_at_once(loaded_models):
+    model = loaded_models.model
     running = await generating(model)
     second = model.astream_reply(QUESTION, progress=True, temperature=0, max_new_tokens=8)
     third = model.astream_reply(QUESTION, progress=True, temperature=0, max_new_tokens=8)
@@ -70,13 +70,13 @@ async def test_waiting_requests_see_their_place_move_and_leaving_frees_it_at_onc
     assert (model.line.running, model.line.waiting) == (0, 0)
 
 
-async def test_a_request_admitted_at_once_reports_no_place(slot):
-    items = [item async for item in slot.model.astream_reply(QUESTION, progress=True, temperature=0, max_new_tokens=4)]
+async def test_a_request_admitted_at_once_reports_no_place(loaded_models):
+    items = [item async for item in loaded_models.model.astream_reply(QUESTION, progress=True, temperature=0, max_new_tokens=4)]
     assert not any(isinstance(item, QueuePlace) for item in items)
 
 
-async def test_the_page_shows_the_place_in_line_then_the_reply(slot):
-    handlers = ChatHandlers(slot, CONTROLS)
+async def test_the_page_shows_the_place_in_line_then_the_reply(loaded_models):
+    handlers = ChatHandlers(loaded_models, CONTROLS)
     first, second = ChatSession(), ChatSession()
     running = handlers.send(first, message("Write the numbers from 1 to 1000, separated by commas."), **settings(3000))
     async for _ in running:
@@ -93,18 +93,18 @@ async def test_the_page_shows_the_place_in_line_then_the_reply(slot):
             await running.aclose()
     assert "Paris" in second.turns[-1].content
     assert second.turns[-1].waiting is None and not any("Waiting" in text for text in shown[2:] if isinstance(text, str))
-    assert (slot.model.line.running, slot.model.line.waiting) == (0, 0)
+    assert (loaded_models.model.line.running, loaded_models.model.line.waiting) == (0, 0)
 
 
-async def test_the_page_says_when_too_many_wait(slot):
-    model = slot.model
+async def test_the_page_says_when_too_many_wait(loaded_models):
+    model = loaded_models.model
     running = await generating(model)
     waiting = [model.astream_reply(QUESTION, progress=True, max_new_tokens=4) for _ in range(MAX_WAITING)]
     for stream in waiting:
         assert isinstance(await anext(stream), QueuePlace)
     session = ChatSession()
     try:
-        async for _ in ChatHandlers(slot, CONTROLS).send(session, message("Hello?"), **settings()):
+        async for _ in ChatHandlers(loaded_models, CONTROLS).send(session, message("Hello?"), **settings()):
             pass
     finally:
         for stream in [running, *waiting]:
@@ -114,9 +114,9 @@ async def test_the_page_says_when_too_many_wait(slot):
 
 
 @pytest.mark.slow
-def test_the_api_refuses_beyond_the_bound_with_retry_after_then_answers(slot):
-    model = slot.model
-    with running_server(add_api(FastAPI(), slot)) as url:
+def test_the_api_refuses_beyond_the_bound_with_retry_after_then_answers(loaded_models):
+    model = loaded_models.model
+    with running_server(add_api(FastAPI(), loaded_models)) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
         body = {"model": model.model_id, "messages": QUESTION, "max_tokens": 8, "temperature": 0}
         running = client.chat.completions.create(model=model.model_id, messages=COUNTING, max_tokens=3000, temperature=0, stream=True)

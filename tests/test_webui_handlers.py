@@ -16,8 +16,8 @@ import pytest
 from huggingface_hub import constants
 from PIL import Image
 
-from engines import ConfigError, ModelSlot
-from engines.backends.registry import BACKENDS
+from engines import ConfigError, LoadedModels
+from engines.model_files.backend_registry import BACKENDS
 from harness.reply_schemas import SCHEMAS
 from limits import Limits
 from tests.held_load import load_held
@@ -35,16 +35,16 @@ from webui.streaming import throttled
 
 
 @pytest.fixture(scope="module")
-def slot():
-    slot = ModelSlot()
-    slot.load({"infer_backend": "huggingface", "infer_dtype": "bfloat16"})
-    yield slot
-    slot.unload()
+def loaded_models():
+    loaded_models = LoadedModels()
+    loaded_models.load({"infer_backend": "huggingface", "infer_dtype": "bfloat16"})
+    yield loaded_models
+    loaded_models.unload()
 
 
 @pytest.fixture
-def handlers(slot):
-    return ChatHandlers(slot, CONTROLS)
+def handlers(loaded_models):
+    return ChatHandlers(loaded_models, CONTROLS)
 
 
 def shown_text(chat_message):
@@ -59,7 +59,7 @@ def image_file(tmp_path):
     return str(path)
 
 
-async def test_send_streams_the_same_reply_as_the_engine(handlers, slot):
+async def test_send_streams_the_same_reply_as_the_engine(handlers, loaded_models):
     session = ChatSession()
     started = time.perf_counter()
     updates = await run(handlers.send(session, message("Name three colors."), **settings(24)))
@@ -67,7 +67,7 @@ async def test_send_streams_the_same_reply_as_the_engine(handlers, slot):
     chats = [update["chatbot"] for update in updates]
     assert len(chats) >= 3, "the reply should arrive in several updates"
     assert chats[0][-1] == {"role": "user", "content": ["Name three colors."]}
-    expected = slot.model.chat([{"role": "user", "content": "Name three colors."}], temperature=0, max_new_tokens=24)[0]
+    expected = loaded_models.model.chat([{"role": "user", "content": "Name three colors."}], temperature=0, max_new_tokens=24)[0]
     assert [t.role for t in session.turns] == ["user", "assistant"]
     assert session.turns[1].content == expected.response_text
     assert shown_text(chats[-1][-2]) == expected.response_text.strip()
@@ -101,7 +101,7 @@ async def test_media_a_text_model_cannot_read_is_refused_clearly_and_nothing_is_
     assert [m["content"] for m in request.messages] == ["Hi", "Hello!", "Say yes."] and request.media == {}
 
 
-async def test_a_reply_with_logprobs_asked_for_is_written_as_without(handlers, slot):
+async def test_a_reply_with_logprobs_asked_for_is_written_as_without(handlers, loaded_models):
     """Logprobs in the model's stream (a Python caller's default) leave the page's reply as it is."""
     plain, with_logprobs = ChatSession(), ChatSession()
     await run(handlers.send(plain, message("Name a fruit."), **settings(12)))
@@ -141,7 +141,7 @@ async def test_a_bad_reply_schema_is_shown_and_the_conversation_kept(handlers, r
     assert session.turns[-1].role == "user" and shown in session.turns[-1].error
 
 
-async def test_stop_keeps_the_partial_reply_and_frees_the_engine(handlers, slot):
+async def test_stop_keeps_the_partial_reply_and_frees_the_engine(handlers, loaded_models):
     session = ChatSession()
     updates = handlers.send(session, message("Write a long story about a dragon."), **settings(400))
     seen = 0
@@ -152,11 +152,11 @@ async def test_stop_keeps_the_partial_reply_and_frees_the_engine(handlers, slot)
                 handlers.stop(session)
     reply = session.turns[-1]
     assert reply.stopped and reply.content
-    assert len(slot.model.engine.tokenizer(reply.content).input_ids) < 100
-    assert (reply.stats.finish_reason, reply.stats.tokens) == ("stopped", slot.model.count_tokens(reply.content))
+    assert len(loaded_models.model.engine.tokenizer(reply.content).input_ids) < 100
+    assert (reply.stats.finish_reason, reply.stats.tokens) == ("stopped", loaded_models.model.count_tokens(reply.content))
     assert f"■ stopped after {reply.stats.tokens} tokens · " in update["chatbot"][-1]["content"]
     # The engine's generation slot is released only once the model thread really stopped.
-    assert slot.model.line.running == 0
+    assert loaded_models.model.line.running == 0
 
 
 async def test_closing_the_throttled_stream_cancels_the_model_stream():
@@ -329,7 +329,7 @@ def test_the_follow_ups_of_a_reply_are_never_dropped_by_the_page(tmp_path):
     from store.database import open_store
     from webui.layout import build_demo
 
-    demo = build_demo(ModelSlot(), store=open_store(data=tmp_path))
+    demo = build_demo(LoadedModels(), store=open_store(data=tmp_path))
     follow_ups = [block for block in demo.fns.values() if getattr(block.fn, "__name__", "") in ("stop_button", "attachments_note")]
     stop_buttons = [block for block in follow_ups if block.fn is replying.stop_button]
     assert len(stop_buttons) == 4, "one after each way to ask for a reply: send, regenerate, continue, edit"
@@ -440,10 +440,10 @@ async def test_a_conversation_exports_as_markdown_with_roles_reasoning_tool_call
         handlers.export_markdown(session, "")
 
 
-def test_an_export_larger_than_an_import_takes_is_refused_and_leaves_nothing(slot, image_file, upload_folder):
+def test_an_export_larger_than_an_import_takes_is_refused_and_leaves_nothing(loaded_models, image_file, upload_folder):
     session = ChatSession(tree=MessageTree.line([Turn(role="user", content="Hi", files=[image_file] * 50)]))
     with pytest.raises(gr.Error, match=r"over 2 KB, the largest conversation file this server imports \(--max-upload-size\)"):
-        ChatHandlers(slot, CONTROLS, limits=Limits(max_upload_size=2048)).export(session, "")
+        ChatHandlers(loaded_models, CONTROLS, limits=Limits(max_upload_size=2048)).export(session, "")
     assert not list(upload_folder.glob("anychat-export-*"))
 
 
@@ -536,15 +536,15 @@ def test_an_embedded_name_cannot_leave_the_import_folder(handlers, image_file, t
     assert session.turns[0].files == [str(written)] and written.name == "evil.png"
 
 
-def test_import_size_limits(slot, tmp_path, upload_folder):
+def test_import_size_limits(loaded_models, tmp_path, upload_folder):
     data = base64.b64encode(b"\0" * 3000).decode()
     path = conversation_file(tmp_path, [{"name": "big.wav", "data": f"data:audio/wav;base64,{data}"}])
-    small_files = ChatHandlers(slot, CONTROLS, limits=Limits(max_upload_size=2048))
+    small_files = ChatHandlers(loaded_models, CONTROLS, limits=Limits(max_upload_size=2048))
     refused_import(small_files, path, r"The file is [\d.]+ KB, over this server's limit of 2 KB .*\(--max-upload-size\)")
-    small_media = ChatHandlers(slot, CONTROLS, limits=Limits(max_import_media_size=2048))
+    small_media = ChatHandlers(loaded_models, CONTROLS, limits=Limits(max_import_media_size=2048))
     refused_import(small_media, path, r"'big.wav' is about 2.9 KB, over this server's limit of 2 KB for each medium .*\(--max-import-media-size\)")
     assert written_imports(upload_folder) == []
-    ChatHandlers(slot, CONTROLS, limits=Limits(max_import_media_size=4096)).import_(ChatSession(), path)
+    ChatHandlers(loaded_models, CONTROLS, limits=Limits(max_import_media_size=4096)).import_(ChatSession(), path)
     assert [p.stat().st_size for p in written_imports(upload_folder)] == [3000]
 
 
@@ -563,7 +563,7 @@ def rss_mib():
     return psutil.Process().memory_info().rss / 2**20
 
 
-async def test_load_unload_and_a_missing_backend(handlers, slot):
+async def test_load_unload_and_a_missing_backend(handlers, loaded_models):
     session = ChatSession()
     await run(handlers.send(session, message("Hi"), **settings(4)))
     loaded_rss = rss_mib()
@@ -578,16 +578,16 @@ async def test_load_unload_and_a_missing_backend(handlers, slot):
 
     shown = handlers.load("huggingface", "", "bfloat16", max_concurrent=2, progress=lambda *a, **k: None)
     assert shown["status"].startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface in ")
-    assert shown["max_new_tokens"] == slot.model.generation_defaults.max_new_tokens and set(CONTROLS) < set(shown)
-    assert slot.model.engine.model_args.max_concurrent == 2
+    assert shown["max_new_tokens"] == loaded_models.model.generation_defaults.max_new_tokens and set(CONTROLS) < set(shown)
+    assert loaded_models.model.engine.model_args.max_concurrent == 2
     assert shown["message_box"]["sources"] == ["upload"] and "reads text only" in shown["message_box"]["placeholder"]
-    engine = slot.model.engine
+    engine = loaded_models.model.engine
 
     status = handlers.load("huggingface", "", "bfloat16", kv_cache_space_gb=2, progress=lambda *a, **k: None)["status"]
     assert "the huggingface backend does not use kv_cache_space_gb (kv_cache_space_gb is taken by vllm)" in status
     status = handlers.load("vllm", "", "auto", engine_args='{"max_num_seqs": 8', progress=lambda *a, **k: None)["status"]
     assert "Engine arguments are not valid JSON" in status
-    assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status and slot.model.engine is engine
+    assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status and loaded_models.model.engine is engine
 
     status = handlers.load("sglang", "", "auto", progress=lambda *a, **k: None)["status"]
     assert "The sglang backend needs sglang" in status and BACKENDS["sglang"].install in status
@@ -601,37 +601,37 @@ def no_progress(*args, **kwargs):
     pass
 
 
-def test_only_admins_manage_the_model(slot):
-    engine = slot.model.engine
+def test_only_admins_manage_the_model(loaded_models):
+    engine = loaded_models.model.engine
     rights = ModelRights(admins=frozenset({"alice"}))
-    handlers = ChatHandlers(slot, CONTROLS, rights)
+    handlers = ChatHandlers(loaded_models, CONTROLS, rights)
     bob, alice = gr.Request(username="bob"), gr.Request(username="alice")
     for refused in (lambda: handlers.load("huggingface", "", "bfloat16", page_request=bob, progress=no_progress),
                     lambda: handlers.unload(page_request=bob),
                     lambda: handlers.unload()):  # no user at all, on a page with logins
         with pytest.raises(gr.Error, match="may not load or unload models. Model management needs an admin"):
             refused()
-    assert slot.model.engine is engine, "a refused user changed the model"
+    assert loaded_models.model.engine is engine, "a refused user changed the model"
     assert "Model management needs an admin" in rights.note(bob) and "**bob**" in rights.note(bob)
     assert rights.note(alice) == "" and ModelRights().note(gr.Request()) == "", "without logins, the one user is the admin"
 
     status = handlers.load("huggingface", "", "bfloat16", page_request=alice, progress=no_progress)["status"]
-    assert status.startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface") and slot.model.engine is not engine
+    assert status.startswith("✓ Loaded SmolLM2-135M-Instruct (embedded) on huggingface") and loaded_models.model.engine is not engine
 
 
-def test_trust_remote_code_comes_only_from_the_command_line(slot):
-    handlers = ChatHandlers(slot, CONTROLS, ModelRights(trust_remote_code=False))
-    engine = slot.model.engine
+def test_trust_remote_code_comes_only_from_the_command_line(loaded_models):
+    handlers = ChatHandlers(loaded_models, CONTROLS, ModelRights(trust_remote_code=False))
+    engine = loaded_models.model.engine
     for backend in ("huggingface", "vllm", "sglang", "llamacpp"):
         for engine_args in ('{"trust_remote_code": true}', '{"trust-remote-code": true}'):
             status = handlers.load(backend, "", "auto", engine_args=engine_args, progress=no_progress)["status"]
             assert "engine_args must not hold trust_remote_code" in status and "start app.py with --trust-remote-code" in status, status
     status = handlers.load("huggingface", "", "auto", trust_remote_code=True, progress=no_progress)["status"]
     assert "trust_remote_code cannot be asked for from the page" in status and "--trust-remote-code" in status
-    assert slot.model.engine is engine and not engine.model_args.trust_remote_code
+    assert loaded_models.model.engine is engine and not engine.model_args.trust_remote_code
     # The server's own choice reaches every load from the page.
-    ChatHandlers(slot, CONTROLS, ModelRights(trust_remote_code=True)).load("huggingface", "", "bfloat16", progress=no_progress)
-    assert slot.model.engine.model_args.trust_remote_code
+    ChatHandlers(loaded_models, CONTROLS, ModelRights(trust_remote_code=True)).load("huggingface", "", "bfloat16", progress=no_progress)
+    assert loaded_models.model.engine.model_args.trust_remote_code
 
 
 def test_backend_options_pass_only_what_was_filled_in():
@@ -661,14 +661,14 @@ def test_the_message_box_offers_exactly_the_kinds_the_model_reads():
 
 
 async def test_a_message_while_a_model_loads_says_so_and_is_kept():
-    loading_slot = ModelSlot()
-    with load_held(loading_slot):
+    loading_models = LoadedModels()
+    with load_held(loading_models):
         session = ChatSession()
-        await run(ChatHandlers(loading_slot, CONTROLS).send(session, message("Hello?"), **settings()))
+        await run(ChatHandlers(loading_models, CONTROLS).send(session, message("Hello?"), **settings()))
         [asked] = session.turns
         assert asked.content == "Hello?" and "is loading" in asked.error and "Try again" in asked.error
-        assert "Loading SmolLM2-135M-Instruct (embedded)" in loading_slot.describe()
-    loading_slot.unload()
+        assert "Loading SmolLM2-135M-Instruct (embedded)" in loading_models.describe()
+    loading_models.unload()
 
 
 def test_the_stats_line_says_how_a_reply_was_written():
@@ -685,15 +685,15 @@ def test_the_stats_line_says_how_a_reply_was_written():
         ReplyStats(**{**one_token.model_dump(), "backend": "<img src=x>"})
 
 
-async def test_a_hub_model_not_on_this_machine_is_refused_at_once_and_a_cached_one_loads(handlers, slot, tmp_path, monkeypatch):
+async def test_a_hub_model_not_on_this_machine_is_refused_at_once_and_a_cached_one_loads(handlers, loaded_models, tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    engine = slot.model.engine
+    engine = loaded_models.model.engine
     started = time.perf_counter()
     status = handlers.load("auto", "HuggingFaceTB/SmolLM2-360M-Instruct", "auto", progress=no_progress)["status"]
     assert time.perf_counter() - started < 5, "an offline Hub load must fail at once"
     assert "**Could not load:** HuggingFaceTB/SmolLM2-360M-Instruct is not on this machine" in status and "HF_HUB_OFFLINE is set" in status
-    assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status and slot.model.engine is engine
+    assert "Loaded SmolLM2-135M-Instruct (embedded) on huggingface" in status and loaded_models.model.engine is engine
     session = ChatSession()
     await run(handlers.send(session, message("Still there?"), **settings(4)))
     assert session.turns[-1].content and session.turns[-1].stats.backend == "huggingface"
@@ -702,7 +702,7 @@ async def test_a_hub_model_not_on_this_machine_is_refused_at_once_and_a_cached_o
     cache_model(tmp_path / "hub", "org/SmolLM2-cached", Path(engine.model_path))
     status = handlers.load("auto", "org/SmolLM2-cached", "bfloat16", progress=no_progress)["status"]
     assert status.startswith("✓ Loaded org/SmolLM2-cached on huggingface (auto: not a GGUF file)"), status
-    assert slot.model.model_id == "org/SmolLM2-cached"
+    assert loaded_models.model.model_id == "org/SmolLM2-cached"
 
 
 @pytest.mark.parametrize(
@@ -719,13 +719,13 @@ async def test_out_of_range_settings_are_explained_on_the_message(handlers, sett
     assert named in asked.error
 
 
-def test_out_of_range_backend_options_are_explained_and_the_model_kept(handlers, slot):
-    engine = slot.model.engine
+def test_out_of_range_backend_options_are_explained_and_the_model_kept(handlers, loaded_models):
+    engine = loaded_models.model.engine
     for options, named in [({"max_concurrent": -2}, "max_concurrent must be in [1, 1024]"),
                            ({"max_model_len": 2**40}, "max_model_len must be in [1, "),
                            ({"max_concurrent": 2.5}, "max_concurrent must be a whole number")]:
         status = handlers.load("huggingface", "", "bfloat16", progress=lambda *a, **k: None, **options)["status"]
-        assert named in status and slot.model.engine is engine
+        assert named in status and loaded_models.model.engine is engine
 
 
 def test_a_page_request_counts_for_its_login_else_its_address():

@@ -1,4 +1,4 @@
-"""What the page's buttons do: plain functions over one tab's ChatSession and the shared ModelSlot.
+"""What the page's buttons do: plain functions over one tab's ChatSession and the shared LoadedModels.
 
 The page hands each handler its controls by name (Gradio's ``inputs_kwargs``): the chat
 handlers get ``system``, ``tools``, ``reply_format``, ``reply_schema`` and the generation settings as keywords named as in
@@ -23,7 +23,7 @@ import gradio as gr
 import psutil
 from gradio.utils import get_upload_folder
 
-from engines import ChatError, ChatModel, ConfigError, GenerationArgs, ModelSlot
+from engines import ChatError, ChatModel, ConfigError, GenerationArgs, LoadedModels
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
 from engines.tools import ToolSettings
@@ -98,8 +98,8 @@ class ChatHandlers:
     loaded model's defaults. ``rights``: who may load and unload models,
     and with what; ``limits``: the sizes a conversation file may have."""
 
-    def __init__(self, slot: ModelSlot, control_names: tuple[str, ...], rights: ModelRights = ModelRights(), limits: Limits = Limits()) -> None:
-        self.slot = slot
+    def __init__(self, loaded_models: LoadedModels, control_names: tuple[str, ...], rights: ModelRights = ModelRights(), limits: Limits = Limits()) -> None:
+        self.loaded_models = loaded_models
         self.control_names = control_names
         self.rights = rights
         self.limits = limits
@@ -267,14 +267,14 @@ class ChatHandlers:
                 if not session.left:
                     yield {"chatbot": render(session.tree), **first}
                 return
-        reply = PageReply(self.slot, session, continuing)
+        reply = PageReply(self.loaded_models, session, continuing)
         async for shown in reply.written(dict(settings), page_user(page_request)):
             if not session.left:
                 yield {"chatbot": shown, **first}
                 first = {}
         if not session.left:
             # Among several models, a chat answered by the default one keeps that model from now on, as its own.
-            picked = {"chat_model": reply.model_id} if self.slot.several and not settings.get("chat_model") and reply.model_id else {}
+            picked = {"chat_model": reply.model_id} if self.loaded_models.several and not settings.get("chat_model") and reply.model_id else {}
             yield {"chatbot": render(session.tree), **picked}
 
     def attachments_note(self, session: ChatSession, message: dict | None, page_request: gr.Request | None = None, **settings: Any) -> str:
@@ -300,7 +300,7 @@ class ChatHandlers:
     def _loaded(self, model_id: str) -> ChatModel | None:
         """The chat's model (empty: the default model), where it is loaded (as PageReply picks it)."""
         try:
-            return chat_model(self.slot, model_id)
+            return chat_model(self.loaded_models, model_id)
         except ChatError:
             return None
 
@@ -355,9 +355,9 @@ class ChatHandlers:
         settings = {"infer_backend": infer_backend, "model_name_or_path": (model_name_or_path or "").strip() or None, "infer_dtype": infer_dtype}
         try:
             settings = self.rights.page_settings(settings | backend_options(**options))
-            self.slot.load(settings, progress=lambda fraction, message: progress(fraction, desc=message))
+            self.loaded_models.load(settings, progress=lambda fraction, message: progress(fraction, desc=message))
         except ChatError as error:
-            kept = self.slot.describe()
+            kept = self.loaded_models.describe()
             gr.Warning(str(error))
             return {"status": said("settings.not_loaded", error=error, model=kept, memory=memory_line())}
         return self.model_status()
@@ -365,26 +365,26 @@ class ChatHandlers:
     def unload(self, page_request: gr.Request | None = None) -> dict[str, Any]:
         """Unload the default model (the one the status names first); another loaded becomes the default."""
         self.rights.check_admin(page_request)
-        self.slot.unload_default()
+        self.loaded_models.unload_default()
         return self.model_status()
 
     def model_choices(self) -> dict[str, Any]:
         """The loaded models a chat may ask, and first the default model (empty), whichever it is
         then; shown only where several models are kept."""
-        models = self.slot.models
+        models = self.loaded_models.models
         default = said("chat.default_model_named", model=models[0].model_id) if models else said("chat.default_model")
-        return gr.update(choices=[(default, ""), *((model.model_id, model.model_id) for model in models)], visible=self.slot.several)
+        return gr.update(choices=[(default, ""), *((model.model_id, model.model_id) for model in models)], visible=self.loaded_models.several)
 
     def model_status(self) -> dict[str, Any]:
         """The status line, the message box, the models a chat may ask, and the generation
         controls' defaults for the default model."""
-        if not self.slot.loaded:
-            return {"status": f"{self.slot.describe()} {memory_line()}", "pdfs_as_images": gr.update(visible=False),
+        if self.loaded_models.empty:
+            return {"status": f"{self.loaded_models.describe()} {memory_line()}", "pdfs_as_images": gr.update(visible=False),
                     "message_box": gr.update(placeholder=said("chat.box_no_model")), "chat_model": self.model_choices()}
-        model = self.slot.model
+        model = self.loaded_models.model
         kinds = [kind for kind in MEDIA_KINDS if kind in model.media_kinds]
         reads = ", ".join(said(f"reads.{kind}") for kind in ["text", *kinds])
-        return {"status": said("settings.loaded", model=self.slot.describe(), reads=reads, memory=memory_line()), "message_box": message_box_for(kinds),
+        return {"status": said("settings.loaded", model=self.loaded_models.describe(), reads=reads, memory=memory_line()), "message_box": message_box_for(kinds),
                 "pdfs_as_images": gr.update(visible="image" in kinds), "chat_model": self.model_choices(), **self.model_defaults(model)}
 
     def picked_model_defaults(self, model_id: str) -> dict[str, Any]:

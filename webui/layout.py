@@ -1,5 +1,5 @@
 """The page: a Chat tab (webui/chat_tab.py) and a Settings tab (webui/settings_tab.py) over one
-shared ModelSlot, with the sidebar of saved chats (webui/chat_sidebar.py)."""
+shared LoadedModels, with the sidebar of saved chats (webui/chat_sidebar.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from engines import ModelSlot
+from engines import LoadedModels
 from engines.context_settings import ContextPolicy
 from limits import Limits
 from store import ChatStore, Quota, open_store
@@ -87,7 +87,7 @@ CSS = """
 # What launch() or gr.mount_gradio_app() need besides the Blocks (the catalog of its words among them).
 PAGE_KWARGS = {"theme": THEME, "css": CSS + SHORTCUTS_CSS + KEYBOARD_REACH_CSS + WINDOW_SIZES_CSS + MESSAGE_COLOURS_CSS, "head": SIDEBAR_HEAD, "i18n": PAGE_I18N}
 
-def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Limits = Limits(),
+def build_demo(loaded_models: LoadedModels, rights: ModelRights = ModelRights(), limits: Limits = Limits(),
                models_dir: Path | None = None, store: ChatStore | None = None, context_policy: ContextPolicy = "compact") -> gr.Blocks:
     """The page; serve it with ``PAGE_KWARGS``, ``max_file_size=limits.max_upload_size`` and a
     queue of ``limits.max_queue_size``. ``models_dir``: where the model picker looks besides the
@@ -99,9 +99,9 @@ def build_demo(slot: ModelSlot, rights: ModelRights = ModelRights(), limits: Lim
         gr.Markdown(text("page.title"), elem_id="title")
         with gr.Tabs():
             chat = ChatTab(context_policy)
-            settings = SettingsTab(demo, models_dir, rights, lambda: frozenset(model.model_args.model_name_or_path or "" for model in slot.models))
+            settings = SettingsTab(demo, models_dir, rights, lambda: frozenset(model.model_args.model_name_or_path or "" for model in loaded_models.models))
         generation = {**settings.generation, "enable_thinking": chat.enable_thinking}
-        handlers = ChatHandlers(slot, tuple(generation), rights, limits)
+        handlers = ChatHandlers(loaded_models, tuple(generation), rights, limits)
         chat.wire(demo, handlers, session, generation)
         # A chat keeps the tools it runs and the model it asks as it keeps its generation settings.
         kept = {**generation, **chat.run_tools, "chat_model": chat.chat_model, "context_policy": chat.context_policy,

@@ -18,7 +18,7 @@ from typing import Any
 
 import gradio as gr
 
-from engines import ChatError, ChatModel, ChatRequest, ModelSlot, ModelUnloadedError, PromptRead, QueuePlace, ReplyChunk, Response
+from engines import ChatError, ChatModel, ChatRequest, LoadedModels, ModelUnloadedError, PromptRead, QueuePlace, ReplyChunk, Response
 from engines.compaction import Compacting, Compaction
 from engines.request import MEDIA_KINDS
 from engines.tools import ApprovalAsked, StepLimitReached, ToolResult, ToolSettings, ToolsRunning, reply_with_tools
@@ -34,12 +34,12 @@ from .tool_approval import PageApproval
 
 
 class PageReply:
-    """The answer of the model in ``slot`` to ``session``'s conversation: a new assistant turn, or with
+    """The answer of the model in ``loaded_models`` to ``session``'s conversation: a new assistant turn, or with
     ``continuing`` the last one written on. ``earlier`` is what that turn held before (nothing,
     for a new reply), so that the stats and a failure speak of what this reply wrote."""
 
-    def __init__(self, slot: ModelSlot, session: ChatSession, continuing: bool) -> None:
-        self.slot = slot
+    def __init__(self, loaded_models: LoadedModels, session: ChatSession, continuing: bool) -> None:
+        self.loaded_models = loaded_models
         self.session = session
         self.continuing = continuing
         self.tree = tree = session.tree
@@ -73,7 +73,7 @@ class PageReply:
         self.turn.writing = True
         ended = False
         try:
-            model = chat_model(self.slot, settings.pop("chat_model", ""))  # none: a ChatError, said on the user's turn
+            model = chat_model(self.loaded_models, settings.pop("chat_model", ""))  # none: a ChatError, said on the user's turn
             self.model_id = model.model_id
             tools, settings = ToolSettings.split(settings)
             running = tools.tools()
@@ -167,12 +167,12 @@ class PageReply:
         save(self.session)
 
 
-def chat_model(slot: ModelSlot, model_id: str) -> ChatModel:
+def chat_model(loaded_models: LoadedModels, model_id: str) -> ChatModel:
     """The loaded model of that id (empty: the default model), or a ChatError that says what to
     do. Where one model replaces another, every chat goes on with the one loaded."""
-    model = slot.get(model_id or None if slot.several else None)
+    model = loaded_models.for_request(model_id or None if loaded_models.several else None)
     if model is None:
-        loaded = ", ".join(loaded.model_id for loaded in slot.models) or "none"
+        loaded = ", ".join(loaded.model_id for loaded in loaded_models.models) or "none"
         raise ModelUnloadedError(f"This chat's model, {model_id}, is not loaded now (loaded: {loaded}). Pick a loaded model "
                                  "in the Model list beside the chat, or ask an admin to load it in the Settings tab.")
     return model

@@ -85,7 +85,7 @@ class SettingsTab:
         shown = {"status": self.status, "message_box": message_box, "pdfs_as_images": pdfs_as_images, "chat_model": chat_model, **generation}
         self.load_btn.click(inputs_kwargs=self.model, **by_name(handlers.load, shown), api_name="load", concurrency_limit=1)
         self.unload_btn.click(**by_name(handlers.unload, shown), api_name="unload", concurrency_limit=1)
-        # Not queued: the status must show even while the queue is full (it only reads the slot).
+        # Not queued: the status must show even while the queue is full (it only reads the loaded models).
         demo.load(**by_name(handlers.model_status, shown), api_visibility="private", queue=False)
 
         def list_models(address: str, key: str, page_request: gr.Request) -> dict:

@@ -1,6 +1,6 @@
-"""The backends: the contract each implements (base.py), one file per backend, and the registry
-of what each needs and takes (registry.py, which imports no backend: a backend's module is
-imported only when a model is loaded on it)."""
+"""The backends: the contract each implements (base.py) and one file per backend. What each needs
+and takes is in engines/model_files/backend_registry.py, below them, where the model's settings
+read it; it imports no backend: a backend's module is imported only when a model is loaded on it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ..errors import BackendUnavailableError
-from .registry import BACKENDS, unavailable_reason
+from ..model_files.backend_registry import BACKENDS, unavailable_reason
 
 if TYPE_CHECKING:
     from .base import BaseEngine

@@ -47,8 +47,10 @@ import psutil
 
 from ..errors import BackendUnavailableError, ConfigError, MediaError, ModelLoadError
 from ..generation_args import GenerationArgs
+from ..llamacpp_build import cpu_has_amx
 from ..logprobs import RawLogprobs, TokenLogprobs
 from ..model_files import Progress, within
+from ..model_files.backend_registry import BACKENDS
 from ..model_files.gguf import gguf_metadata_dir
 from ..model_files.gguf_header import GgufModel
 from ..model_files.model_args import ModelArgs
@@ -62,12 +64,10 @@ from ..request import ChatRequest
 from .base import BaseEngine, Response
 from .grammar_sandbox import compile_bounded
 from .llamacpp_batcher import Batcher, Job, StepThreads
-from .llamacpp_build import cpu_has_amx
 from .llamacpp_grammar import gbnf
 from .llamacpp_media import MediaEncoder, mtmd
 from .llamacpp_prompt_cache import PromptCache, model_key
 from .llamacpp_weights import weights_to_read
-from .registry import BACKENDS
 
 try:
     import llama_cpp

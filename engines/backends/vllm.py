@@ -26,12 +26,12 @@ from ..errors import BackendUnavailableError, ConfigError, MediaError, ModelLoad
 from ..generation_args import GenerationArgs
 from ..logprobs import RawLogprobs, TokenLogprobs
 from ..model_files import Progress, within
+from ..model_files.backend_registry import BACKENDS
 from ..model_files.model_args import ModelArgs, adapter_name
 from ..model_files.paths import resolve_model_path
 from ..prompt.builder import Prompt, PromptBuilder
 from ..reply_format import ReplyFormat
 from .base import BaseEngine, Response
-from .registry import BACKENDS
 from .xgrammar_format import XGrammarFormats
 
 try:

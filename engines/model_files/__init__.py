@@ -1,4 +1,5 @@
-"""The model files: which model and how it is loaded (model_args.py), where its files are (paths.py:
+"""The model files: which model and how it is loaded (model_args.py), on which backend
+(backend_registry.py: what each backend needs and takes, and which one auto picks), where its files are (paths.py:
 local paths, the embedded default, GGUF conversion into the cache), Hub downloads (hub_download.py)
 and the models already on this machine (catalog.py)."""
 

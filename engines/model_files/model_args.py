@@ -9,10 +9,10 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
-from ..backends.registry import AUTO, BACKEND_NAMES, BACKENDS, backends_taking, choose_backend
 from ..errors import ConfigError
 from ..generation_args import INT32_MAX, GenerationArgs
 from ..settings import Settings, page_control
+from .backend_registry import AUTO, BACKEND_NAMES, BACKENDS, backends_taking, choose_backend
 from .server_address import server_address, shown_address
 
 # Built from the registry, so that a backend added there is a choice here too.
@@ -69,7 +69,7 @@ class MediaSettings(Settings):
 
 class ModelArgs(MediaSettings):
     """What to load and how. Settings under "serving" are taken by some backends only (each
-    backend lists its own in engines/backends/registry.py); giving one to a backend that does not take
+    backend lists its own in backend_registry.py); giving one to a backend that does not take
     it is an error rather than a setting silently dropped. The media settings (MediaSettings)
     are applied by engines/prompt/media.py the same way on every backend."""
 

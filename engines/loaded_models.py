@@ -61,7 +61,7 @@ class ListedModel:
     size: int
 
 
-class ModelSlot:
+class LoadedModels:
     """The loaded ChatModels by their API id, least recently used first. Loading a model keeps
     the one it replaces (the default model, or one of the same id) serving until the new one is
     ready, so a failed load leaves it usable; then it is closed and its memory freed (peak memory
@@ -72,7 +72,7 @@ class ModelSlot:
 
     ``default``: the model the page's new chats and requests naming no model get, the one the
     operator loaded last. ``listed``: for ``keep.load_on_demand``, the models the server lists,
-    by name; a request's load of one (``get_or_load``) never changes the default, unloads only
+    by name; a request's load of one (``for_request``) never changes the default, unloads only
     idle models other than it, and is refused where the model would pass the budget."""
 
     def __init__(self, model: ChatModel | None = None, keep: KeepSettings = KeepSettings(),
@@ -108,8 +108,9 @@ class ModelSlot:
         return model
 
     @property
-    def loaded(self) -> bool:
-        return bool(self._models)
+    def empty(self) -> bool:
+        """Whether no model is loaded."""
+        return not self._models
 
     @property
     def several(self) -> bool:
@@ -124,24 +125,21 @@ class ModelSlot:
             default = self._models.get(self._default) if self._default is not None else None
         return [default, *(model for model in models if model is not default)] if default is not None else models
 
-    def get(self, model_id: str | None) -> ChatModel | None:
-        """The loaded model of that API id (None: the default), now used; None where none is loaded so."""
+    def for_request(self, model_id: str | None, admit: Callable[[], None] | None = None) -> ChatModel | None:
+        """The model that answers a request naming ``model_id`` (None: the default model), now
+        used; None where no model of that id is loaded and none may be loaded for it. A request
+        may load one where ``admit`` is given (the door's own check, called just before the
+        load, not for a model loaded meanwhile: what it raises refuses the load) and the server
+        lists a model of that name and lets requests load it (``keep.load_on_demand``). That
+        blocks while it loads; a MemoryBudgetError where it would pass the budget beside the busy
+        models."""
         if model_id is None:
             return self.model
         with self._lock:
             model = self._models.get(model_id)
             if model is not None:
                 self._used(model_id)
-        return model
-
-    def get_or_load(self, model_id: str, admit: Callable[[], None] = lambda: None) -> ChatModel | None:
-        """``get``, or where the server lists a model of that name and lets requests load it
-        (``keep.load_on_demand``), that model loaded; None where neither. It blocks while it
-        loads; a MemoryBudgetError where it would pass the budget beside the busy models.
-        ``admit`` is called just before a load (not for a model loaded meanwhile), and what it
-        raises refuses the load."""
-        model = self.get(model_id)
-        if model is not None or not self.keep.load_on_demand:
+        if model is not None or admit is None or not self.keep.load_on_demand:
             return model
         listed = self._listed().get(model_id)
         if listed is None:
@@ -181,7 +179,7 @@ class ModelSlot:
         engine_class(settings.model.backend)
         model_id = settings.model.model_id
         with self._loads:
-            if (model := self.get(model_id)) is not None:
+            if (model := self.for_request(model_id)) is not None:
                 return model  # loaded for a request just before
             admit()
             if not self._fit_budget(keeping=self._default, more=listed.size):
@@ -253,7 +251,7 @@ class ModelSlot:
 
     def _summarizer(self) -> ChatModel | None:
         """The model that writes summaries (``keep.summary_model``), where it is loaded."""
-        return None if self.keep.summary_model is None else self.get(self.keep.summary_model)
+        return None if self.keep.summary_model is None else self.for_request(self.keep.summary_model)
 
     def _keep(self, model: ChatModel, default: bool) -> None:
         model.summarizer = self._summarizer

@@ -1,5 +1,7 @@
 """The backends ChatModel can run on: their names, what each needs installed, which settings each
-takes, and which one ``auto`` picks. Data only: no backend is imported here."""
+takes, and which one ``auto`` picks. Data only: no backend is imported here. It lies below the
+backends, beside the model's settings (model_args.py), which name their choices and check their
+settings by it."""
 
 from __future__ import annotations
 
@@ -7,8 +9,8 @@ import functools
 import importlib.util
 from dataclasses import dataclass
 
-from ..model_files.server_address import is_server_address
-from .llamacpp_build import unfit_for_this_cpu
+from ..llamacpp_build import unfit_for_this_cpu
+from .server_address import is_server_address
 
 # Let the app choose: llama.cpp for a GGUF file where it is installed, transformers otherwise.
 AUTO = "auto"
