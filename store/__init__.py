@@ -7,11 +7,12 @@ library of long documents (passages, full-text index, vectors), ``responses.py``
 Responses API kept for later requests to go on from.
 """
 
-from .chats import Added, ChatInfo, ChatStore, ListedChat, MessageChanges, MessageRef, PresetInfo, StoredMessage
+from .chats import ChatInfo, ChatStore, ListedChat, PresetInfo, StoredMessage
 from .database import StoreSettings, data_dir, database_url, open_store, shown_url
 from .library import DocumentLibrary, FoundPassage, LibraryEntry
 from .responses import ResponseStore
 from .errors import NotYours, OverQuota, StoreError, store_problem
+from .message_changes import Added, MessageChanges, MessageRef
 from .message_tree import MessageTree
 from .quota import Quota
 

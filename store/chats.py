@@ -20,6 +20,7 @@ from .errors import NotYours, StoreError
 from .library import DocumentLibrary
 from .responses import ResponseStore
 from .media import MediaFiles
+from .message_changes import Added, MessageChanges, MessageRef
 from .message_tree import MessageTree
 from .quota import CHAT_FIELDS_SIZE, MESSAGE_SIZE, PRESET_SIZE, Quota
 from .tables import ApiResponse, Chat, ChatMedia, LibraryDocument, LibraryInChat, Media, Message, PagePreferences, Preset
@@ -58,41 +59,6 @@ class StoredMessage:
     id: int
     data: dict[str, Any]
     state: str
-
-
-@dataclass(frozen=True)
-class Added:
-    """The ``index``-th message a write adds, where the same write names it (as yet it has no id)."""
-
-    index: int
-
-
-# A message in a write: its id, a message the write adds, or (None) none.
-MessageRef = int | Added | None
-
-
-@dataclass
-class MessageChanges:
-    """What one save writes into a chat: messages ``added``, each following the message its
-    ``follows`` names (an Added one: an earlier one of ``added``; None: a first message),
-    ``changed`` by id, and the ids of those ``removed`` (each with the messages after it, in
-    every branch). A message is a dict with its ``role`` and ``content``, and its ``state`` (see
-    tables.Message). ``shown``: the last message of the branch the page shows."""
-
-    added: list[dict[str, Any]]
-    follows: list[MessageRef]
-    changed: dict[int, dict[str, Any]]
-    removed: list[int]
-    shown: MessageRef = None
-
-    @classmethod
-    def line(cls, added: list[dict[str, Any]], after: int | None = None) -> MessageChanges:
-        """Messages added one after the other, the first after message ``after``, the last shown."""
-        follows: list[MessageRef] = [after, *(Added(index) for index in range(len(added) - 1))]
-        return cls(added, follows[:len(added)], {}, [], Added(len(added) - 1) if added else after)
-
-    def __bool__(self) -> bool:
-        return bool(self.added or self.changed or self.removed)
 
 
 PAGE_PREFERENCES = ("colour_scheme", "language")
