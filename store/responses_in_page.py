@@ -18,6 +18,7 @@ was written after them in the page); a chat left with no message is deleted."""
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 from collections.abc import Callable
@@ -68,7 +69,7 @@ class ResponsesInPage:
             chat_id, after = uuid.uuid4().hex, None
         else:
             chat_id, after = previous.chat_id, reply.parent if replaces else reply.id
-        created = {"title": title_of(turns), "system": _system(row)}
+        created = {"title": _title_of(turns), "system": _system(row)}
         ids = self.write(session, row.owner, chat_id, MessageChanges.line(turns, after), created)
         row.chat_id, row.first_message, row.last_message = chat_id, ids[0], ids[-1]
 
@@ -95,8 +96,9 @@ def page_turns(messages: list[dict[str, Any]], before: dict[str, Any] | None = N
     """A reply's messages (its input's and its reply, as Chat Completions reads them) as the page
     keeps them, and whether the first stands in place of ``before``: the reply they go on from,
     as the page keeps it, where they begin with the results of its calls."""
-    continues = before is not None and before.get("tool_calls") and messages and messages[0].get("role") in ("tool", "assistant")
-    turns: list[dict[str, Any]] = [{key: value for key, value in before.items() if key != "stats"}] if continues else []
+    continues = bool(before and before.get("tool_calls") and messages and messages[0].get("role") in ("tool", "assistant"))
+    # A copy: the results are written into its calls, and ``before`` is its row's own.
+    turns: list[dict[str, Any]] = [copy.deepcopy({key: value for key, value in before.items() if key != "stats"})] if continues else []
     for message in messages:
         role = message.get("role")
         if role == "tool" and turns and turns[-1]["role"] == "assistant":
@@ -107,7 +109,7 @@ def page_turns(messages: list[dict[str, Any]], before: dict[str, Any] | None = N
             turns.append(_reply(message, turns.pop() if turns and turns[-1]["role"] == "assistant" and turns[-1].get("tool_calls") else None))
         elif role == "user":
             turns.append({"role": "user", "content": _text(message.get("content")), "state": "done"})
-    return turns, bool(continues)
+    return turns, continues
 
 
 def _reply(message: dict[str, Any], called: dict[str, Any] | None) -> dict[str, Any]:
@@ -132,8 +134,13 @@ def _text(content: Any) -> str:
     texts = []
     for part in content:
         kind = part.get("type")
-        texts.append(part.get("text", "") if kind == "text" else "[image]" if kind == "image_url" else
-                     f"[file {(part.get('file') or {}).get('filename') or ''}]".replace(" ]", "]"))
+        if kind == "text":
+            texts.append(part.get("text", ""))
+        elif kind == "image_url":
+            texts.append("[image]")
+        else:
+            name = (part.get("file") or {}).get("filename")
+            texts.append(f"[file {name}]" if name else "[file]")
     return "\n\n".join(text for text in texts if text)
 
 
@@ -145,7 +152,7 @@ def _system(row: ApiResponse) -> str:
     return "\n\n".join(text for text in said if text)
 
 
-def title_of(turns: list[dict[str, Any]]) -> str:
+def _title_of(turns: list[dict[str, Any]]) -> str:
     first = next((turn["content"] for turn in turns if turn["role"] == "user"), "")
     text = " ".join(first.split()) or UNTITLED
     return text if len(text) <= TITLE_LENGTH else text[: TITLE_LENGTH - 1].rstrip() + "…"
