@@ -164,7 +164,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_flags(server, TraceSettings)
     add_flags(parser.add_argument_group("limits (web, api; sizes like 100mb, 512kb, 2gb)"), Limits, with_defaults=True)
     add_flags(parser.add_argument_group("media (every model this server loads; per request unless said otherwise)"), MediaSettings)
-    add_flags(parser.add_argument_group("chats (web)"), StoreSettings,
+    add_flags(parser.add_argument_group("chats (web, api)"), StoreSettings,
               left_out="default: chats.db, an SQLite file in the data folder: ANYCHAT_DATA_DIR, else ~/.local/share/anychat")
     chat = parser.add_argument_group("chat")
     chat.add_argument("--system", default=None, help="system prompt for the terminal chat")

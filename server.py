@@ -130,7 +130,7 @@ def chat_store(args: argparse.Namespace):
     from store import Quota, StoreError, open_store, shown_url
 
     try:
-        store = open_store(args.database_url, Quota.of(limits_of(args)))
+        store = open_store(args.database_url, Quota.of(limits_of(args)), responses_in_page=args.responses_in_page)
     except StoreError as error:
         raise SystemExit(str(error)) from None
     print(f"Chats and documents kept in {shown_url(args.database_url)}", flush=True)

@@ -19,7 +19,9 @@ from sqlalchemy.orm import Session
 from .errors import NotYours, StoreError
 from .library import DocumentLibrary
 from .responses import ResponseStore
+from .responses_in_page import ResponsesInPage
 from .media import MediaFiles
+from .message_changes import Added, MessageChanges, MessageRef
 from .message_tree import MessageTree
 from .quota import CHAT_FIELDS_SIZE, MESSAGE_SIZE, PRESET_SIZE, Quota
 from .tables import ApiResponse, Chat, ChatMedia, LibraryDocument, LibraryInChat, Media, Message, PagePreferences, Preset
@@ -60,41 +62,6 @@ class StoredMessage:
     state: str
 
 
-@dataclass(frozen=True)
-class Added:
-    """The ``index``-th message a write adds, where the same write names it (as yet it has no id)."""
-
-    index: int
-
-
-# A message in a write: its id, a message the write adds, or (None) none.
-MessageRef = int | Added | None
-
-
-@dataclass
-class MessageChanges:
-    """What one save writes into a chat: messages ``added``, each following the message its
-    ``follows`` names (an Added one: an earlier one of ``added``; None: a first message),
-    ``changed`` by id, and the ids of those ``removed`` (each with the messages after it, in
-    every branch). A message is a dict with its ``role`` and ``content``, and its ``state`` (see
-    tables.Message). ``shown``: the last message of the branch the page shows."""
-
-    added: list[dict[str, Any]]
-    follows: list[MessageRef]
-    changed: dict[int, dict[str, Any]]
-    removed: list[int]
-    shown: MessageRef = None
-
-    @classmethod
-    def line(cls, added: list[dict[str, Any]], after: int | None = None) -> MessageChanges:
-        """Messages added one after the other, the first after message ``after``, the last shown."""
-        follows: list[MessageRef] = [after, *(Added(index) for index in range(len(added) - 1))]
-        return cls(added, follows[:len(added)], {}, [], Added(len(added) - 1) if added else after)
-
-    def __bool__(self) -> bool:
-        return bool(self.added or self.changed or self.removed)
-
-
 PAGE_PREFERENCES = ("colour_scheme", "language")
 PAGE_PREFERENCE_LENGTH = 16
 
@@ -103,12 +70,13 @@ class ChatStore:
     """``media``: where the media kept with the chats are; ``quota``: what one owner may keep. A
     write that would take its owner past the quota is refused with OverQuota, and none of it is written."""
 
-    def __init__(self, engine: Engine, media: MediaFiles, quota: Quota = Quota()) -> None:
+    def __init__(self, engine: Engine, media: MediaFiles, quota: Quota = Quota(), responses_in_page: bool = False) -> None:
+        """``responses_in_page``: each reply of the Responses API kept is shown in its owner's chats too (store/responses_in_page.py)."""
         self.engine = engine
         self.media = media
         self.quota = quota
         self.library = DocumentLibrary(engine, quota, self._text_used)
-        self.responses = ResponseStore(engine, quota, self._text_used)
+        self.responses = ResponseStore(engine, quota, self._text_used, ResponsesInPage(self._write), responses_in_page)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -149,43 +117,48 @@ class ChatStore:
         """Write ``changes`` into the chat, made with ``created`` (its title, system and tools) if
         it is new; the ids of the messages added. Rows this save does not name are left as they
         are. ``media``: the hashes and sizes of the media its messages use (kept in MediaFiles first)."""
-        now = time.time()
         with Session(self.engine) as session, session.begin():
-            chat = session.get(Chat, chat_id, with_for_update=True)
-            if chat is None:
-                chat = self._new_chat(session, owner, chat_id, created, now)
-            elif chat.owner != owner:
-                raise NotYours(f"Chat {chat_id} is not yours.")
-            chat.updated = now
-            gone = []
-            if changes.removed:
-                gone = _below(session.execute(select(Message.id, Message.parent).where(Message.chat_id == chat_id).order_by(Message.id)),
-                              changes.removed)
-            before = _messages_size(session, chat_id, Message.id.in_([*changes.changed, *gone]))
-            if gone:
-                session.execute(delete(Message).where(Message.chat_id == chat_id, Message.id.in_(gone)))
-            for row_id, message in changes.changed.items():
-                session.execute(update(Message).where(Message.chat_id == chat_id, Message.id == row_id).values(**_columns(message, now)))
-            rows = [Message(chat_id=chat_id, **_columns(message, now)) for message in changes.added]
-            session.add_all(rows)
-            session.flush()
+            return self._write(session, owner, chat_id, changes, created, media)
 
-            def row_id(message: MessageRef) -> int | None:
-                return rows[message.index].id if isinstance(message, Added) else message
+    def _write(self, session: Session, owner: str, chat_id: str, changes: MessageChanges, created: dict[str, str],
+               media: dict[str, int] | None = None) -> list[int]:
+        """``write`` in ``session``, a transaction the caller holds."""
+        now = time.time()
+        chat = session.get(Chat, chat_id, with_for_update=True)
+        if chat is None:
+            chat = self._new_chat(session, owner, chat_id, created, now)
+        elif chat.owner != owner:
+            raise NotYours(f"Chat {chat_id} is not yours.")
+        chat.updated = now
+        gone = []
+        if changes.removed:
+            gone = _below(session.execute(select(Message.id, Message.parent).where(Message.chat_id == chat_id).order_by(Message.id)),
+                          changes.removed)
+        before = _messages_size(session, chat_id, Message.id.in_([*changes.changed, *gone]))
+        if gone:
+            session.execute(delete(Message).where(Message.chat_id == chat_id, Message.id.in_(gone)))
+        for row_id, message in changes.changed.items():
+            session.execute(update(Message).where(Message.chat_id == chat_id, Message.id == row_id).values(**_columns(message, now)))
+        rows = [Message(chat_id=chat_id, **_columns(message, now)) for message in changes.added]
+        session.add_all(rows)
+        session.flush()
 
-            for row, follows in zip(rows, changes.follows, strict=True):
-                row.parent = row_id(follows)
-            chat.shown = row_id(changes.shown)
-            session.flush()
-            # Rows added get ids above every earlier one (see tables.Message); an IN list of
-            # thousands of them would pass SQLite's limit on a statement's parameters.
-            added = Message.id >= rows[0].id if rows else false()
-            after = _messages_size(session, chat_id, Message.id.in_(list(changes.changed)) | added)
-            session.execute(delete(LibraryInChat).where(LibraryInChat.message_id.in_(list(changes.changed))))
-            _note_library_texts(session, owner, {**changes.changed, **{row.id: message for row, message in zip(rows, changes.added)}})
-            self._grow(session, owner, chat_id, after - before)
-            self._use_media(session, owner, chat_id, media or {}, now)
-            return [row.id for row in rows]
+        def row_id(message: MessageRef) -> int | None:
+            return rows[message.index].id if isinstance(message, Added) else message
+
+        for row, follows in zip(rows, changes.follows, strict=True):
+            row.parent = row_id(follows)
+        chat.shown = row_id(changes.shown)
+        session.flush()
+        # Rows added get ids above every earlier one (see tables.Message); an IN list of
+        # thousands of them would pass SQLite's limit on a statement's parameters.
+        added = Message.id >= rows[0].id if rows else false()
+        after = _messages_size(session, chat_id, Message.id.in_(list(changes.changed)) | added)
+        session.execute(delete(LibraryInChat).where(LibraryInChat.message_id.in_(list(changes.changed))))
+        _note_library_texts(session, owner, {**changes.changed, **{row.id: message for row, message in zip(rows, changes.added)}})
+        self._grow(session, owner, chat_id, after - before)
+        self._use_media(session, owner, chat_id, media or {}, now)
+        return [row.id for row in rows]
 
     def write_tree(self, owner: str, chat_id: str, tree: MessageTree[dict[str, Any]], created: dict[str, str],
                    media: dict[str, int] | None = None) -> list[int]:
@@ -228,13 +201,16 @@ class ChatStore:
     def _text_used(self, session: Session, owner: str) -> int:
         """The characters of text ``owner``'s chats (those not deleted), presets, library and kept API
         responses hold. A library document whose whole text a message of their chats holds (the one
-        it was attached to) is counted there only: the same text, kept twice, counts once."""
+        it was attached to), and an API response shown in one of their chats, are counted there
+        only: the same text, kept twice, counts once."""
         chats = select(func.coalesce(func.sum(Chat.text_size), 0)).where(Chat.owner == owner, Chat.deleted.is_(None))
         presets = select(func.coalesce(func.sum(Preset.text_size), 0)).where(Preset.owner == owner)
         in_a_chat = (select(LibraryInChat.document_id).join(Message, Message.id == LibraryInChat.message_id).join(Chat, Chat.id == Message.chat_id)
                      .where(LibraryInChat.document_id == LibraryDocument.id, Chat.owner == owner, Chat.deleted.is_(None)).exists())
         library = select(func.coalesce(func.sum(LibraryDocument.characters), 0)).where(LibraryDocument.owner == owner, ~in_a_chat)
-        responses = select(func.coalesce(func.sum(ApiResponse.characters), 0)).where(ApiResponse.owner == owner)
+        shown = (select(Message.id).join(Chat).where(Message.id == ApiResponse.last_message, Chat.id == ApiResponse.chat_id,
+                                                     Chat.owner == owner, Chat.deleted.is_(None)).exists())
+        responses = select(func.coalesce(func.sum(ApiResponse.characters), 0)).where(ApiResponse.owner == owner, ~shown)
         return session.scalar(chats) + session.scalar(presets) + session.scalar(library) + session.scalar(responses)
 
     def _use_media(self, session: Session, owner: str, chat_id: str, media: dict[str, int], now: float) -> None:

@@ -31,6 +31,9 @@ class StoreSettings(BaseModel):
     database_url: str | None = Field(None, description="the database the chats are kept in: postgresql://USER:PASS@HOST/NAME "
                                                        "(the process list shows it: prefer the environment variable "
                                                        "ANYCHAT_DATABASE_URL), or sqlite:///PATH")
+    responses_in_page: bool = Field(False, description="show each reply of the Responses API a login keeps (/v1/responses, "
+                                                       "previous_response_id) in that login's page as a chat, a chain one chat; "
+                                                       "DELETE /v1/responses/{id} takes it out again")
 
 
 def data_dir() -> Path:
@@ -54,10 +57,11 @@ def database_url(url: str | None = None) -> str:
     return url
 
 
-def open_store(url: str | None = None, quota: Quota = Quota(), data: Path | None = None) -> ChatStore:
+def open_store(url: str | None = None, quota: Quota = Quota(), data: Path | None = None, responses_in_page: bool = False) -> ChatStore:
     """The store at ``url`` (see database_url), its schema migrated to the newest, its media in
-    the data folder (``data``, else data_dir()), each owner held to ``quota``; a StoreError that
-    says what to do where it cannot be opened."""
+    the data folder (``data``, else data_dir()), each owner held to ``quota``, the Responses API's
+    replies shown as chats where ``responses_in_page`` (StoreSettings); a StoreError that says
+    what to do where it cannot be opened."""
     url = database_url(url)
     try:
         parsed = make_url(url)
@@ -77,7 +81,7 @@ def open_store(url: str | None = None, quota: Quota = Quota(), data: Path | None
         engine.dispose()
         raise StoreError(f"Could not open the chat store at {parsed.render_as_string(hide_password=True)}: {error.orig or error}. "
                          f"{_advice(parsed)}") from None
-    return ChatStore(engine, MediaFiles((data or data_dir()) / "media"), quota)
+    return ChatStore(engine, MediaFiles((data or data_dir()) / "media"), quota, responses_in_page)
 
 
 def _advice(url: URL) -> str:

@@ -162,7 +162,8 @@ class ApiResponse(Base):
     """A reply of the Responses API (/v1/responses) kept for a later request to go on from
     (``previous``: the one it went on from) and to be read back (store/responses.py). ``messages``:
     what it added to the conversation, its input and its reply, as chat messages; ``response``:
-    the response object as the API returned it. ``characters``: counted in the owner's text quota."""
+    the response object as the API returned it. ``characters``: counted in the owner's text quota,
+    unless its messages are in a chat of theirs (store/responses_in_page.py): the chat counts them."""
 
     __tablename__ = "api_responses"
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -172,5 +173,10 @@ class ApiResponse(Base):
     response: Mapped[dict] = mapped_column(JSON)
     characters: Mapped[int] = mapped_column(BigInteger)
     created: Mapped[float] = mapped_column(Float)
+    # Where its messages show in the page as a chat's (None: nowhere): the chat, and its first and
+    # last message there (its reply; a later response of the chain follows it).
+    chat_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    first_message: Mapped[int | None] = mapped_column(ROW_ID, nullable=True)
+    last_message: Mapped[int | None] = mapped_column(ROW_ID, nullable=True)
 
     __table_args__ = (Index("ix_api_responses_owner", "owner"),)

@@ -94,6 +94,7 @@ def test_previous_response_id_goes_on_from_a_kept_response(client, model_id, ser
     chat = client.chat.completions.create(model=model_id, messages=messages, temperature=0, max_tokens=24)
     assert second.output_text == chat.choices[0].message.content and second.usage.input_tokens == chat.usage.prompt_tokens
     assert second.previous_response_id == first.id
+    assert served[2].chats("login:ada") == [], "kept for the API only: the page shows none unless the operator says so"
     # Read back as returned; another user finds neither it nor a way to go on from it.
     assert client.responses.retrieve(second.id).model_dump() == second.model_dump()
     bob = client_of(served, "bob")
@@ -113,6 +114,39 @@ def test_previous_response_id_goes_on_from_a_kept_response(client, model_id, ser
     unkept = client.responses.create(model=model_id, input="Hi", store=False, max_output_tokens=4)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(unkept.id)
+
+
+@pytest.fixture(scope="module")
+def shown_in_page(llamacpp_slot, tmp_path_factory):
+    """The API on llama.cpp, its replies shown in the page too (--responses-in-page)."""
+    folder = tmp_path_factory.mktemp("responses_in_page")
+    store = open_store(f"sqlite:///{folder / 'chats.db'}", data=folder, responses_in_page=True)
+    try:
+        with running_server(add_api(FastAPI(), llamacpp_slot, logins=Logins(list(USERS.items())), store=store)) as url:
+            yield url, llamacpp_slot.model.model_id, store
+    finally:
+        store.close()
+
+
+def test_with_responses_in_page_a_chain_is_a_chat_of_its_login_alone(shown_in_page):
+    ada, (_, model_id, store) = client_of(shown_in_page), shown_in_page
+    first = ada.responses.create(model=model_id, input="What is the capital of France?", temperature=0, max_output_tokens=6)
+    second = ada.responses.create(model=model_id, input="And of Germany?", previous_response_id=first.id, temperature=0,
+                                  max_output_tokens=6)
+    [chat] = store.chats("login:ada")
+    tree = store.tree("login:ada", chat.id)
+    assert [(tree.messages[place].data["role"], tree.messages[place].data["content"]) for place in tree.branch()] == [
+        ("user", "What is the capital of France?"), ("assistant", first.output_text), ("user", "And of Germany?"),
+        ("assistant", second.output_text)]
+    assert store.chats("login:bob") == [] and client_of(shown_in_page, "bob").responses.create(
+        model=model_id, input="Hi", max_output_tokens=4).status in ("completed", "incomplete")
+    assert [listed.id for listed in store.chats("login:ada")] == [chat.id] and len(store.chats("login:bob")) == 1
+    # Deleted, a reply leaves the chat; the chat goes with its first.
+    ada.responses.delete(second.id)
+    assert [message.data["content"] for message in store.tree("login:ada", chat.id).messages] == ["What is the capital of France?",
+                                                                                                 first.output_text]
+    ada.responses.delete(first.id)
+    assert store.chats("login:ada") == []
 
 
 def test_a_function_call_and_its_output(client, model_id):

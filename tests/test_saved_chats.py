@@ -152,6 +152,29 @@ def test_a_tabs_list_shows_the_chats_other_tabs_write_and_is_left_alone_otherwis
     assert chat_sidebar.refresh_list(None, "") == gr.skip()
 
 
+def test_a_responses_chain_the_store_shows_opens_in_its_logins_tab_with_its_call_answered(tmp_path):
+    """--responses-in-page: a chain of the Responses API (a call, then its result) opens as the
+    page's own turns, the call's result in the reply, and is the chat the tab would write back."""
+    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", data=tmp_path, responses_in_page=True)
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    store.responses.keep("login:ada", "resp_1", None, [{"role": "user", "content": "Weather in Paris?"},
+                                                       {"role": "assistant", "content": "", "tool_calls": [call]}], {})
+    store.responses.keep("login:ada", "resp_2", "resp_1", [{"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+                                                           {"role": "assistant", "content": "It is 18 C."}], {})
+    chats = SavedChats(store, "login:ada")
+    assert chat_sidebar.refresh_list(chats, "")["choices"] == [("Weather in Paris?", chats.newest())]
+    session = chats.open(chats.newest(), "")
+    [question, reply] = session.turns
+    assert (question.content, reply.content) == ("Weather in Paris?", "It is 18 C.")
+    [[ran]] = [step.tool_calls for step in reply.steps]
+    assert (ran.name, ran.arguments, ran.result) == ("get_weather", '{"city": "Paris"}', "18 C")
+    stamp = store.list_stamp("login:ada")
+    session.keeper.save(session.tree)
+    assert store.list_stamp("login:ada") == stamp, "the tab found its turns as the store has them: nothing to write"
+    assert SavedChats(store, "login:bob").choices() == []
+    store.close()
+
+
 def test_the_tick_reads_the_list_only_when_the_store_says_it_may_have_changed(chat_store, monkeypatch):
     """Every tab asks every few seconds; a search reads every message. Where nothing changed, the
     tick reads one row of the store, not the list."""

@@ -14,6 +14,7 @@ import time
 import zipfile
 
 import httpx
+import openai
 import psutil
 import pytest
 
@@ -26,7 +27,7 @@ from webui.user_turns import RUNNING, TURNS, WAITING
 
 pytestmark = pytest.mark.server
 
-PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
+PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
 SECRET = "My locker code is 4711."
 TEXT_QUOTA = 2**20
 CHATS_QUOTA = 20
@@ -37,6 +38,7 @@ def app(tmp_path_factory):
     folder = tmp_path_factory.mktemp("app")
     # Quotas small enough that an import fills them in a moment.
     process = AppInProcess(folder, ("--auth", f"alice:{PASSWORDS['alice']}", "--auth", f"bob:{PASSWORDS['bob']}",
+                                    "--auth", f"carol:{PASSWORDS['carol']}", "--responses-in-page",
                                     "--max-user-text-size", f"{TEXT_QUOTA}b", "--max-user-chats", str(CHATS_QUOTA)))
     process.database = folder / "data" / "chats.db"  # ANYCHAT_DATA_DIR, as AppInProcess sets it
     yield process
@@ -533,3 +535,16 @@ def test_an_import_past_the_users_chats_quota_is_refused_before_any_is_read(app,
     assert re.search(rf"Could not import many\.zip: you would have {len(before) + CHATS_QUOTA + 1} saved chats, over this server's limit of "
                      rf"{CHATS_QUOTA} per user \(--max-user-chats\)", error(refused) or ""), refused
     assert chat_ids(tab) == before
+
+
+def test_a_responses_chain_shows_in_its_logins_page_alone(app, tabs):
+    """--responses-in-page: what Carol's API client kept is a chat in her page, which Bob's never lists."""
+    client = openai.OpenAI(base_url=f"{app.url}v1", api_key=f"carol:{PASSWORDS['carol']}", max_retries=0, timeout=120)
+    model = client.models.list().data[0].id
+    kept = client.responses.create(model=model, input="Carol's API question", temperature=0, max_output_tokens=4)
+    carol, bob = tabs("carol"), tabs("bob")
+    opened(carol), opened(bob)
+    [chat] = chat_ids(carol)
+    switched = carol.call("switch_chat", [None, None, "", "", "", chat])
+    assert "Carol's API question" in shown(switched) and kept.output_text in shown(switched)
+    assert chat not in chat_ids(bob) and chat_ids(bob, "Carol") == []

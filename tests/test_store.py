@@ -1,12 +1,14 @@
 """The chat store itself, on SQLite and on a real PostgreSQL server (a throwaway cluster): its
 migrations, one row per message, search, and one owner's chats out of every other's reach."""
 
+import json
 import sqlite3
 import threading
 import time
 
 import pytest
 from sqlalchemy import inspect, text
+from sqlalchemy.orm import Session
 
 from harness.postgres import fresh_database
 from store import Added, MessageChanges, MessageTree, NotYours, OverQuota, Quota, StoreError, open_store
@@ -34,7 +36,7 @@ def messages(*texts, after=None):
 def test_the_schema_is_made_by_the_migrations_and_opening_again_changes_nothing(url):
     store = open_store(url)
     with store.engine.connect() as connection:
-        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0011"
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0012"
         assert {"chats", "messages", "media", "chat_media", "library_documents", "library_passages", "library_in_chats", "page_preferences",
                 "alembic_version"} <= set(inspect(connection).get_table_names())
     store.write("alice", "c1", messages("Hi"), {"title": "Hi"})
@@ -418,3 +420,82 @@ def test_the_list_stamp_changes_with_every_change_to_the_owners_list_only(chat_s
     chat_store.write("bob", "b1", messages("Bob's"), {"title": "Bob's"})
     chat_store.rename("bob", "b1", "Bob")
     assert chat_store.list_stamp("alice") == stamps[-1], "settings and another owner's chats are not alice's list"
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+ASKED = [{"role": "user", "content": "What is the weather in Paris?"}, {"role": "assistant", "content": "", "tool_calls": [CALL]}]
+ANSWERED = [{"role": "tool", "tool_call_id": "call_1", "content": "18 C"}, {"role": "assistant", "content": "It is 18 C."}]
+ASKED_AGAIN = [{"role": "user", "content": "And tomorrow?"}, {"role": "assistant", "content": "Sunny.", "reasoning_content": "Guess."}]
+
+
+def keep_chain(store, owner="login:ada", prefix="resp_"):
+    """A chain of three replies as the Responses API keeps them (ids ``prefix`` 1, 2, 3): a call, its result answered, a question more."""
+    for number, (previous, messages) in enumerate(((None, ASKED), (f"{prefix}1", ANSWERED), (f"{prefix}2", ASKED_AGAIN)), 1):
+        store.responses.keep(owner, f"{prefix}{number}", previous, messages, {"id": f"{prefix}{number}", "instructions": "Be brief."})
+
+
+def shown_messages(store, owner, chat_id):
+    tree = store.tree(owner, chat_id)
+    return [tree.messages[place].data for place in tree.branch()]
+
+
+def text_used(store, owner):
+    with Session(store.engine) as session:
+        return store._text_used(session, owner)
+
+
+def test_a_responses_chain_shows_in_its_logins_page_as_one_chat_with_its_calls_answered(url, tmp_path):
+    store = open_store(url, data=tmp_path, responses_in_page=True)
+    keep_chain(store)
+    keep_chain(store, "api:127.0.0.1", "resp_api_")  # without a login the replies are an address's, which no page is
+    [chat] = store.chats("login:ada")
+    assert chat.title == "What is the weather in Paris?" and store.chat("login:ada", chat.id).system == "Be brief."
+    call = {"id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert shown_messages(store, "login:ada", chat.id) == [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "It is 18 C.", "steps": [{"tool_calls": [{**call, "result": "18 C"}]}]},
+        {"role": "user", "content": "And tomorrow?"},
+        {"role": "assistant", "content": "Sunny.", "reasoning": "Guess."}]
+    # The call before its result came is the earlier version of the reply that answered it.
+    tree = store.tree("login:ada", chat.id)
+    assert [tree.messages[place].data for place in tree.versions(tree.branch()[1])][0] == {"role": "assistant", "content": "", "tool_calls": [call]}
+    assert store.chats("login:bob") == [] and store.chats("api:127.0.0.1") == []
+    # Its text counts once, in the chat: the replies it shows are not counted again.
+    assert text_used(store, "login:ada") == sum(counted(store, "login:ada").values())
+    # Two replies that go on from the same one are two versions in the chat.
+    rome = [{"role": "user", "content": "And in Rome?"}, {"role": "assistant", "content": "22 C."}]
+    store.responses.keep("login:ada", "resp_4", "resp_2", rome, {})
+    assert [m["content"] for m in shown_messages(store, "login:ada", chat.id)] == ["What is the weather in Paris?", "It is 18 C.", "And in Rome?", "22 C."]
+    assert len(store.tree("login:ada", chat.id).versions(store.tree("login:ada", chat.id).branch()[2])) == 2
+
+    # Deleted, a reply leaves the chat with what followed it; the chat goes with its first.
+    assert store.responses.delete("login:ada", "resp_2")
+    assert [m["content"] for m in shown_messages(store, "login:ada", chat.id)] == ["What is the weather in Paris?", ""]
+    assert store.responses.delete("login:ada", "resp_1")
+    assert store.chats("login:ada") == []
+    # The replies that went on from them are still kept (GET finds them), counted again now that no chat shows them.
+    assert text_used(store, "login:ada") == len(json.dumps(ASKED_AGAIN)) + len(json.dumps(rome))
+    store.close()
+
+
+def test_a_chain_whose_chat_was_deleted_in_the_page_is_shown_again_in_a_new_chat(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", data=tmp_path, responses_in_page=True)
+    keep_chain(store)
+    [chat] = store.chats("login:ada")
+    store.delete("login:ada", chat.id)
+    responses = text_used(store, "login:ada")
+    assert responses == sum(len(json.dumps(messages)) for messages in (ASKED, ANSWERED, ASKED_AGAIN))  # no chat shows them now
+    store.responses.keep("login:ada", "resp_4", "resp_3", [{"role": "user", "content": "Thanks."}, {"role": "assistant", "content": "Bye."}], {})
+    [again] = store.chats("login:ada")
+    assert again.id != chat.id
+    assert [m["content"] for m in shown_messages(store, "login:ada", again.id)] == [
+        "What is the weather in Paris?", "It is 18 C.", "And tomorrow?", "Sunny.", "Thanks.", "Bye."]
+    assert text_used(store, "login:ada") == counted(store, "login:ada")[again.id]
+    store.close()
+
+
+def test_responses_show_in_no_page_unless_the_operator_says_so(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", data=tmp_path)
+    keep_chain(store)
+    assert store.chats("login:ada") == [] and store.responses.conversation("login:ada", "resp_3")[-1]["content"] == "Sunny."
+    store.close()
