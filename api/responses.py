@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from engines import ChatModel, ChatRequest, ReplyChunk, Response
-from store import ResponseStore
+from store import ResponseStore, StoreError
 
 from .errors import APIError
 from .event_stream import event_stream, first_of
@@ -308,8 +308,15 @@ class Keeping:
     store: ResponseStore
     owner: str
 
-    async def keep(self, writer: ResponseWriter, response: dict[str, Any]) -> None:
-        await asyncio.to_thread(self.store.keep, self.owner, writer.id, writer.body.previous_response_id, writer.kept_messages(), response)
+    async def keep(self, writer: ResponseWriter, response: dict[str, Any]) -> dict[str, Any]:
+        """The response as kept; where the store refuses it (a quota), the reply is still the
+        client's, marked not kept, with the store's reason in its warnings."""
+        try:
+            await asyncio.to_thread(self.store.keep, self.owner, writer.id, writer.body.previous_response_id, writer.kept_messages(), response)
+        except StoreError as error:
+            why = f"This response was not kept, so previous_response_id cannot name it: {error}"
+            return {**response, "store": False, "warnings": [*(response["warnings"] or []), why]}
+        return response
 
 
 async def respond(body: ResponsesRequest, conversion: Conversion, model: ChatModel, request: ChatRequest,
@@ -319,9 +326,7 @@ async def respond(body: ResponsesRequest, conversion: Conversion, model: ChatMod
         async for _, item in replies:
             list(writer.events(item))  # the events are the stream's; the response is built as they are
     response = writer.final()
-    if keeping is not None:
-        await keeping.keep(writer, response)
-    return response
+    return await keeping.keep(writer, response) if keeping is not None else response
 
 
 async def start_stream(body: ResponsesRequest, conversion: Conversion, model: ChatModel, request: ChatRequest,
@@ -341,7 +346,7 @@ async def start_stream(body: ResponsesRequest, conversion: Conversion, model: Ch
             return ""
         response = writer.final()
         if keeping is not None:
-            await keeping.keep(writer, response)
+            response = await keeping.keep(writer, response)
         return sse(writer.event("response.completed", response=response))
 
     def failure(error: APIError) -> str:

@@ -17,7 +17,7 @@ from access import Logins
 from api import add_api
 from harness.browser import AppProcess
 from harness.running_server import running_server
-from store import open_store
+from store import Quota, open_store
 from tests.api_samples import QUESTION, WEATHER_TOOL
 
 pytestmark = pytest.mark.slow
@@ -117,13 +117,13 @@ def test_previous_response_id_goes_on_from_a_kept_response(client, model_id, ser
 
 
 @pytest.fixture(scope="module")
-def shown_in_page(llamacpp_slot, tmp_path_factory):
+def shown_in_page(llamacpp_models, tmp_path_factory):
     """The API on llama.cpp, its replies shown in the page too (--responses-in-page)."""
     folder = tmp_path_factory.mktemp("responses_in_page")
     store = open_store(f"sqlite:///{folder / 'chats.db'}", data=folder, responses_in_page=True)
     try:
-        with running_server(add_api(FastAPI(), llamacpp_slot, logins=Logins(list(USERS.items())), store=store)) as url:
-            yield url, llamacpp_slot.model.model_id, store
+        with running_server(add_api(FastAPI(), llamacpp_models, logins=Logins(list(USERS.items())), store=store)) as url:
+            yield url, llamacpp_models.model.model_id, store
     finally:
         store.close()
 
@@ -147,6 +147,24 @@ def test_with_responses_in_page_a_chain_is_a_chat_of_its_login_alone(shown_in_pa
                                                                                                  first.output_text]
     ada.responses.delete(first.id)
     assert store.chats("login:ada") == []
+
+
+def test_a_response_the_store_refuses_is_answered_and_said_not_kept(llamacpp_models, tmp_path):
+    """At its chat quota, a login's new chain cannot be shown as a chat: the reply is still
+    answered, marked not kept, with the store's reason, never a server error."""
+    store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", data=tmp_path, quota=Quota(chats=1), responses_in_page=True)
+    try:
+        with running_server(add_api(FastAPI(), llamacpp_models, logins=Logins(list(USERS.items())), store=store)) as url:
+            ada, model_id = client_of((url, None, store)), llamacpp_models.model.model_id
+            assert ada.responses.create(model=model_id, input="Hi", max_output_tokens=2).store is True
+            refused = ada.responses.create(model=model_id, input="Another chat", max_output_tokens=2)
+            assert refused.store is False and refused.output_text is not None
+            [warning] = refused.model_extra["warnings"]
+            assert warning.startswith("This response was not kept, so previous_response_id cannot name it: ") and "chats" in warning, warning
+            with pytest.raises(openai.NotFoundError):
+                ada.responses.retrieve(refused.id)
+    finally:
+        store.close()
 
 
 def test_a_function_call_and_its_output(client, model_id):
