@@ -178,15 +178,34 @@ RUN_BUTTONS = """() => {
     };
     // What a run printed, for the model's call whose code it was (a message marked browser-run).
     const answerCall = (code, ran) => {
-        const marker = code.closest("[data-testid=bot]").querySelector(".browser-run");
+        const marker = code.closest("[data-testid=bot]")?.querySelector(".browser-run");
         const field = document.querySelector("#%(result)s textarea, #%(result)s input");
         if (!marker || !field) return;
         const key = [...marker.classList].find((name) => name.startsWith("k-")).slice(2);
         field.value = JSON.stringify({ key, output: ran.output, failed: Boolean(ran.failed), at: Date.now() });
         field.dispatchEvent(new Event("input", { bubbles: true }));
     };
+    const CODE = "#chatbot [data-testid=bot] code.language-python, #chatbot [data-testid=bot] code.language-py";
+    // Gradio may draw a reply again (a later update of the chat) while its block runs or after:
+    // what each block's run shows is kept by its place and text, and shown again in the new drawing.
+    const shown = new Map();
+    const keyOf = (code) => [...document.querySelectorAll(CODE)].indexOf(code) + ":" + code.textContent;
+    const show = (bar, state) => {
+        const [button, output] = bar.children;
+        button.disabled = Boolean(state.running);
+        output.hidden = false;
+        output.textContent = state.running ? words["chat.running"] : state.output || "(it printed nothing)";
+        output.classList.toggle("failed", Boolean(state.failed));
+    };
+    const showEverywhere = (key, state) => {
+        shown.set(key, state);
+        for (const code of document.querySelectorAll(CODE)) {
+            const bar = code.closest("pre")?.nextElementSibling;
+            if (bar?.classList.contains("python-run") && keyOf(code) === key) show(bar, state);
+        }
+    };
     const addButtons = () => {
-        for (const code of document.querySelectorAll("#chatbot [data-testid=bot] code.language-python, #chatbot [data-testid=bot] code.language-py")) {
+        for (const code of document.querySelectorAll(CODE)) {
             const block = code.closest("pre");
             if (!block || block.nextElementSibling?.classList.contains("python-run")) continue;
             const bar = document.createElement("div");
@@ -197,17 +216,16 @@ RUN_BUTTONS = """() => {
             output.className = "python-output";
             output.hidden = true;
             button.addEventListener("click", async () => {
-                button.disabled = true;
-                output.hidden = false;
-                output.textContent = words["chat.running"];
+                const key = keyOf(code);
+                showEverywhere(key, { running: true });
                 const ran = await run(code.textContent);
-                output.textContent = ran.output || "(it printed nothing)";
-                output.classList.toggle("failed", Boolean(ran.failed));
-                button.disabled = false;
-                answerCall(code, ran);
+                showEverywhere(key, ran);
+                answerCall([...document.querySelectorAll(CODE)].find((each) => keyOf(each) === key) || code, ran);
             });
             bar.append(button, output);
             block.after(bar);
+            const state = shown.get(keyOf(code));
+            if (state) show(bar, state);
         }
     };
     new MutationObserver(addButtons).observe(document.body, { subtree: true, childList: true });
