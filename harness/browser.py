@@ -114,16 +114,50 @@ COUNT_REPLIES = """() => {
 
 def open_chat(page, url: str) -> None:
     """Open the page and wait until it is ready."""
+    watch = LoadWatch(page)
     page.goto(url)
-    wait_until_ready(page)
+    wait_until_ready(page, watch)
 
 
-def wait_until_ready(page) -> None:
+class LoadWatch:
+    """What a page asked of the server and what went wrong in it since it was opened, for the
+    failure of a page that never became ready to say where it stopped (a CI run once found a page
+    still at Gradio's "Loading..." after three minutes, which alone says nothing)."""
+
+    def __init__(self, page) -> None:
+        self.opened = time.monotonic()
+        self.pending: dict[int, tuple[float, str]] = {}
+        self.failed: list[str] = []
+        self.errors: list[str] = []
+        page.on("request", lambda request: self.pending.__setitem__(id(request), (time.monotonic(), f"{request.method} {request.url}")))
+        page.on("requestfinished", lambda request: self.pending.pop(id(request), None))
+        page.on("requestfailed", self._failed)
+        page.on("console", lambda message: message.type == "error" and self.errors.append(message.text))
+        page.on("pageerror", lambda error: self.errors.append(f"{error}"))
+
+    def _failed(self, request) -> None:
+        self.pending.pop(id(request), None)
+        self.failed.append(f"{request.method} {request.url}: {request.failure}")
+
+    def __str__(self) -> str:
+        now = time.monotonic()
+        pending = [f"{what} (asked {asked - self.opened:.1f} s after opening, {now - asked:.1f} s ago)" for asked, what in self.pending.values()]
+        return (f"opened {now - self.opened:.1f} s ago; requests unanswered: {pending or 'none'}; "
+                f"failed: {self.failed or 'none'}; errors in the page: {self.errors or 'none'}")
+
+
+def wait_until_ready(page, watch: LoadWatch | None = None) -> None:
     """Until the page is ready: the model said what it reads (text only, for the default model)
-    and the saved chats are restored."""
+    and the saved chats are restored. ``watch``, where the page has one, says in a failure what
+    the page was still waiting for."""
     from playwright.sync_api import expect
 
-    expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile("reads text only"))
+    try:
+        expect(page.locator("#chat-input textarea")).to_have_attribute("placeholder", re.compile("reads text only"))
+    except AssertionError as error:
+        if watch is None:
+            raise
+        raise AssertionError(f"{error}\nThe page: {watch}") from None
     expect(page.locator("#saved-chats-note")).to_contain_text("kept on the server")
     page.evaluate(COUNT_REPLIES)
 

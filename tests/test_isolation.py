@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.browser import CHROMIUM, AppProcess, bot_messages, user_messages, wait_until_ready
+from harness.browser import CHROMIUM, AppProcess, LoadWatch, bot_messages, user_messages, wait_until_ready
 from harness.vllm_settings import VLLM
 
 pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.vllm]
@@ -129,15 +129,20 @@ def app(request, tmp_path_factory):
 
 @pytest.fixture
 def pages(app, browser):
-    """A page per user, in a context of its own, with the user's system prompt. The pages load
-    side by side: one after another they take half a minute on a busy machine."""
+    """A page per user, in a context of its own, with the user's system prompt. The pages open one
+    after another, each ready before the next: eight opened at once asked the server for about 800
+    files together, and in a CI run beside two other heavy jobs one of them still showed Gradio's
+    "Loading..." three minutes later."""
     _, process, _ = app
     contexts = [browser.new_context(viewport={"width": 1280, "height": 900}) for _ in USERS]
     pages = [context.new_page() for context in contexts]
-    for page in pages:
-        page.goto(process.url, wait_until="commit")
     for page, user in zip(pages, USERS):
-        wait_until_ready(page)
+        watch = LoadWatch(page)
+        page.goto(process.url, wait_until="commit")
+        try:
+            wait_until_ready(page, watch)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\nThe app's log ends: {process.log()[-4000:]}") from None
         page.evaluate(WATCH_REPLIES)
         page.locator("#system-prompt textarea").fill(user.system)
     yield pages
