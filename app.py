@@ -32,9 +32,9 @@ from engines.model_files.model_args import MediaSettings  # noqa: E402
 from engines.model_files.server_address import is_server_address  # noqa: E402
 from engines.reply_traces import TraceSettings  # noqa: E402
 from engines.settings import choices, field_range, value_type  # noqa: E402
-from engines.tools import TOOL_CATALOG, McpServers, ToolSettings  # noqa: E402
 from limits import Limits, in_bytes, parse_size, size_text  # noqa: E402
 from store.database import StoreSettings  # noqa: E402
+from tools import McpServers, ToolCatalog, ToolSettings  # noqa: E402
 
 # Flags the command line names otherwise than their settings (each still sets its setting's name).
 FLAG_NAMES = {"infer_backend": "backend", "model_name_or_path": "model", "infer_dtype": "dtype"}
@@ -208,33 +208,37 @@ def main(argv: list[str] | None = None) -> None:
     settings = model_settings(args)
     if args.log_requests:
         log_requests()
+    # The tools that may run, the MCP servers' among them: the process's one catalog, handed to
+    # the terminal chat or the page, and closed (the servers' processes ended) as the app ends.
+    catalog = ToolCatalog()
     try:
         if args.mcp_config:
-            connect_mcp_servers(args.mcp_config, wait=args.command == "chat")
+            connect_mcp_servers(catalog, args.mcp_config, wait=args.command == "chat")
         if args.command == "chat":
             from terminal_chat import run_terminal_chat
 
-            tools = ToolSettings.build(**{name: getattr(args, name) for name in ToolSettings.model_fields if getattr(args, name) is not None})
-            run_terminal_chat(settings, system=args.system, tools=tools, context=ContextSettings.build(context_policy=args.context_policy or "compact"))
+            tools = ToolSettings.build_for(catalog, **{name: getattr(args, name) for name in ToolSettings.model_fields if getattr(args, name) is not None})
+            run_terminal_chat(settings, system=args.system, tools=tools, context=ContextSettings.build(context_policy=args.context_policy or "compact"),
+                              catalog=catalog)
         else:
             from server import serve
 
-            serve(settings, args)
+            serve(settings, args, catalog)
     except ChatError as error:
         sys.exit(f"error: {error}")
     finally:
-        TOOL_CATALOG.close()
+        catalog.close()
 
 
-def connect_mcp_servers(config: str, wait: bool) -> None:
-    """Start connecting the servers of the MCP ``config`` file, their tools offered as each is
-    ready; ``wait``: until each is ready or has failed (the terminal chat names its tools at once)."""
+def connect_mcp_servers(catalog: ToolCatalog, config: str, wait: bool) -> None:
+    """Start connecting the servers of the MCP ``config`` file to ``catalog``, their tools offered
+    as each is ready; ``wait``: until each is ready or has failed (the terminal chat names its tools at once)."""
     try:
         servers = McpServers.from_file(config)
     except ValueError as error:
         sys.exit(f"error: --mcp-config: {error}")
     servers.start()
-    TOOL_CATALOG.connect(servers)
+    catalog.connect(servers)
     if wait:
         servers.wait_started()
         for status in servers.statuses():

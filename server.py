@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import uvicorn
 
     from access import Logins
+    from tools import ToolCatalog
     from webui.model_rights import ModelRights
 
 # Model settings from the command line that belong to the server, not to the model it starts
@@ -27,10 +28,11 @@ GRACEFUL_SHUTDOWN_SECONDS = 3
 SERVER_WIDE = ("max_concurrent", "max_waiting", "max_waiting_per_user", *MediaSettings.model_fields)
 
 
-def serve(settings: dict[str, Any], args: argparse.Namespace) -> None:
+def serve(settings: dict[str, Any], args: argparse.Namespace, catalog: ToolCatalog | None = None) -> None:
     """What ``args.command`` serves on the one loaded model, until interrupted: for web the page
-    at / and the API at /v1, for api the API alone (no page, for headless use)."""
-    with loaded_app(loaded_models(args), settings, args) as app:
+    at / and the API at /v1, for api the API alone (no page, for headless use). ``catalog``: the
+    tools the page's chats may run (app.py's, with the MCP servers'; without one, the built-in ones)."""
+    with loaded_app(loaded_models(args), settings, args, catalog) as app:
         http_server(app, args).run()
 
 
@@ -51,11 +53,11 @@ def loaded_models(args: argparse.Namespace):
 
 
 @contextmanager
-def loaded_app(loaded_models, settings: dict[str, Any], args: argparse.Namespace) -> Iterator[Any]:
+def loaded_app(loaded_models, settings: dict[str, Any], args: argparse.Namespace, catalog: ToolCatalog | None = None) -> Iterator[Any]:
     """The FastAPI app that ``args.command`` serves, not yet served, over ``loaded_models`` loaded with
-    ``settings``; the model is unloaded after."""
+    ``settings`` (the page's tools of ``catalog``); the model is unloaded after."""
     if args.command == "web":
-        app = web_app(loaded_models, args)  # checks the flags before the slow load
+        app = web_app(loaded_models, args, catalog)  # checks the flags before the slow load
         load_model(loaded_models, settings)
     else:
         load_model(loaded_models, settings)
@@ -66,8 +68,9 @@ def loaded_app(loaded_models, settings: dict[str, Any], args: argparse.Namespace
         loaded_models.unload()
 
 
-def web_app(loaded_models, args: argparse.Namespace):
-    """The page at / and the API at /v1 over ``loaded_models``, as a FastAPI app not yet served."""
+def web_app(loaded_models, args: argparse.Namespace, catalog: ToolCatalog | None = None):
+    """The page at / and the API at /v1 over ``loaded_models``, as a FastAPI app not yet served;
+    the page's chats run the tools of ``catalog`` (without one, the built-in ones)."""
     import webui  # noqa: F401 (first: gradio is then imported without what a page never uses, webui/gradio_patches/gradio_import.py)
 
     import gradio as gr
@@ -98,7 +101,8 @@ def web_app(loaded_models, args: argparse.Namespace):
     app.add_middleware(BodyLimit, limit=limits.max_page_request_size, covers=lambda path: not is_api_path(path) and path != uploads,
                        flag="--max-page-request-size", advice="Send a shorter message, or ask the server's operator to raise the limit.")
     # api_open=False: a queued event run directly (POST /gradio_api/run/…) would skip the queue and its limits.
-    demo = build_demo(loaded_models, rights, limits, models_dir(args), store, args.context_policy or "compact").queue(max_size=limits.max_queue_size, api_open=False)
+    demo = build_demo(loaded_models, rights, limits, models_dir(args), store, args.context_policy or "compact",
+                      catalog).queue(max_size=limits.max_queue_size, api_open=False)
     refuse_events_short_of_inputs(demo)
     files = FileCache(Path(get_upload_folder()), limits.max_file_age, limits.max_cache_size)
     page = gr.mount_gradio_app(app, demo, path="/", auth=logins.page_login if logins else None, max_file_size=limits.max_upload_size,

@@ -16,13 +16,18 @@ from typing import Any
 from engines import ChatError, ChatModel, ChatRequest, ReplyChunk, Response, ToolCall
 from engines.compaction import Compacting, Compaction
 from engines.context_settings import ContextSettings
-from engines.tools import ApprovalAsked, StepLimitReached, Tool, ToolResult, ToolSettings, ToolsRunning
+from tools import ApprovalAsked, StepLimitReached, Tool, ToolCatalog, ToolResult, ToolSettings, ToolsRunning, stream_reply_with_tools
 
 HELP = "Type a message. Commands: clear (forget the conversation), exit (quit). Ctrl-C stops a reply; at the prompt it quits."
 
 
 def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin=sys.stdin, stdout=sys.stdout,
-                      tools: ToolSettings = ToolSettings(), context: ContextSettings = ContextSettings()) -> None:
+                      tools: ToolSettings = ToolSettings(), context: ContextSettings = ContextSettings(),
+                      catalog: ToolCatalog | None = None) -> None:
+    """Chat at the terminal with the model of ``settings``; ``tools`` run of ``catalog``'s (the
+    app's, with its MCP servers'; without one, the built-in tools alone)."""
+    catalog = catalog if catalog is not None else ToolCatalog()
+
     def say(text: str = "", end: str = "\n") -> None:
         stdout.write(text + end)
         stdout.flush()
@@ -45,7 +50,7 @@ def run_terminal_chat(settings: dict[str, Any], system: str | None = None, stdin
                 history.append({"role": "user", "content": query})
                 say("Assistant: ", end="")
                 try:
-                    history += _write_reply(model, history, system, tools, context, approval, say)
+                    history += _write_reply(model, history, system, tools, catalog, context, approval, say)
                 except ChatError as error:
                     history.pop()
                     say(f"\nerror: {error}")
@@ -90,20 +95,20 @@ class TerminalApproval:
         return {call.id: self.choice in ("y", "a") for call in calls}
 
 
-def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | None, tools: ToolSettings, context: ContextSettings,
-                 approval: TerminalApproval, say) -> list[dict[str, Any]]:
+def _write_reply(model: ChatModel, history: list[dict[str, Any]], system: str | None, tools: ToolSettings, catalog: ToolCatalog,
+                 context: ContextSettings, approval: TerminalApproval, say) -> list[dict[str, Any]]:
     """Stream one reply (reasoning after "[thinking]", tool calls, and the results of those that
     ran, on their own lines) and return the messages to keep: each answer with its calls, the
     results, and the last answer; Ctrl-C keeps what was written so far. Where the conversation
     was compacted to fit the context, ``history`` becomes what the model read, said in a line."""
-    running = tools.tools()
+    running = tools.tools(catalog)
     request = ChatRequest.build(history, system=system, tools=[tool.schema() for tool in running.values()] or None,
                                 tool_choice=tools.tool_choice, context_policy=context.context_policy)
     content, thinking = "", False
     kept: list[dict[str, Any]] = []
     message: dict[str, Any] = {"role": "assistant"}
     try:
-        for item in model.stream_reply_with_tools(request, running, tools.tool_steps, progress=True, approval=approval):
+        for item in stream_reply_with_tools(model, request, running, tools.tool_steps, progress=True, approval=approval):
             if isinstance(item, Compacting):
                 say(f"[compacting the conversation to fit the model's context: {item.replacing} earlier messages…] ", end="")
             elif isinstance(item, Compaction):

@@ -28,8 +28,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engines import ChatModel, ChatRequest, ReplyChunk, Response  # noqa: E402
-from engines.tools import Tool, ToolResult  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
+from tools import Tool, ToolResult, reply_with_tools  # noqa: E402
 
 PARAMETERS = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999},
                                                "b": {"type": "integer", "minimum": 0, "maximum": 999}},
@@ -50,7 +50,7 @@ async def one_round(model: ChatModel, round_number: int, tool_seconds: float, to
     request = ChatRequest.build(question, tools=[tool.schema()], tool_choice={"type": "function", "function": {"name": "multiply"}},
                                 temperature=0, max_new_tokens=tokens)
     first_answer, result = None, None
-    async for item in model.astream_reply_with_tools(request, {"multiply": tool}, step_limit=2):
+    async for item in reply_with_tools(model, request, {"multiply": tool}, step_limit=2):
         if isinstance(item, Response) and first_answer is None:
             first_answer, marks["call"] = item, time.perf_counter()
         elif isinstance(item, ToolResult):

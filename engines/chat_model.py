@@ -31,7 +31,6 @@ from .prompt.reply_parser import ReplyChunk
 from .reply_meter import ReplyMeter
 from .reply_traces import trace_reply
 from .request import ChatRequest, MediaKind
-from .tools import STEP_LIMIT, Approval, Tool, reply_with_tools
 from .waiting_line import QueuePlace, WaitingLine
 
 if TYPE_CHECKING:
@@ -68,7 +67,7 @@ def _blocking_stream(method: Callable[Concatenate[ChatModel, P], AsyncIterator[T
 
     @functools.wraps(method)
     def run(self: ChatModel, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
-        return self._loop.iterate(method(self, *args, **kwargs))
+        return self.iterate(method(self, *args, **kwargs))
 
     run.__doc__ = f"The blocking form of {method.__name__}: leaving the loop early (break, Ctrl-C) stops the model."
     return run
@@ -275,15 +274,6 @@ class ChatModel:
             async for _, item in replies:
                 yield item
 
-    def astream_reply_with_tools(self, request: ChatRequest | Messages, tools: Mapping[str, Tool], step_limit: int = STEP_LIMIT,
-                                 progress: bool = False, approval: Approval | None = None, **options: Any) -> AsyncIterator[Any]:
-        """astream_reply, where the calls the reply makes of ``tools`` (by name) run and the model
-        goes on with their results, for at most ``step_limit`` answers: between two answers, the
-        calls (ToolsRunning), ApprovalAsked where ``approval`` asks the user about some (without
-        one, every call runs), and each one's ToolResult; StepLimitReached where the last still
-        calls tools (engines/tools/agent_loop.py)."""
-        return reply_with_tools(self, as_request(request, options), tools, step_limit, progress, approval)
-
     async def astream_chat(self, request: ChatRequest | Messages, on_finish: Callable[[Response], None] | None = None,
                            **options: Any) -> AsyncIterator[str]:
         """The first reply's raw text, piece by piece, as the model wrote it (num_return_sequences
@@ -305,8 +295,13 @@ class ChatModel:
     chat = _blocking(achat)
     stream_chat = _blocking_stream(astream_chat)
     stream_reply = _blocking_stream(astream_reply)
-    stream_reply_with_tools = _blocking_stream(astream_reply_with_tools)
     get_scores = _blocking(aget_scores)
+
+    def iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
+        """The blocking form of ``stream``, an async stream built on this model's a* methods (the
+        agent loop's, tools/agent_loop.py: stream_reply_with_tools), as stream_reply is of
+        astream_reply: it runs on the engine loop, and leaving early (break, Ctrl-C) stops the model."""
+        return self._loop.iterate(stream)
 
     # ---- lifetime
 

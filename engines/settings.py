@@ -32,13 +32,20 @@ class Settings(BaseModel):
     @classmethod
     def build(cls, **values: Any) -> Any:
         """The settings from ``values``, or a ConfigError that says what is wrong with them."""
+        return cls.build_in(None, **values)
+
+    @classmethod
+    def build_in(cls, context: dict[str, Any] | None, /, **values: Any) -> Any:
+        """``build``, the validators given ``context`` (pydantic's validation context): what they
+        check values against that is not itself a setting, such as the tools that run here
+        (tools/settings.py)."""
         unknown = sorted(set(values) - set(cls.model_fields))
         if unknown:
             raise ConfigError(
                 f"Unknown {cls.kind} setting(s): {', '.join(unknown)}. Valid ones: {', '.join(cls.names())}."
             )
         try:
-            return cls(**values)
+            return cls.model_validate(values, context=context)
         except ValidationError as error:
             raise ConfigError(f"Invalid {cls.kind} settings: {cls._explain(error)}.") from None
 

@@ -14,7 +14,7 @@ import pytest
 
 from engines import ChatModel, ChatRequest, ConfigError, MediaError, Response, UnsupportedError
 from engines.logprobs import TokenLogprobs
-from engines.tools import Tool, ToolResult, ToolsRunning
+from tools import Tool, ToolResult, ToolsRunning, reply_with_tools
 
 QUESTION = [{"role": "user", "content": "Name three colors."}]
 LONG_REQUEST = [{"role": "user", "content": "Write a very long story about a dragon, in many chapters."}]
@@ -222,13 +222,13 @@ class EngineContract:
         self.assert_no_request_running(model)
 
     async def test_a_called_tool_runs_and_its_result_reaches_the_next_answer(self, model):
-        """The agent loop (engines/tools/agent_loop.py) over this backend: a forced call of a tool
+        """The agent loop (tools/agent_loop.py) over this backend: a forced call of a tool
         runs, and the next answer's prompt is the conversation with the call and its result, token
         for token. A stand-in runtime writes no call: its one answer passes through."""
         forced = {"tool_choice": {"type": "function", "function": {"name": "multiply"}}} if self.writes_model_text else {}
         question = [{"role": "user", "content": "What is 17 times 23?"}]
         request = ChatRequest.build(question, tools=[MULTIPLY.schema()], temperature=0, max_new_tokens=64, **forced)
-        items = [item async for item in model.astream_reply_with_tools(request, {"multiply": MULTIPLY}, step_limit=2)]
+        items = [item async for item in reply_with_tools(model, request, {"multiply": MULTIPLY}, step_limit=2)]
         answers = [item for item in items if isinstance(item, Response)]
         if not self.writes_model_text:
             assert len(answers) == 1 and not [item for item in items if isinstance(item, ToolsRunning | ToolResult)]

@@ -1,5 +1,5 @@
 """An MCP server that sends what no honest one does, for the tests of the limits on what a server
-may send (engines/tools/tool_limits.py): JSON-RPC written by hand, over stdio or, with ``--http
+may send (tools/tool_limits.py): JSON-RPC written by hand, over stdio or, with ``--http
 PORT``, as JSON bodies over HTTP, so that nothing of the SDK's own server bounds it.
 
 Its tools: ``dump`` answers with ``characters`` x's in one message (40 MB: a line of 40 MB), and

@@ -21,6 +21,7 @@ from harness.tiny_models import build_qwen2_vl
 from needs import pytest_collection_modifyitems, pytest_configure  # noqa: F401
 from failure_report import add_what_the_app_said
 from strict_run import pytest_collectreport, refuse_skip  # noqa: F401
+from tools import ToolCatalog
 from workers import pytest_xdist_make_scheduler  # noqa: F401
 from tests.vllm_fixtures import shared_vllm_engine, vllm_model  # noqa: F401 (one vLLM engine for the session's vLLM tests)
 
@@ -51,6 +52,15 @@ def postgres():
         pytest.fail("PostgreSQL is not installed: run scripts/setup.sh --test (apt-get install -y postgresql).")
     with postgres_server() as server:
         yield server.url
+
+
+@pytest.fixture
+def tool_catalog():
+    """The tools that may run, as the app's catalog holds them before MCP servers connect to it
+    (the built-in ones); closed after the test, with the servers a test connected."""
+    catalog = ToolCatalog()
+    yield catalog
+    catalog.close()
 
 
 @pytest.fixture(scope="session")

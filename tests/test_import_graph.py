@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("engines", "webui", "api", "store", "library", "access", "harness", "bench")
+PACKAGES = ("engines", "tools", "webui", "api", "store", "library", "access", "harness", "bench")
 
 
 def module_files() -> dict[str, Path]:
@@ -76,7 +76,7 @@ def test_no_module_imports_itself_round_a_circle():
 # The engines' rooms, each above those after it: a room imports only the rooms below it (and the
 # modules at the top of engines/, which every room shares), so that a newcomer reads each one
 # knowing only what lies under it.
-ENGINE_ROOMS = ("engines.tools", "engines.backends", "engines.prompt", "engines.model_files")
+ENGINE_ROOMS = ("engines.backends", "engines.prompt", "engines.model_files")
 
 
 def room_of(module: str) -> str | None:
@@ -89,6 +89,20 @@ def test_the_engines_rooms_import_only_the_rooms_below_them():
                     for other in imported_by(name, path, modules)
                     if room_of(other) and ENGINE_ROOMS.index(room_of(other)) < ENGINE_ROOMS.index(room_of(name)))
     assert "engines.model_files.model_args" in imported_by("engines.backends.base", modules["engines.backends.base"], modules)
+    assert upward == []
+
+
+def package_of(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_the_tools_stand_above_the_engines():
+    """The tools (the agent loop, the MCP servers' clients, the catalog) use the engines; no module
+    of engines/ imports tools, anywhere in its file: the inference layer knows nothing of tools."""
+    modules = module_files()
+    upward = sorted(f"{name} -> {other}" for name, path in modules.items() if package_of(name) == "engines"
+                    for other in imported_by(name, path, modules) if package_of(other) == "tools")
+    assert "engines.compaction" in imported_by("tools.agent_loop", modules["tools.agent_loop"], modules)  # tools are read at all
     assert upward == []
 
 

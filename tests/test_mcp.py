@@ -1,4 +1,4 @@
-"""MCP servers' tools (engines/tools/mcp_servers.py) against a real MCP server (the SDK's own,
+"""MCP servers' tools (tools/mcp_servers.py) against a real MCP server (the SDK's own,
 harness/mcp_demo_server.py) over stdio and over Streamable HTTP, beside servers that fail in each
 way a server can: a command not found, one that never answers, one that writes what is not
 MCP, one that exits at once, one that dies mid-call; an answer of 2,000 calls of its tools, and a
@@ -23,11 +23,11 @@ from engines import ChatRequest, Response
 from engines.errors import ConfigError
 from engines.generation_args import GenerationArgs
 from engines.prompt.reply_parser import ReplyParts, ToolCall
-from engines.tools import TOOL_CATALOG, McpServers, ToolResult, ToolSettings, reply_with_tools, run_call
-from engines.tools.mcp_servers import ServerConfig, read_config
-from engines.tools.tool_limits import TOOL_LIMITS
 from harness.browser import free_port
 from harness.mcp_config import DEMO_SERVER, demo_entry, hostile_entry, write_config
+from tools import McpServers, ToolResult, ToolSettings, reply_with_tools, run_call
+from tools.mcp_servers import ServerConfig, read_config
+from tools.tool_limits import TOOL_LIMITS
 
 pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install -r requirements.txt)")
 
@@ -208,16 +208,16 @@ def test_a_config_of_other_clients_reads_and_its_disabled_servers_are_left_out(t
     assert list(read_config(path)) == ["a"]
 
 
-def test_a_chat_names_the_servers_tools_and_a_tool_gone_says_why():
+def test_a_chat_names_the_servers_tools_and_a_tool_gone_says_why(tool_catalog):
     servers = started(McpServers(configs(demo=demo_entry(), missing={"command": "no-such-command-here"})))
-    TOOL_CATALOG.connect(servers)
+    tool_catalog.connect(servers)
     try:
-        assert list(ToolSettings.build(run_tools=["calculator", "demo__add"]).tools()) == ["calculator", "demo__add"]
+        assert list(ToolSettings.build_for(tool_catalog, run_tools=["calculator", "demo__add"]).tools(tool_catalog)) == ["calculator", "demo__add"]
         with pytest.raises(ConfigError, match=r"names no tool here: missing__x \(its MCP server missing is failed \(its command was not found"):
-            ToolSettings.build(run_tools=["missing__x"])
+            ToolSettings.build_for(tool_catalog, run_tools=["missing__x"])
     finally:
-        TOOL_CATALOG.close()
-    assert list(TOOL_CATALOG.tools()) == ["calculator", "current_time", "python"]
+        tool_catalog.close()
+    assert list(tool_catalog.tools()) == ["calculator", "current_time", "python"]
 
 
 class CallingModel:

@@ -33,12 +33,12 @@ import pytest
 from fastapi import FastAPI, Request
 
 from engines.prompt.reply_parser import ToolCall
-from engines.tools import BUILTIN_TOOLS, McpServers, Tool, run_call
-from engines.tools.bounded_work import WORK_SECONDS, WorkLimits, WorkRefused, run_bounded
-from engines.tools.mcp_servers import ServerConfig
-from engines.tools.tool_limits import ToolLimits
 from harness.browser import free_port
 from harness.mcp_config import HOSTILE_SERVER, demo_entry, hostile_entry
+from tools import BUILTIN_TOOLS, McpServers, Tool, run_call
+from tools.bounded_work import WORK_SECONDS, WorkLimits, WorkRefused, run_bounded
+from tools.mcp_servers import ServerConfig
+from tools.tool_limits import ToolLimits
 
 pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install -r requirements.txt)")
 # A server process of its own (a stand-in for the app's loop), so out of scripts/test.sh --quick.

@@ -21,10 +21,10 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash
 
 from engines import ChatRequest, KeepSettings, LoadedModels, Response  # noqa: E402
 from engines.model_files.paths import default_gguf  # noqa: E402
-from engines.tools import BUILTIN_TOOLS, Tool, ToolResult  # noqa: E402
 from harness.app_in_process import AppInProcess  # noqa: E402
 from harness.engine_contract import QUESTION  # noqa: E402
 from tests.api_samples import COUNTING  # noqa: E402
+from tools import BUILTIN_TOOLS, Tool, ToolResult, reply_with_tools  # noqa: E402
 
 # A small context: the KV cache of each is filled in no time, and four fit easily.
 LLAMACPP = {"infer_backend": "llamacpp", "max_model_len": 1024}
@@ -278,7 +278,7 @@ async def test_a_model_whose_reply_waits_on_the_user_or_a_tool_is_never_unloaded
         model = await asyncio.to_thread(loaded_models.load, named("with-tools"))
 
         async def whole_reply() -> list:
-            return [item async for item in model.astream_reply_with_tools(request, tools, step_limit=2, approval=WaitingApproval())]
+            return [item async for item in reply_with_tools(model, request, tools, step_limit=2, approval=WaitingApproval())]
 
         reply = asyncio.create_task(whole_reply())
         await asyncio.wait_for(asked_user.wait(), 120)

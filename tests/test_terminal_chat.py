@@ -12,8 +12,8 @@ import pytest
 
 from engines import ChatModel
 from engines.prompt.reply_parser import ToolCall
-from engines.tools import BUILTIN_TOOLS, ToolSettings, run_call
 from harness.mcp_config import demo_entry, write_config
+from tools import BUILTIN_TOOLS, ToolCatalog, ToolSettings, run_call
 
 pytestmark = pytest.mark.server  # `python app.py chat`, a process of its own
 
@@ -136,17 +136,27 @@ def test_a_tool_that_is_not_there_is_refused_at_the_start():
         main(["chat", "--run-tools", "calculator,rm"])
 
 
-def test_the_mcp_servers_connect_before_the_chat_names_their_tools_and_close_after(tmp_path, capsys):
+def test_the_mcp_servers_connect_before_the_chat_names_their_tools_and_close_after(tmp_path, capsys, monkeypatch):
+    import app
     from app import main
-    from engines.tools import TOOL_CATALOG
 
+    made: list[ToolCatalog] = []
+
+    class KeptCatalog(ToolCatalog):
+        """The app's catalog, kept here to look at after the chat."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(app, "ToolCatalog", KeptCatalog)
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install -r requirements.txt)")
     config = write_config(tmp_path / "mcp.json", {"demo": demo_entry(), "missing": {"command": "no-such-command-here"}})
     with pytest.raises(SystemExit, match=r"run_tools names no tool here: missing__x \(its MCP server missing is failed"):
         main(["chat", "--mcp-config", str(config), "--run-tools", "demo__add,missing__x"])
     said = capsys.readouterr().err
     assert "MCP server demo: ready: demo__add, " in said and "MCP server missing: failed (its command was not found" in said
-    assert TOOL_CATALOG.servers is None, "the servers are closed as the chat ends"
+    assert len(made) == 1 and made[0].servers is None, "the servers are closed as the chat ends"
     (tmp_path / "other.json").write_text('{"servers": {}}')
     with pytest.raises(SystemExit, match='--mcp-config: the MCP config .* has no "mcpServers" object'):
         main(["chat", "--mcp-config", str(tmp_path / "other.json")])

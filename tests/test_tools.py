@@ -14,10 +14,6 @@ import pytest
 
 from engines import ChatModel, ChatRequest, ConfigError, LoadedModels, Response
 from engines.prompt.reply_parser import ToolCall
-from engines.tools import BUILTIN_TOOLS, DENIED, StepLimitReached, Tool, ToolResult, ToolSettings, ToolsRunning, run_call
-from engines.tools import agent_loop
-from engines.tools.agent_loop import fit_results
-from engines.tools.calculator import MOST_DIGITS, CalculatorError, calculate
 from store import MessageTree, open_store
 from tests.page_input import CONTROLS, message, run, settings
 from webui.conversation import SavedToolCall, ToolStep, Turn, model_request, render
@@ -29,6 +25,10 @@ from webui.markdown_export import write_markdown
 from webui.saved_chats import SavedChats
 from webui.tool_approval import question_key
 from limits import Limits
+from tools import BUILTIN_TOOLS, DENIED, StepLimitReached, Tool, ToolResult, ToolSettings, ToolsRunning, reply_with_tools, run_call
+from tools import agent_loop
+from tools.agent_loop import fit_results
+from tools.calculator import MOST_DIGITS, CalculatorError, calculate
 
 QUESTION = [{"role": "user", "content": "What is 17 times 23? Use the calculator."}]
 FORCED = {"tool_choice": {"type": "function", "function": {"name": "calculator"}}}
@@ -98,17 +98,17 @@ async def test_the_time_is_given_in_the_zone_named_and_an_unknown_zone_is_said()
         assert unknown.error.startswith(f"{zone!r} is not a time zone this server knows") and "zoneinfo" not in unknown.error
 
 
-def test_tool_settings_name_only_tools_that_exist():
-    assert ToolSettings.split({"run_tools": ["calculator"], "temperature": 0.5}) == (ToolSettings(run_tools=["calculator"]), {"temperature": 0.5})
+def test_tool_settings_name_only_tools_that_exist(tool_catalog):
+    assert ToolSettings.split({"run_tools": ["calculator"], "temperature": 0.5}, tool_catalog) == (ToolSettings(run_tools=["calculator"]), {"temperature": 0.5})
     with pytest.raises(ConfigError, match=r"run_tools names no tool here: rm \(the tools: calculator, current_time, python\)"):
-        ToolSettings.build(run_tools=["rm"])
+        ToolSettings.build_for(tool_catalog, run_tools=["rm"])
 
 
 # ---- the loop, on the real model
 
 
 async def replies(model, request, tools, **options):
-    return [item async for item in model.astream_reply_with_tools(request, tools, **options)]
+    return [item async for item in reply_with_tools(model, request, tools, **options)]
 
 
 @pytest.mark.slow
@@ -171,7 +171,7 @@ async def test_stop_cancels_a_running_tool_within_a_second(model):
     tools = {"calculator": Tool("calculator", "", BUILTIN_TOOLS["calculator"].parameters, slow)}
 
     async def answer():
-        async with contextlib.aclosing(model.astream_reply_with_tools(request, tools)) as items:
+        async with contextlib.aclosing(reply_with_tools(model, request, tools)) as items:
             async for _ in items:
                 pass
 

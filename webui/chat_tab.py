@@ -11,15 +11,14 @@ from engines import GenerationArgs
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.reply_format import ReplyFormatChoice
 from engines.context_settings import ContextPolicy, ContextSettings
-from engines.tools import ToolSettings
 from library.whole_document import LongDocumentSettings
+from tools import ToolSettings
 
 from . import python_in_browser, replying, tool_approval
 from .by_name import by_name
 from .controls import control
 from .languages import text
 from .handlers import MEDIA_KINDS, ChatHandlers, control_value
-from .tool_panel import offered_tools
 from .user_turns import in_users_turn
 from .versions import PICK_ID
 
@@ -106,7 +105,7 @@ class ChatTab:
     def wire(self, demo: gr.Blocks, handlers: ChatHandlers, session: gr.State, generation: dict[str, gr.components.Component]) -> None:
         """The chat's events; each reply is written with the chat's settings and ``generation``,
         the controls of GenerationArgs settings by name."""
-        offer = {"fn": offered_tools, "outputs": [self.run_tools["run_tools"], self.tool_servers, self.refresh_tools], "queue": False, "api_visibility": "private"}
+        offer = {"fn": handlers.offered_tools, "outputs": [self.run_tools["run_tools"], self.tool_servers, self.refresh_tools], "queue": False, "api_visibility": "private"}
         demo.load(**offer)
         self.refresh_tools.click(**offer)
         self.shortcuts_btn.click(None, js="() => window.anychatShortcuts && window.anychatShortcuts()")

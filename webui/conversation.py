@@ -17,10 +17,10 @@ from engines.compaction import Compacting, freed_note, replaced_note, summary_me
 from engines.context_settings import ContextPolicy
 from engines.reply_format import ReplyFormatChoice
 from engines.request import MEDIA_KINDS, PLACEHOLDERS, ChatRequest, parse_tools
-from engines.tools import Tool
 from library.citations import cited
 from library.fitting import GivenPassage
 from store import MessageTree
+from tools import Tool
 
 from .attachments import AttachedDocument, chip
 from .inert_markdown import as_written, inert
@@ -85,7 +85,7 @@ class Turn(BaseModel):
     why the model could not answer it, and such a turn is not sent to the model again until
     regenerated. ``documents`` are the documents attached to a user turn, as text. ``steps``:
     a reply that ran tools holds its answers before the last there, each with its calls and their
-    results (engines/tools/agent_loop.py); ``step_limit``, where it stopped at its limit of
+    results (tools/agent_loop.py); ``step_limit``, where it stopped at its limit of
     answers with calls, that limit. ``stats`` says how a finished reply was written. ``missing_files`` names the files
     that the server no longer has (shown as missing, not sent). ``writing``,
     ``tool_text``, ``waiting`` (how many requests must finish before this reply starts) and

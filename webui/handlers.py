@@ -26,9 +26,9 @@ from gradio.utils import get_upload_folder
 from engines import ChatError, ChatModel, ConfigError, GenerationArgs, LoadedModels
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
-from engines.tools import ToolSettings
 from limits import Limits
 from store import MessageTree
+from tools import ToolCatalog, ToolSettings
 
 from .attachments import is_chip, page_images, read_documents, split_files, tokens_note
 from .chat_session import ChatSession, kept, save
@@ -41,6 +41,7 @@ from .markdown_export import write_markdown
 from .model_rights import ModelRights
 from .page_reply import PageReply, chat_model
 from .replying import one_reply_at_a_time
+from .tool_panel import offered_tools
 from .user_turns import page_user
 from .versions import picked
 
@@ -96,13 +97,20 @@ def control_value(defaults: GenerationArgs, name: str) -> Any:
 class ChatHandlers:
     """``control_names``: the generation settings the page has controls for, which show the
     loaded model's defaults. ``rights``: who may load and unload models,
-    and with what; ``limits``: the sizes a conversation file may have."""
+    and with what; ``limits``: the sizes a conversation file may have; ``catalog``: the tools
+    that may run (the app's, with its MCP servers'; without one, the built-in tools alone)."""
 
-    def __init__(self, loaded_models: LoadedModels, control_names: tuple[str, ...], rights: ModelRights = ModelRights(), limits: Limits = Limits()) -> None:
+    def __init__(self, loaded_models: LoadedModels, control_names: tuple[str, ...], rights: ModelRights = ModelRights(), limits: Limits = Limits(),
+                 catalog: ToolCatalog | None = None) -> None:
         self.loaded_models = loaded_models
         self.control_names = control_names
         self.rights = rights
         self.limits = limits
+        self.catalog = catalog if catalog is not None else ToolCatalog()
+
+    def offered_tools(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """The Tools panel as the page opens and on Refresh: the catalog's tools and servers (webui/tool_panel.py)."""
+        return offered_tools(self.catalog)
 
     # ---- chat
 
@@ -258,7 +266,7 @@ class ChatHandlers:
         long_documents = settings.pop("long_documents", "auto")
         model = None if continuing else self._loaded(settings.get("chat_model", ""))
         if model is not None:
-            async for shown in fit_documents(session, model, settings, self.limits, page_user(page_request), long_documents):
+            async for shown in fit_documents(session, model, settings, self.limits, page_user(page_request), self.catalog, long_documents):
                 if not session.left:
                     yield {"chatbot": shown, **first}
                     first = {}
@@ -267,7 +275,7 @@ class ChatHandlers:
                 if not session.left:
                     yield {"chatbot": render(session.tree), **first}
                 return
-        reply = PageReply(self.loaded_models, session, continuing)
+        reply = PageReply(self.loaded_models, session, continuing, self.catalog)
         async for shown in reply.written(dict(settings), page_user(page_request)):
             if not session.left:
                 yield {"chatbot": shown, **first}
@@ -289,8 +297,8 @@ class ChatHandlers:
         conversation = ""
         if model is not None and any(turn.role == "user" and not turn.error for turn in session.turns):
             try:
-                tools, settings = ToolSettings.split(settings)
-                running = tuple(tools.tools().values())
+                tools, settings = ToolSettings.split(settings, self.catalog)
+                running = tuple(tools.tools(self.catalog).values())
                 conversation = model.render_prompt(model_request([*session.turns, Turn(role="user")], running=running, **settings))
             except ChatError:
                 conversation = ""

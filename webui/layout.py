@@ -11,6 +11,7 @@ from engines import LoadedModels
 from engines.context_settings import ContextPolicy
 from limits import Limits
 from store import ChatStore, Quota, open_store
+from tools import ToolCatalog
 
 from . import page_preferences
 from .languages import PAGE_I18N, text
@@ -88,11 +89,13 @@ CSS = """
 PAGE_KWARGS = {"theme": THEME, "css": CSS + SHORTCUTS_CSS + KEYBOARD_REACH_CSS + WINDOW_SIZES_CSS + MESSAGE_COLOURS_CSS, "head": SIDEBAR_HEAD, "i18n": PAGE_I18N}
 
 def build_demo(loaded_models: LoadedModels, rights: ModelRights = ModelRights(), limits: Limits = Limits(),
-               models_dir: Path | None = None, store: ChatStore | None = None, context_policy: ContextPolicy = "compact") -> gr.Blocks:
+               models_dir: Path | None = None, store: ChatStore | None = None, context_policy: ContextPolicy = "compact",
+               catalog: ToolCatalog | None = None) -> gr.Blocks:
     """The page; serve it with ``PAGE_KWARGS``, ``max_file_size=limits.max_upload_size`` and a
     queue of ``limits.max_queue_size``. ``models_dir``: where the model picker looks besides the
     Hugging Face cache; ``store``: where the chats are kept (the data folder's by default);
-    ``context_policy``: what a new chat becomes past the model's context."""
+    ``context_policy``: what a new chat becomes past the model's context; ``catalog``: the tools
+    its chats may run, offered in the Tools panel (the app's; without one, the built-in ones)."""
     with gr.Blocks(title="anychat") as demo:
         session = gr.State(ChatSession())
         sidebar = ChatSidebar(store or open_store(quota=Quota.of(limits)), limits)
@@ -101,7 +104,7 @@ def build_demo(loaded_models: LoadedModels, rights: ModelRights = ModelRights(),
             chat = ChatTab(context_policy)
             settings = SettingsTab(demo, models_dir, rights, lambda: frozenset(model.model_args.model_name_or_path or "" for model in loaded_models.models))
         generation = {**settings.generation, "enable_thinking": chat.enable_thinking}
-        handlers = ChatHandlers(loaded_models, tuple(generation), rights, limits)
+        handlers = ChatHandlers(loaded_models, tuple(generation), rights, limits, catalog)
         chat.wire(demo, handlers, session, generation)
         # A chat keeps the tools it runs and the model it asks as it keeps its generation settings.
         kept = {**generation, **chat.run_tools, "chat_model": chat.chat_model, "context_policy": chat.context_policy,

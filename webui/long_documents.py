@@ -15,13 +15,13 @@ from typing import Any
 
 from engines import ChatError, ChatModel
 from engines.prompt.documents import Document
-from engines.tools import ToolSettings
 from library.embedder import Cancelled
 from library.fitting import GivenPassage, Room, choice_note, given_passages, numbered_by_document
 from library.retrieval import kept
 from library.whole_document import LongDocumentSettings, read_whole, whole_note
 from limits import Limits
 from store import DocumentLibrary, LibraryEntry, StoreError
+from tools import ToolCatalog, ToolSettings
 
 from .attachments import AttachedDocument, read_upload
 from .chat_session import ChatSession
@@ -33,9 +33,10 @@ PROGRESS_SECONDS = 0.5
 
 
 async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[str, Any], limits: Limits,
-                        user: str | None, long_documents: str = "auto") -> AsyncIterator[list[dict[str, Any]]]:
+                        user: str | None, catalog: ToolCatalog, long_documents: str = "auto") -> AsyncIterator[list[dict[str, Any]]]:
     """Fit the documents of the conversation's last user message to ``model``'s context, showing
-    the Chatbot's messages while documents are read into passages; ``long_documents``: the chat's
+    the Chatbot's messages while documents are read into passages (the prompt counted with the
+    tools the chat runs, of ``catalog``); ``long_documents``: the chat's
     LongDocumentSettings choice, whether they are searched or read whole. Where one cannot be
     (stopped, past the user's quota, a choice that is none), the message's ``error`` says so and
     no reply is to be written."""
@@ -53,7 +54,7 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
     generation = {name: value for name, value in settings.items() if name != "chat_model"}
     counts = await asyncio.to_thread(lambda: [model.count_tokens(document.text) for document in mine])
     bare = asked.model_copy(update={"documents": []})
-    before = await asyncio.to_thread(_prompt_tokens, model, [*session.turns[:-1], bare], generation)
+    before = await asyncio.to_thread(_prompt_tokens, model, [*session.turns[:-1], bare], generation, catalog)
     room = Room.of(context, int(generation.get("max_new_tokens") or model.generation_defaults.max_new_tokens), before)
     whole = room.fits(sum(counts))
     if whole and not earlier:
@@ -168,9 +169,9 @@ def _document(attached: AttachedDocument, limits: Limits, user: str | None) -> D
         return Document(attached.name, "text", (attached.text,))
 
 
-def _prompt_tokens(model: ChatModel, turns: list[Turn], generation: dict[str, Any]) -> int:
-    tools, rest = ToolSettings.split(dict(generation))
-    return model.count_prompt_tokens(model_request(turns, running=tuple(tools.tools().values()), **rest))
+def _prompt_tokens(model: ChatModel, turns: list[Turn], generation: dict[str, Any], catalog: ToolCatalog) -> int:
+    tools, rest = ToolSettings.split(dict(generation), catalog)
+    return model.count_prompt_tokens(model_request(turns, running=tuple(tools.tools(catalog).values()), **rest))
 
 
 def _whole_line(name: str, done: int, total: int) -> dict[str, Any]:

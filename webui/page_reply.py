@@ -1,6 +1,6 @@
 """One reply written into a tab's conversation: built from the turns, streamed from the model,
 each item added to the reply's turn as it comes, and finished (its stats, or why it failed).
-Where the chat runs tools, the reply is the agent loop's (engines/tools/agent_loop.py): the
+Where the chat runs tools, the reply is the agent loop's (tools/agent_loop.py): the
 model's answers, the calls that ran between them and their results, all in the one turn.
 
 It is saved as every change of a tab's conversation is (webui/chat_session.py: save): the
@@ -21,7 +21,7 @@ import gradio as gr
 from engines import ChatError, ChatModel, ChatRequest, LoadedModels, ModelUnloadedError, PromptRead, QueuePlace, ReplyChunk, Response
 from engines.compaction import Compacting, Compaction
 from engines.request import MEDIA_KINDS
-from engines.tools import ApprovalAsked, StepLimitReached, ToolResult, ToolSettings, ToolsRunning, reply_with_tools
+from tools import ApprovalAsked, StepLimitReached, ToolCatalog, ToolResult, ToolSettings, ToolsRunning, reply_with_tools
 
 from .chat_keeper import SAVE_INTERVAL
 from .chat_session import ChatSession, kept, save
@@ -36,10 +36,12 @@ from .tool_approval import PageApproval
 class PageReply:
     """The answer of the model in ``loaded_models`` to ``session``'s conversation: a new assistant turn, or with
     ``continuing`` the last one written on. ``earlier`` is what that turn held before (nothing,
-    for a new reply), so that the stats and a failure speak of what this reply wrote."""
+    for a new reply), so that the stats and a failure speak of what this reply wrote. The tools
+    the chat runs are ``catalog``'s."""
 
-    def __init__(self, loaded_models: LoadedModels, session: ChatSession, continuing: bool) -> None:
+    def __init__(self, loaded_models: LoadedModels, session: ChatSession, continuing: bool, catalog: ToolCatalog) -> None:
         self.loaded_models = loaded_models
+        self.catalog = catalog
         self.session = session
         self.continuing = continuing
         self.tree = tree = session.tree
@@ -75,8 +77,8 @@ class PageReply:
         try:
             model = chat_model(self.loaded_models, settings.pop("chat_model", ""))  # none: a ChatError, said on the user's turn
             self.model_id = model.model_id
-            tools, settings = ToolSettings.split(settings)
-            running = tools.tools()
+            tools, settings = ToolSettings.split(settings, self.catalog)
+            running = tools.tools(self.catalog)
             if "python" in running:  # run by this tab's browser
                 running["python"] = browser_python(session)
             # A continued answer goes on with its text: it is no first answer to force a call in.

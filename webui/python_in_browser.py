@@ -30,7 +30,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from engines.tools import BUILTIN_TOOLS, Tool
+from tools import BUILTIN_TOOLS, Tool
 
 from .languages.catalog import script_words
 from .tool_approval import settle

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from engines import BACKEND_NAMES, ChatModel, PromptRead, QueuePlace, Response
 from engines.compaction import Compacting, Compaction
-from engines.tools import StepLimitReached, ToolResult, ToolsRunning
+from tools import StepLimitReached, ToolResult, ToolsRunning
 
 
 class ReplyStats(BaseModel):

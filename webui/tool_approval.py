@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engines.prompt.reply_parser import ToolCall
-from engines.tools import Tool
+from tools import Tool
 
 from .languages import said
 

@@ -8,15 +8,15 @@ from typing import Any
 
 import gradio as gr
 
-from engines.tools import TOOL_CATALOG
+from tools import ToolCatalog
 
 from .inert_markdown import inert
 
 
-def offered_tools() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The run_tools checkboxes' choices, the servers' list, and its Refresh button (those two
-    hidden without servers)."""
-    statuses = TOOL_CATALOG.server_statuses()
+def offered_tools(catalog: ToolCatalog) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The run_tools checkboxes' choices, ``catalog``'s tools, the servers' list, and its Refresh
+    button (those two hidden without servers)."""
+    statuses = catalog.server_statuses()
     lines = [f"- **{inert(status.name)}**: {inert(status.summary()).replace('*', '∗')}" for status in statuses]
     servers = "MCP servers (their tools are named server\\_\\_tool):\n" + "\n".join(lines)
-    return gr.update(choices=list(TOOL_CATALOG.tools())), gr.update(value=servers, visible=bool(statuses)), gr.update(visible=bool(statuses))
+    return gr.update(choices=list(catalog.tools())), gr.update(value=servers, visible=bool(statuses)), gr.update(visible=bool(statuses))

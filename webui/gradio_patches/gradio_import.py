@@ -10,7 +10,7 @@ so that every start is seconds shorter.
 - **The MCP SDK for its MCP server.** ``gradio.mcp`` imports the ``mcp`` package in the body of
   its ``GradioMCPServer`` class (about 1 s on this machine), which serves a Blocks as an MCP server
   only when launched with ``mcp_server=True``; this page never is, and its own MCP tool servers
-  (engines/tools/mcp_servers.py) import the SDK when one is connected. The class body runs without
+  (tools/mcp_servers.py) import the SDK when one is connected. The class body runs without
   it; the class imports it on its first instance, as it would have at import.
 
 Were gradio to rename either, the hook would set an unused name or find the SDK already there, and

@@ -26,8 +26,8 @@ from pydantic import BaseModel
 from engines import GenerationArgs, ModelArgs
 from engines.context_settings import ContextSettings
 from engines.reply_format import ReplyFormatChoice
-from engines.tools import ToolSettings
 from library.whole_document import LongDocumentSettings
+from tools import ToolSettings
 
 from .chosen_language import ENGLISH, LANGUAGES, language_of
 

@@ -1,6 +1,8 @@
 """Every tool that may run here, by name: the built-in ones, and those of the MCP servers the
-operator connected (app.py, ``--mcp-config``), which come and go as the servers do. A chat's
-ToolSettings names its tools from here, and the page offers what is here when it loads."""
+operator connected (app.py, ``--mcp-config``), which come and go as the servers do. The app
+makes one catalog, connects the servers to it and closes it as it ends (app.py: main), and hands
+it to what runs tools: the page (webui/layout.py: build_demo) and the terminal chat. A chat's
+ToolSettings names its tools from it, and the page offers what is in it when it loads."""
 
 from __future__ import annotations
 
@@ -42,5 +44,3 @@ class ToolCatalog:
         if servers is not None:
             servers.close()
 
-
-TOOL_CATALOG = ToolCatalog()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..bounded_child import ChildLimits, JobRefused, OverLimits, arun_in_child
+from engines.bounded_child import ChildLimits, JobRefused, OverLimits, arun_in_child
 
 # What a tool's own work needs is microseconds to milliseconds; a second or two is room for a busy
 # machine, not for work that would hold a core for minutes.

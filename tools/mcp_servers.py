@@ -30,7 +30,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..freed_memory import return_freed_memory_to_os
+from engines.freed_memory import return_freed_memory_to_os
+
 from .tool_limits import TOOL_LIMITS, ToolLimits
 from .toolbox import Tool
 

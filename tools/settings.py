@@ -1,17 +1,19 @@
 """Which tools a chat lets the model run, and for how many answers: one declaration, from which
 the page's controls and the terminal chat's flags are built (engines/settings.py). The tools are
-named from the catalog (catalog.py): the built-in ones, and those of the MCP servers connected."""
+named from the catalog the settings are built for (catalog.py; the app's, handed to them): the
+built-in ones, and those of the MCP servers connected."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from ..settings import Settings, page_control
+from engines.settings import Settings, page_control
+
 from .agent_loop import STEP_LIMIT
 from .builtin import BUILTIN_TOOLS
-from .catalog import TOOL_CATALOG
+from .catalog import ToolCatalog
 from .toolbox import Tool
 
 
@@ -40,17 +42,28 @@ class ToolSettings(Settings):
 
     @field_validator("run_tools")
     @classmethod
-    def _known(cls, names: list[str]) -> list[str]:
+    def _known(cls, names: list[str], info: ValidationInfo) -> list[str]:
+        """Each name once, and each a tool of the catalog the settings are built for (build_for,
+        split). Settings built in code without one are checked as their tools are chosen (tools)."""
         names = list(dict.fromkeys(names))
-        TOOL_CATALOG.choose(names)
+        catalog: ToolCatalog | None = (info.context or {}).get("catalog")
+        if catalog is not None:
+            catalog.choose(names)
         return names
 
     @classmethod
-    def split(cls, settings: dict[str, Any]) -> tuple[ToolSettings, dict[str, Any]]:
-        """These settings among ``settings`` (checked), and the others."""
-        ours = {name: value for name, value in settings.items() if name in cls.model_fields and value is not None}
-        return cls.build(**ours), {name: value for name, value in settings.items() if name not in cls.model_fields}
+    def build_for(cls, catalog: ToolCatalog, **values: Any) -> ToolSettings:
+        """The settings from ``values``, each tool they name one of ``catalog``'s; else a
+        ConfigError that says what is wrong (a name that runs no tool: which, why, and the tools)."""
+        return cls.build_in({"catalog": catalog}, **values)
 
-    def tools(self) -> dict[str, Tool]:
-        """The tools chosen, by name (a ValueError where one no longer runs: its server went away)."""
-        return TOOL_CATALOG.choose(self.run_tools)
+    @classmethod
+    def split(cls, settings: dict[str, Any], catalog: ToolCatalog) -> tuple[ToolSettings, dict[str, Any]]:
+        """These settings among ``settings`` (checked against ``catalog``), and the others."""
+        ours = {name: value for name, value in settings.items() if name in cls.model_fields and value is not None}
+        return cls.build_for(catalog, **ours), {name: value for name, value in settings.items() if name not in cls.model_fields}
+
+    def tools(self, catalog: ToolCatalog) -> dict[str, Tool]:
+        """The tools chosen, by name, of ``catalog`` (a ValueError where one no longer runs: its
+        server went away)."""
+        return catalog.choose(self.run_tools)

@@ -10,7 +10,8 @@ result is fitted to the model's context before it is sent: cut, with a note that
 was left out, where it would not fit (where the model does not say its context, at a fixed length,
 tool_limits.py). An answer's calls past ToolLimits.calls_per_answer do not run: each one's result
 tells the model so. Closing the reply (Stop, a client gone) cancels the running
-tools with it, and a question still waiting for its answer.
+tools with it, and a question still waiting for its answer. Python callers over a ChatModel
+iterate it with stream_reply_with_tools where they do not await (the terminal chat).
 """
 
 from __future__ import annotations
@@ -18,17 +19,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..backends.base import Response
-from ..compaction import Compaction
-from ..generation_args import GenerationArgs
-from ..prompt.reply_parser import ToolCall
-from ..request import ChatRequest
+from engines.backends.base import Response
+from engines.compaction import Compaction
+from engines.generation_args import GenerationArgs
+from engines.prompt.reply_parser import ToolCall
+from engines.request import ChatRequest
+
 from .tool_limits import TOOL_LIMITS, ToolLimits
 from .toolbox import Tool, ToolResult, run_call
+
+if TYPE_CHECKING:
+    from engines.chat_model import ChatModel
 
 STEP_LIMIT = 10
 # How long calls wait for the user's say: a reply left asking holds its model and its tab's turn.
@@ -41,7 +46,7 @@ REPLY_SHARE = 4
 
 
 class AnsweringModel(Protocol):
-    """What the loop asks of the model (ChatModel, which offers the loop as astream_reply_with_tools)."""
+    """What the loop asks of the model: a ChatModel's methods (engines/chat_model.py)."""
 
     context_length: int | None
     generation_defaults: GenerationArgs
@@ -134,6 +139,14 @@ async def reply_with_tools(model: AnsweringModel, request: ChatRequest, tools: M
             for result in results:
                 yield result
             request = dataclasses.replace(asked, messages=[*asked.messages, *(result.for_template() for result in results)])
+
+
+def stream_reply_with_tools(model: ChatModel, request: ChatRequest, tools: Mapping[str, Tool], step_limit: int = STEP_LIMIT,
+                            progress: bool = False, approval: Approval | None = None, limits: ToolLimits = TOOL_LIMITS) -> Iterator[Any]:
+    """The blocking form of reply_with_tools over ``model``, as ChatModel.stream_reply is of
+    astream_reply: the loop runs on the model's engine loop (ChatModel.iterate), and leaving it
+    early (break, Ctrl-C) stops the model and the running tools."""
+    return model.iterate(reply_with_tools(model, request, tools, step_limit, progress, approval, limits))
 
 
 async def _denied(call: ToolCall, unanswered: bool) -> ToolResult:

@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..prompt.reply_parser import ToolCall
+from engines.prompt.reply_parser import ToolCall
+
 from .bounded_work import run_bounded
 
 
