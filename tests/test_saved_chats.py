@@ -218,9 +218,9 @@ async def test_a_chat_open_in_two_tabs_shows_what_the_other_tab_writes_and_is_le
     # A tab writing a reply, or with a change of its own not yet saved, is left as it is.
     there.turns[-1].content, there.turns[-1].writing = "Half a reply, then all of it.", False
     there.keeper.save(there.tree)
-    here.answering = True
+    here.reply.begin()
     assert await chat_sidebar.refresh_chat(chats, here) == {}
-    here.answering = False
+    here.reply.end()
     here.add(Turn(role="user", content="Not saved yet"))
     assert await chat_sidebar.refresh_chat(chats, here) == {}
     here.remove([here.tree.shown])
@@ -790,10 +790,10 @@ async def test_a_second_message_waits_for_the_reply(handlers):
     with pytest.warns(UserWarning, match="A reply is being written"):
         refused = await run(handlers.send(session, message("And a poem?"), **settings()))
     assert refused == [{}], "the page must stay as it is"
-    assert [t.role for t in session.turns] == ["user", "assistant"] and session.answering
+    assert [t.role for t in session.turns] == ["user", "assistant"] and session.reply.answering
     handlers.stop(session)
     await task
-    assert not session.answering and session.turns[-1].stopped
+    assert not session.reply.answering and session.turns[-1].stopped
     await run(handlers.send(session, message("And a poem?"), **settings(4)))
     assert [t.content for t in session.turns if t.role == "user"] == ["Write a long story about a dragon.", "And a poem?"]
 
@@ -810,7 +810,7 @@ async def test_switching_chats_stops_the_reply_and_keeps_it_in_its_own_chat(hand
     chats.setting_names = CONTROLS
     view = await chat_sidebar.switch_chat(chats, second, second.chat_id, "Be long.", "", first.chat_id)
     assert view["max_new_tokens"] == 4 and view["temperature"] == 0.0, "the chat's generation settings come back with it"
-    assert task.done() and not second.answering, "the switch waits for the reply to stop"
+    assert task.done() and not second.reply.answering, "the switch waits for the reply to stop"
     shown = view["session"]
     assert shown is not second and shown.chat_id == first.chat_id == view["shown"]
     assert [t.content for t in shown.turns][0] == "Say apple." and view["system"] == "Be brief." and view["chatbot"] == render(shown.tree)

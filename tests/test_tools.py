@@ -247,7 +247,7 @@ async def answered(replying, session: ChatSession, choice: str) -> list[list[dic
     asked = []
     async for update in replying:
         turn = session.turns[-1]
-        if turn.asking and session.question is not None and not session.question.answer.done():
+        if turn.asking and session.reply.question is not None and not session.reply.question.answer.done():
             asked.append(update["chatbot"])
             tool_approval.answer(session, f"{choice} {question_key(turn.asking)} 1700000000000")
     return asked
@@ -291,9 +291,9 @@ async def test_a_question_nobody_answers_ends_in_a_call_that_did_not_run(handler
     monkeypatch.setitem(BUILTIN_TOOLS, "calculator", dataclasses.replace(BUILTIN_TOOLS["calculator"], read_only=False))
     monkeypatch.setattr(agent_loop, "ANSWER_SECONDS", 0.5)
     session = ChatSession()
-    asked = [update async for update in handlers.send(session, message("What is 17 times 23?"), **with_tools()) if session.question is not None]
+    asked = [update async for update in handlers.send(session, message("What is 17 times 23?"), **with_tools()) if session.reply.question is not None]
     unanswered = session.turns[1].steps[0].tool_calls[0]
-    assert asked and session.question is None
+    assert asked and session.reply.question is None
     assert unanswered.result == agent_loop.UNANSWERED and unanswered.error.startswith("not answered within"), unanswered
 
 
@@ -302,11 +302,11 @@ async def test_stop_while_a_question_waits_ends_the_reply(handlers, monkeypatch)
     session = ChatSession()
     stopped = None
     async for _ in handlers.send(session, message("What is 17 times 23?"), **with_tools()):
-        if session.question is not None and stopped is None:
+        if session.reply.question is not None and stopped is None:
             handlers.stop(session)  # as the page's Stop: the reply sees it and ends
             stopped = time.monotonic()
     assert time.monotonic() - stopped < 1
-    assert session.question is None and session.turns[1].steps[0].tool_calls[0].result is None
+    assert session.reply.question is None and session.turns[1].steps[0].tool_calls[0].result is None
 
 
 async def test_a_tool_the_page_does_not_have_is_said_on_the_message(handlers):

@@ -317,7 +317,7 @@ def test_stop_is_hidden_after_a_reply_event_and_never_shown_by_one():
     change (a "shown" worked out then could land after the reply's own end: Stop shown for good)."""
     session = ChatSession()
     assert replying.stop_button(session) == gr.update(visible=False)
-    session.answering = True
+    session.reply.begin()
     assert replying.stop_button(session) == gr.skip()
 
 

@@ -1,6 +1,6 @@
 """One browser tab's session of a chat: its messages (every version, the branch shown among
-them), the saved chat it writes them to, and whether a reply is being written; and ``save``,
-through which every save of them goes."""
+them), the saved chat it writes them to, and what its reply is doing; and ``save``, through
+which every save of them goes."""
 
 from __future__ import annotations
 
@@ -13,36 +13,30 @@ from store import MessageTree
 
 from .chat_keeper import ChatKeeper
 from .conversation import Turn
-from .tool_approval import Question
+from .reply_state import ReplyState
 
 
 @dataclass
 class ChatSession:
     """Kept in gr.State, so one per browser tab. The object is mutated in place while a reply
-    streams: the Stop handler receives this same object and flips ``stop_requested``.
+    streams: the Stop handler receives this same object and stops its ``reply``.
     ``tree``: the chat's messages, every version (regenerated, edited), and the branch shown;
     messages are added to it (``add``, or ``tree.add`` beside an earlier one), taken out with
     ``remove``, and another version is shown with ``tree.show``. ``chat_id`` names the saved
     chat it shows, and ``keeper`` writes it into the chat store as it changes
-    (webui/chat_keeper.py; None for a session not kept); ``answering`` is true while
-    a reply is written; ``pdfs_as_images``: PDFs attached in this tab go to a model that reads
-    images as page images.
+    (webui/chat_keeper.py; None for a session not kept); ``reply``: what the tab's reply is
+    doing (webui/reply_state.py: idle, answering, stopping, asking, running in the browser);
+    ``pdfs_as_images``: PDFs attached in this tab go to a model that reads images as page images.
     ``left``: the tab has switched to another chat (or is switching): nothing of this session is
     shown any more, since a reply's late update or a refresh ending late would paint it over the
-    chat now shown. ``question``: what the reply waits on the user's say about before tools run,
-    and ``always_allowed`` the tools allowed always, by chat id (webui/tool_approval.py);
-    ``browser_runs``: the python calls that wait for the page's browser to run their code, by the
-    code's key (webui/python_in_browser.py)."""
+    chat now shown. ``always_allowed``: the tools allowed always, by chat id (webui/tool_approval.py)."""
 
     tree: MessageTree[Turn] = field(default_factory=lambda: MessageTree.line([]))
-    stop_requested: bool = False
     chat_id: str = ""
-    answering: bool = False
+    reply: ReplyState = field(default_factory=ReplyState)
     keeper: ChatKeeper | None = None
     pdfs_as_images: bool = False
     left: bool = False
-    question: Question | None = None
-    browser_runs: dict[str, asyncio.Future] = field(default_factory=dict)
     always_allowed: dict[str, set[str]] = field(default_factory=dict)
 
     @property

@@ -279,7 +279,7 @@ def move_in(chats: SavedChats, old: Any, most: int) -> str:
 
 def repaint(session: ChatSession) -> dict[str, Any]:
     """The chat the tab shows, once more (unless a reply is being written into it: that paints it)."""
-    return {} if session.answering else {"chatbot": render(session.tree)}
+    return {} if session.reply.answering else {"chatbot": render(session.tree)}
 
 
 def opened(chats: SavedChats | None) -> SavedChats:
@@ -366,7 +366,7 @@ async def refresh_chat(chats: SavedChats | None, session: ChatSession | None) ->
     deleted it; left as it is while this tab writes a reply or has changes of its own to save,
     and while the store cannot be reached."""
     keeper = getattr(session, "keeper", None)
-    if chats is None or keeper is None or session.answering or session.left:
+    if chats is None or keeper is None or session.reply.answering or session.left:
         return {}
     looked = as_kept(session)
     gone = False
@@ -378,7 +378,7 @@ async def refresh_chat(chats: SavedChats | None, session: ChatSession | None) ->
         return {}
     # Checked and changed on the event loop, where the reply and sidebar handlers run: none
     # starts in between. A switch of chats begun meanwhile leaves this session.
-    if session.answering or session.left or session.keeper is not keeper or as_kept(session) != looked:
+    if session.reply.answering or session.left or session.keeper is not keeper or as_kept(session) != looked:
         return {}
     if gone:
         chats.keep_apart(session)
@@ -463,11 +463,11 @@ async def leave(chats: SavedChats, session: ChatSession, shown: str, system: str
 
 async def stopped(session: ChatSession) -> None:
     """Stop the session's reply, if one is being written, and wait for it to end."""
-    if not session.answering:
+    if not session.reply.answering:
         return
-    session.stop_requested = True
+    session.reply.stop()
     deadline = asyncio.get_running_loop().time() + STOP_WAIT_SECONDS
-    while session.answering and asyncio.get_running_loop().time() < deadline:
+    while session.reply.answering and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.02)
     # Cancelled by the page rather than stopped, the reply was not marked: it was cut short all the same.
     if session.turns and session.turns[-1].role == "assistant":

@@ -216,11 +216,11 @@ class ChatHandlers:
         return {"chatbot": render(tree)}
 
     def stop(self, session: ChatSession) -> None:
-        session.stop_requested = True
+        session.reply.stop()
 
     def undo(self, session: ChatSession) -> dict[str, Any]:
         """Remove the last user message and its reply (every version of it), and put the message back in the box."""
-        if session.answering:
+        if session.reply.answering:
             gr.Warning(said("chat.busy_changing"))
             return {"chatbot": render(session.tree)}
         shown = session.tree.branch()
@@ -234,7 +234,7 @@ class ChatHandlers:
 
     def clear(self, session: ChatSession) -> dict[str, Any]:
         """Remove every message, every version."""
-        if session.answering:
+        if session.reply.answering:
             gr.Warning(said("chat.busy_changing"))
             return {"chatbot": render(session.tree)}
         session.remove(place for place, parent in enumerate(session.tree.parents) if parent is None)
@@ -244,7 +244,7 @@ class ChatHandlers:
         """Show another version of a message (``picked_place``: its place, as the ‹k/n› arrows set it) and
         the newest conversation after it; the next message continues that branch."""
         place = picked(picked_place)
-        if session.answering:
+        if session.reply.answering:
             gr.Warning(said("chat.busy"))
             return {"chatbot": render(session.tree)}
         if place is None or place >= len(session.tree):
@@ -342,7 +342,7 @@ class ChatHandlers:
     def import_(self, session: ChatSession, path: str) -> dict[str, Any]:
         """Show the file's conversation, every version of its messages, unsaved until the sidebar
         makes it a chat of its own; a file that cannot be imported leaves the conversation as it was."""
-        if session.answering:
+        if session.reply.answering:
             raise gr.Error(said("chat.busy_changing"), print_exception=False)
         try:
             conversation = read_conversation(path, self.limits, get_upload_folder())

@@ -64,7 +64,6 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
     except ChatError as error:
         asked.error = str(error)
         return
-    session.stop_requested = False
     entries: dict[str, LibraryEntry] = {}
     async for shown in _kept(session, library, owner, [] if whole else mine, limits, user, entries):
         yield shown
@@ -112,7 +111,7 @@ async def _kept(session: ChatSession, library: DocumentLibrary, owner: str, docu
         progress = {"done": 0, "total": 0}
         reading = asyncio.ensure_future(asyncio.to_thread(
             kept, library, owner, _document(document, limits, user), lambda done, total: progress.update(done=done, total=total),
-            lambda: session.stop_requested or session.left))
+            lambda: session.reply.stopping or session.left))
         # A document kept before is found at once, and shows no progress.
         while not (await asyncio.wait([reading], timeout=PROGRESS_SECONDS))[0]:
             yield render(session.tree) + [_progress_line(document.name, progress)]
@@ -137,7 +136,7 @@ async def _noted(session: ChatSession, model: ChatModel, library: DocumentLibrar
         first = 1 + sum(len(given) for given in by_document.values())
         try:
             async for reading in read_whole(model, library, owner, entry, asked.content, user,
-                                            lambda: session.stop_requested or session.left, first):
+                                            lambda: session.reply.stopping or session.left, first):
                 by_document[entry.name] = reading.given
                 if reading.parts:
                     yield render(session.tree) + [_whole_line(entry.name, reading.noted, reading.parts)]

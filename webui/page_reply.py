@@ -69,7 +69,6 @@ class PageReply:
         ToolSettings besides what model_request takes, and ``chat_model``: the id of the loaded
         model the chat asks (empty: the default one)."""
         session = self.session
-        session.stop_requested = False
         yield render(session.tree)
         await kept(session, system=settings.get("system") or "", tools=settings.get("tools") or "")
         self.turn.writing = True
@@ -90,7 +89,7 @@ class PageReply:
                 self.place = session.add(self.turn)
             stream = reply_with_tools(model, request, running, tools.tool_steps, progress=True,
                                       approval=PageApproval(session, tools.ask_every_call))
-            async for items in throttled(stream, lambda: session.stop_requested, update_interval(len(self.before)), arrived=clock.note):
+            async for items in throttled(stream, lambda: session.reply.stopping, update_interval(len(self.before)), arrived=clock.note):
                 for item in items:
                     if isinstance(item, Compaction):
                         self.compacted(item, request)
@@ -142,7 +141,7 @@ class PageReply:
 
     def finish(self, clock: ReplyClock) -> None:
         """The model has finished, or the user stopped it: the turn gets its stats line."""
-        self.turn.stopped = self.session.stop_requested
+        self.turn.stopped = self.session.reply.stopping
         self.turn.stats = clock.stats(self.new_text()).after(self.earlier.stats)
 
     def fail(self, error: ChatError) -> None:

@@ -57,14 +57,11 @@ def browser_python(session: Any) -> Tool:
     """The ``python`` tool of one tab (a ChatSession): each call waits for the tab's browser to run its code."""
 
     async def run(arguments: dict[str, Any]) -> str:
-        key = code_key(arguments["code"])
-        ran = session.browser_runs.setdefault(key, asyncio.get_running_loop().create_future())
-        try:
-            output, failed = await asyncio.wait_for(asyncio.shield(ran), WAIT_SECONDS)
-        except TimeoutError:
-            raise RuntimeError(f"nobody ran it in the browser within {WAIT_SECONDS // 60} minutes") from None
-        finally:
-            session.browser_runs.pop(key, None)
+        with session.reply.running_in_browser(code_key(arguments["code"])) as ran:
+            try:
+                output, failed = await asyncio.wait_for(asyncio.shield(ran), WAIT_SECONDS)
+            except TimeoutError:
+                raise RuntimeError(f"nobody ran it in the browser within {WAIT_SECONDS // 60} minutes") from None
         if failed:
             raise RuntimeError(output)
         return output
@@ -79,7 +76,7 @@ def finished(session: Any, value: str) -> None:
         key, output, failed = str(ran["key"]), str(ran["output"]), bool(ran.get("failed"))
     except (json.JSONDecodeError, KeyError, TypeError):
         return
-    waiting = session.browser_runs.get(key)
+    waiting = session.reply.browser_runs.get(key)
     if waiting is not None:
         settle(waiting, (output, failed))
 

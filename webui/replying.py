@@ -21,16 +21,15 @@ def one_reply_at_a_time(handler: Callable[..., AsyncIterator[dict[str, Any]]]) -
 
     @functools.wraps(handler)
     async def guarded(self: Any, session: ChatSession, *args: Any, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
-        if session.answering:
+        if not session.reply.begin():
             gr.Warning(said("chat.busy"))
             yield {}
             return
-        session.answering = True
         try:
             async for update in handler(self, session, *args, **kwargs):
                 yield update
         finally:
-            session.answering = False
+            session.reply.end()
 
     return guarded
 
@@ -38,7 +37,7 @@ def one_reply_at_a_time(handler: Callable[..., AsyncIterator[dict[str, Any]]]) -
 def start(session: ChatSession) -> dict[str, Any]:
     """Before a reply: show Stop, or, while a reply is written, say why nothing is sent and end
     the event chain there (the error itself stays hidden: the note says it all)."""
-    if session.answering:
+    if session.reply.answering:
         gr.Warning(said("chat.busy"))
         raise gr.Error(said("chat.busy"), visible=False, print_exception=False)
     return gr.update(visible=True)
@@ -50,4 +49,4 @@ def stop_button(session: ChatSession) -> Any:
     the text that is answered), Stop is left as that reply set it: a "shown" worked out then
     could reach the page after the reply's own end, as it did under a CPU hog, and keep Stop
     shown for good."""
-    return gr.skip() if session.answering else gr.update(visible=False)
+    return gr.skip() if session.reply.answering else gr.update(visible=False)

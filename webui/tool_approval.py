@@ -45,11 +45,8 @@ class PageApproval:
 
     async def decide(self, calls: Sequence[ToolCall]) -> Mapping[str, bool]:
         question = Question(question_key([call.id for call in calls]), asyncio.get_running_loop().create_future())
-        self.session.question = question
-        try:
+        with self.session.reply.asking(question):
             choice = await question.answer
-        finally:
-            self.session.question = None
         if choice == "always":
             self.session.always_allowed.setdefault(self.session.chat_id, set()).update(call.name for call in calls)
         return {call.id: choice != "deny" for call in calls}
@@ -58,7 +55,7 @@ class PageApproval:
 def answer(session: Any, picked: str) -> None:
     """The hidden field's change: the choice, for the question it names if the reply still waits on it."""
     choice, key, *_ = (str(picked or "").split() or [""]) + ["", ""]
-    question = session.question
+    question = session.reply.question
     if choice in CHOICES and question is not None and question.key == key:
         settle(question.answer, choice)
 
