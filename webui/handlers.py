@@ -1,11 +1,13 @@
 """What the page's buttons do: plain functions over one tab's ChatSession and the shared LoadedModels.
 
 The page hands each handler its controls by name (Gradio's ``inputs_kwargs``): the chat
-handlers get ``system``, ``tools``, ``reply_format``, ``reply_schema`` and the generation settings as keywords named as in
-GenerationArgs, and ``load`` gets the model settings named as in ModelArgs. Handlers name what
-they update too (webui/by_name.py): the chat handlers are async generators that yield the
-``chatbot`` messages and, where it changes, the ``message_box``; the model's handlers return
-its ``status``, the ``message_box`` and the generation controls' defaults by setting name. Adding
+handlers get ``system``, ``tools``, ``reply_format``, ``reply_schema``, ``chat_model``,
+``context_policy``, ``long_documents``, the tool settings and the generation settings as keywords
+named as in their settings' declarations, and ``load`` gets the model settings named as in
+ModelArgs. Handlers name what they update too (webui/by_name.py): the chat handlers are async
+generators that yield the ``chatbot`` messages and, where it changes, the ``message_box`` and
+``chat_model``; the model's handlers return its ``status``, the ``message_box``, ``pdfs_as_images``,
+``chat_model`` and the generation controls' defaults by setting name. Adding
 a control is adding it to the layout's dict; tests drive the handlers directly, without a browser.
 """
 
@@ -186,7 +188,9 @@ class ChatHandlers:
         place = turn_of_message(tree, edit.index)
         turn = tree.messages[place]
         if turn.role == "assistant":
-            yield self._edited_reply(session, place, edit)
+            shown = self._edited_reply(session, place, edit)
+            await kept(session)  # the store may be slow: not on the event loop
+            yield shown
             return
         if turn.role != "user":
             yield {"chatbot": render(tree)}
@@ -212,7 +216,6 @@ class ChatHandlers:
             gr.Warning(said("chat.not_editable"))
         else:
             tree.replace_shown(place, place, edited, copied)
-            save(session)
         return {"chatbot": render(tree)}
 
     def stop(self, session: ChatSession) -> None:
@@ -245,7 +248,7 @@ class ChatHandlers:
         the newest conversation after it; the next message continues that branch."""
         place = picked(picked_place)
         if session.reply.answering:
-            gr.Warning(said("chat.busy"))
+            gr.Warning(said("chat.busy_changing"))
             return {"chatbot": render(session.tree)}
         if place is None or place >= len(session.tree):
             gr.Warning(said("chat.no_such_version"))
