@@ -38,9 +38,6 @@ class Phase(Enum):
     RUNNING_IN_BROWSER = "running in the browser"
 
 
-WAITING = (Phase.ASKING, Phase.RUNNING_IN_BROWSER)
-
-
 @dataclass
 class ReplyState:
     """``question``: while asking, the calls the reply waits on the user's say about;
