@@ -33,16 +33,18 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gradio.utils import get_upload_folder  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
+from chat.saved_chats import SavedChats  # noqa: E402
+from chat.session import ChatSession  # noqa: E402
+from chat.turns import Turn  # noqa: E402
 from engines import LoadedModels  # noqa: E402
 from harness.markdown_table import markdown_table  # noqa: E402
 from harness.postgres import fresh_database, postgres_bin, postgres_server  # noqa: E402
 from store import MessageTree, open_store  # noqa: E402
-from webui.chat_session import ChatSession  # noqa: E402
-from webui.conversation import Turn, render  # noqa: E402
+from webui.chat_view import render  # noqa: E402
 from webui.handlers import ChatHandlers  # noqa: E402
-from webui.saved_chats import SavedChats  # noqa: E402
 
 QUESTION = "Write a long story about a lighthouse keeper and a storm."
 CONTROLS = ("temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty", "seed", "skip_special_tokens", "enable_thinking")
@@ -93,7 +95,7 @@ def database_bytes(store) -> int:
 def opening(store, messages: int, rounds: int, upload_folder: str) -> tuple[float, float, int]:
     """Median ms to write a chat of ``messages`` messages at once, median ms to open it (read
     and render), and the database's growth in bytes per 1,000 messages."""
-    chats = SavedChats(store, OWNER)
+    chats = SavedChats(store, OWNER, upload_folder=get_upload_folder())
     before = database_bytes(store)
     writes, opens = [], []
     for _ in range(rounds):
@@ -134,7 +136,7 @@ def main() -> None:
         loaded_models.load({})
         stack.callback(loaded_models.unload)
         handlers = ChatHandlers(loaded_models, CONTROLS)
-        ways = {"store off": lambda: ChatSession(), **{f"store on ({name})": SavedChats(store, OWNER).new_session for name, store in stores.items()}}
+        ways = {"store off": lambda: ChatSession(), **{f"store on ({name})": SavedChats(store, OWNER, upload_folder=get_upload_folder()).new_session for name, store in stores.items()}}
         asyncio.run(streamed(handlers, ChatSession(), 8))  # warm-up
         rates: dict[str, list[tuple[float, float, int, float]]] = {name: [] for name in ways}
         names = list(ways)

@@ -1,7 +1,7 @@
 """A chat's messages as one shape wherever they are held whole: rows in the store, turns on the
 page, entries of a conversation file. Each is a MessageTree of its own kind of message; only the
 store names messages by id (its rows'), and only at its own door (on the page: the keeper that
-writes a tab's tree into the store, webui/chat_keeper.py).
+writes a tab's tree into the store, chat/keeper.py).
 
 A message's versions (regenerated, edited) are the messages that follow the same one; a branch is
 a path from a first message down, and the chat shows one branch, the one that ends at ``shown``.

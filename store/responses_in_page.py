@@ -8,7 +8,7 @@ Where the reply it went on from no longer shows (its chat or its messages delete
 the chain's replies that no longer show are written again, into a new chat.
 
 The page's shape is not the API's: the page keeps a reply's tool calls with their results in the
-reply (its answers before its last as ``steps``: webui/conversation.py Turn), where the API has the
+reply (its answers before its last as ``steps``: chat/turns.py Turn), where the API has the
 results as messages of their own, in the request after the call. A reply that answers a call of
 the one before it is shown as a new version of that one, with the call's result in it.
 
@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from .message_changes import MessageChanges
 from .tables import ApiResponse, Chat, Message
 
-# A chat's title: its first words, as the page's own titles (webui/chat_keeper.py title_of).
+# A chat's title: its first words, as the page's own titles (chat/keeper.py title_of).
 TITLE_LENGTH = 60
 UNTITLED = "Responses API"
 

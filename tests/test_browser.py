@@ -20,8 +20,8 @@ from harness.browser import (
 )
 from harness.mcp_config import demo_entry
 from store import MessageTree
-from webui.conversation import Turn
-from webui.conversation_file import write_conversation
+from chat.turns import Turn
+from chat.conversation_file import write_conversation
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
 

@@ -30,9 +30,9 @@ from harness.browser import (
 from harness.tiny_models import build_qwen2_audio
 from library.fitting import GivenPassage
 from store import MessageTree
-from webui.attachments import AttachedDocument
-from webui.conversation import Turn
-from webui.conversation_file import write_conversation
+from chat.documents import AttachedDocument
+from chat.turns import Turn
+from chat.conversation_file import write_conversation
 from webui.languages import said
 from webui.long_paste import LONG_PASTE_CHARACTERS
 

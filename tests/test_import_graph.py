@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("engines", "tools", "webui", "api", "store", "library", "access", "harness", "bench")
+PACKAGES = ("engines", "tools", "chat", "webui", "api", "store", "library", "access", "harness", "bench")
 
 
 def module_files() -> dict[str, Path]:
@@ -69,7 +69,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_module_imports_itself_round_a_circle():
     modules = module_files()
     graph = {name: imported_by(name, path, modules) for name, path in modules.items()}
-    assert "webui.conversation" in graph["webui.handlers"]  # the graph is read at all
+    assert "webui.chat_view" in graph["webui.handlers"]  # the graph is read at all
     assert circles(graph) == []
 
 
@@ -109,3 +109,27 @@ def test_the_tools_stand_above_the_engines():
 def test_a_circle_is_found_where_there_is_one():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """The top-level names of what ``path`` imports from outside the project, anywhere in its file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_chat_core_knows_nothing_of_the_page():
+    """chat/ (a tab's conversation, its replies, approval, saving) is plain Python under the page:
+    none of its modules imports Gradio or anything of webui/, anywhere in its file, so that it is
+    read, run and tested without a browser, and the page is a shell over it."""
+    modules = module_files()
+    core = {name: path for name, path in modules.items() if package_of(name) == "chat"}
+    page = sorted(f"{name} -> {other}" for name, path in core.items() for other in imported_by(name, path, modules) if package_of(other) == "webui")
+    gradio = sorted(name for name, path in core.items() if "gradio" in third_party_imports(path))
+    assert "chat.session" in imported_by("chat.reply", modules["chat.reply"], modules)  # the core is read at all
+    assert "gradio" in third_party_imports(modules["webui.notices"])
+    assert page == [] and gradio == []

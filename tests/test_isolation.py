@@ -306,7 +306,7 @@ def test_eight_sessions_at_once_get_the_replies_they_get_alone(app, pages):
         # Batched, the replies are written step by step beside each other: most show their first
         # words before the quickest of them ends, where an engine writing one at a time would have
         # begun that one only. Not all: a page shows words later than the engine writes them (on a
-        # busy machine its updates are spaced further apart, webui/streaming.py), and under a CPU hog
+        # busy machine its updates are spaced further apart, chat/streaming.py), and under a CPU hog
         # one reply's first words once showed 0.5 s after another had ended. Nor timed against the
         # replies alone: beside the rest of the suite 8 at once once took 36 s against 15.5 s alone.
         quickest_end = min(end for _, end, _ in at_once)

@@ -30,7 +30,7 @@ from api import add_api  # noqa: E402
 from harness.running_server import running_server  # noqa: E402
 from tests.api_samples import COUNTING, stream_text  # noqa: E402
 from tests.page_input import CONTROLS, message, run, settings  # noqa: E402
-from webui.chat_session import ChatSession  # noqa: E402
+from chat.session import ChatSession  # noqa: E402
 from webui.handlers import ChatHandlers  # noqa: E402
 
 LLAMACPP = {"infer_backend": "llamacpp"}

@@ -23,14 +23,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from chat.session import ChatSession
+from chat.turns import Turn
 from engines import LoadedModels
+from harness.tiny_models import build_qwen2_audio
 from limits import Limits
+from store import MessageTree
 from tests.media_samples import bomb_png, png_bytes, solid_image, tone, write_audio, write_video
 from tests.page_input import CONTROLS, message, run, settings, written_imports
-from harness.tiny_models import build_qwen2_audio
-from store import MessageTree
-from webui.chat_session import ChatSession
-from webui.conversation import Turn, render, render_turn
+from webui.chat_view import render, render_turn
 from webui.handlers import ChatHandlers
 from webui.inert_markdown import as_written
 

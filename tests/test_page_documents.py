@@ -13,15 +13,17 @@ from types import SimpleNamespace
 import pytest
 from PIL import Image
 
-from harness.document_samples import docx_bytes, encrypted_pdf_bytes, pdf_bytes
+from chat.conversation_file import read_conversation, write_conversation
+from chat.documents import PAGE_PIXELS
+from chat.session import ChatSession
+from chat.turns import model_request
 from engines import LoadedModels
 from engines.request import ChatRequest
+from harness.document_samples import docx_bytes, encrypted_pdf_bytes, pdf_bytes
 from limits import Limits
 from tests.page_input import CONTROLS, message, run, settings
-from webui.attachments import PAGE_PIXELS, is_chip
-from webui.chat_session import ChatSession
-from webui.conversation import model_request, render
-from webui.conversation_file import read_conversation, write_conversation
+from webui.attachments import is_chip
+from webui.chat_view import render
 from webui.handlers import ChatHandlers, edited_text
 
 

@@ -19,8 +19,8 @@ from harness.browser import (
 )
 from harness.nginx_proxy import nginx_proxy
 from store import MessageTree
-from webui.conversation import Turn
-from webui.conversation_file import write_conversation
+from chat.turns import Turn
+from chat.conversation_file import write_conversation
 
 pytestmark = [pytest.mark.browser]
 playwright_api = pytest.importorskip("playwright.sync_api")

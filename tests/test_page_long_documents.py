@@ -8,19 +8,22 @@ from __future__ import annotations
 import re
 
 import pytest
+from gradio.utils import get_upload_folder
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from chat.keeper import ChatKeeper
+from chat.session import ChatSession
+from chat.turns import model_request
 from harness.document_corpus import FACTS, corpus, inventory_code
+from library.whole_document import NOTE_TOKENS, OUTLINE_HEADING, asks_about_the_whole, parts
 from store import open_store
 from store.tables import Chat
 from tests.page_input import CONTROLS, message, run, settings
-from library.whole_document import NOTE_TOKENS, OUTLINE_HEADING, asks_about_the_whole, parts
 from webui.attachments import is_chip
-from webui.chat_keeper import ChatKeeper
-from webui.chat_session import ChatSession
-from webui.conversation import model_request, render
+from webui.chat_view import render
 from webui.handlers import ChatHandlers
+from webui.notices import toast
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +47,7 @@ def uploads(tmp_path):
 
 
 def kept_session(store, chat_id="chat1"):
-    return ChatSession(chat_id=chat_id, keeper=ChatKeeper(store, "login:ada", chat_id))
+    return ChatSession(chat_id=chat_id, keeper=ChatKeeper(store, "login:ada", chat_id, upload_folder=get_upload_folder(), tell=toast))
 
 
 async def stopped_once_shown(handlers, session, sent, shown) -> bool:

@@ -33,7 +33,7 @@ from harness.browser import AppProcess, free_port
 from harness.engine_contract import LONG_REQUEST, QUESTION, EngineContract
 from harness.running_server import running_server
 from tests.page_input import CONTROLS, message, run, settings
-from webui.chat_session import ChatSession
+from chat.session import ChatSession
 from webui.handlers import ChatHandlers
 from webui.model_picker import server_models
 from webui.model_rights import ModelRights

@@ -1,4 +1,4 @@
-"""The tab's reply as a state machine (webui/reply_state.py): the phases the page's events share,
+"""The tab's reply as a state machine (chat/reply_state.py): the phases the page's events share,
 and the transitions between them, without a page or a model."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import copy
 
-from webui.reply_state import Phase, ReplyState
-from webui.tool_approval import Question
+from chat.approval import Question
+from chat.reply_state import Phase, ReplyState
 
 
 def test_one_reply_at_a_time_and_stop_only_where_a_reply_is_written():

@@ -14,19 +14,22 @@ from types import SimpleNamespace
 
 import gradio as gr
 import pytest
+from gradio.utils import get_upload_folder
 from PIL import Image
 
+from chat.keeper import title_of
+from chat.saved_chats import SavedChats
+from chat.session import ChatSession
+from chat.turns import Turn, model_request
 from limits import Limits
+from store import MessageTree, Quota, open_store
 from tests.page_input import CONTROLS, message, run, settings
 from webui import chat_presets, chat_sidebar
-from store import MessageTree, Quota, open_store
 from webui.browser_storage import browser_memory, page_secret
-from webui.chat_keeper import title_of
-from webui.chat_session import ChatSession
-from webui.conversation import Turn, model_request, render
+from webui.chat_view import render
 from webui.handlers import ChatHandlers
 from webui.languages import said
-from webui.saved_chats import SavedChats
+from webui.notices import toast
 
 
 @pytest.fixture
@@ -42,7 +45,7 @@ def chat_store(tmp_path):
 
 
 def user_chats(store, owner="browser:" + "a" * 32):
-    return SavedChats(store, owner, owner.removeprefix("browser:"))
+    return SavedChats(store, owner, owner.removeprefix("browser:"), upload_folder=get_upload_folder(), tell=toast)
 
 
 def versions_of(session, index):
@@ -161,7 +164,7 @@ def test_a_responses_chain_the_store_shows_opens_in_its_logins_tab_with_its_call
                                                        {"role": "assistant", "content": "", "tool_calls": [call]}], {})
     store.responses.keep("login:ada", "resp_2", "resp_1", [{"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
                                                            {"role": "assistant", "content": "It is 18 C."}], {})
-    chats = SavedChats(store, "login:ada")
+    chats = SavedChats(store, "login:ada", upload_folder=get_upload_folder(), tell=toast)
     assert chat_sidebar.refresh_list(chats, "")["choices"] == [("Weather in Paris?", chats.newest())]
     session = chats.open(chats.newest(), "")
     [question, reply] = session.turns
@@ -171,7 +174,7 @@ def test_a_responses_chain_the_store_shows_opens_in_its_logins_tab_with_its_call
     stamp = store.list_stamp("login:ada")
     session.keeper.save(session.tree)
     assert store.list_stamp("login:ada") == stamp, "the tab found its turns as the store has them: nothing to write"
-    assert SavedChats(store, "login:bob").choices() == []
+    assert SavedChats(store, "login:bob", upload_folder=get_upload_folder()).choices() == []
     store.close()
 
 

@@ -4,21 +4,23 @@ handlers (on the real default model where a reply is needed). The conversation s
 catches up once it can."""
 
 import pytest
+from gradio.utils import get_upload_folder
 from sqlalchemy import event
 
+from chat.saved_chats import SavedChats
+from chat.turns import Turn
 from harness.postgres import postgres_server
 from store import StoreError, open_store
 from tests.page_input import CONTROLS, message, run, settings
 from webui import chat_sidebar
-from webui.conversation import Turn
 from webui.handlers import ChatHandlers
-from webui.saved_chats import SavedChats
+from webui.notices import toast
 
 
 async def a_chat_under_way(loaded_models, store, owner):
     """The page's handlers on ``store``, and a session of ``owner``'s whose first exchange is saved."""
     handlers = ChatHandlers(loaded_models, CONTROLS)
-    chats = SavedChats(store, owner)
+    chats = SavedChats(store, owner, upload_folder=get_upload_folder(), tell=toast)
     session = chats.new_session()
     await run(handlers.send(session, message("Say apple."), **settings(4)))
     return handlers, chats, session
@@ -67,7 +69,7 @@ def read_only(engine):
 def test_an_unwritable_database_is_said_and_the_chat_is_saved_once_it_can_be(tmp_path, upload_folder):
     store = open_store(f"sqlite:///{tmp_path / 'chats.db'}", data=tmp_path)
     try:
-        chats = SavedChats(store, "browser:b1")
+        chats = SavedChats(store, "browser:b1", upload_folder=get_upload_folder(), tell=toast)
         session = chats.new_session()
         session.add(Turn(role="user", content="Say apple."))
         session.add(Turn(role="assistant", content="Apple."))

@@ -11,24 +11,27 @@ import json
 import time
 
 import pytest
+from gradio.utils import get_upload_folder
 
+from chat import approval
+from chat.approval import question_key
+from chat.conversation_file import read_conversation, write_conversation
+from chat.saved_chats import SavedChats
+from chat.session import ChatSession
+from chat.turns import SavedToolCall, ToolStep, Turn, model_request
 from engines import ChatModel, ChatRequest, ConfigError, LoadedModels, Response
 from engines.prompt.reply_parser import ToolCall
+from limits import Limits
 from store import MessageTree, open_store
 from tests.page_input import CONTROLS, message, run, settings
-from webui.conversation import SavedToolCall, ToolStep, Turn, model_request, render
-from webui.conversation_file import read_conversation, write_conversation
-from webui import tool_approval
-from webui.chat_session import ChatSession
-from webui.handlers import ChatHandlers
-from webui.markdown_export import write_markdown
-from webui.saved_chats import SavedChats
-from webui.tool_approval import question_key
-from limits import Limits
 from tools import BUILTIN_TOOLS, DENIED, StepLimitReached, Tool, ToolResult, ToolSettings, ToolsRunning, reply_with_tools, run_call
 from tools import agent_loop
 from tools.agent_loop import fit_results
 from tools.calculator import MOST_DIGITS, CalculatorError, calculate
+from webui.chat_view import render
+from webui.handlers import ChatHandlers
+from webui.markdown_export import write_markdown
+from webui.notices import toast
 
 QUESTION = [{"role": "user", "content": "What is 17 times 23? Use the calculator."}]
 FORCED = {"tool_choice": {"type": "function", "function": {"name": "calculator"}}}
@@ -213,7 +216,7 @@ def with_tools(**tools):
 
 async def test_the_page_runs_the_chats_tools_and_shows_each_call_with_its_result(handlers, tmp_path, upload_folder):
     store = open_store(f"sqlite:///{tmp_path / 'chats.db'}")
-    chats = SavedChats(store, "browser:" + "a" * 32, "a" * 32)
+    chats = SavedChats(store, "browser:" + "a" * 32, "a" * 32, upload_folder=get_upload_folder(), tell=toast)
     session = chats.new_session()
     updates = await run(handlers.send(session, message("What is 17 times 23?"), **with_tools()))
     reply = session.turns[1]
@@ -249,7 +252,7 @@ async def answered(replying, session: ChatSession, choice: str) -> list[list[dic
         turn = session.turns[-1]
         if turn.asking and session.reply.question is not None and not session.reply.question.answer.done():
             asked.append(update["chatbot"])
-            tool_approval.answer(session, f"{choice} {question_key(turn.asking)} 1700000000000")
+            approval.answer(session, f"{choice} {question_key(turn.asking)} 1700000000000")
     return asked
 
 

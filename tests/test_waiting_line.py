@@ -14,12 +14,12 @@ import pytest
 from fastapi import FastAPI
 
 from api import add_api
+from chat.session import ChatSession
 from engines import ConfigError, LoadedModels, ModelBusyError, QueuePlace, ReplyChunk
 from engines.waiting_line import WaitingLine
 from harness.running_server import running_server
 from tests.api_samples import COUNTING, QUESTION
 from tests.page_input import CONTROLS, message, settings
-from webui.chat_session import ChatSession
 from webui.handlers import ChatHandlers
 
 MAX_WAITING = 2

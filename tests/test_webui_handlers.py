@@ -16,22 +16,23 @@ import pytest
 from huggingface_hub import constants
 from PIL import Image
 
+from chat.reply_stats import ReplyStats
+from chat.session import ChatSession
+from chat.streaming import throttled
+from chat.turns import SavedToolCall, SummaryNote, Turn, model_request
 from engines import ConfigError, LoadedModels
 from engines.model_files.backend_registry import BACKENDS
 from harness.reply_schemas import SCHEMAS
 from limits import Limits
+from store import MessageTree
 from tests.held_load import load_held
 from tests.hub_cache import cache_model
 from tests.page_input import CONTROLS, message, run, settings, written_imports
-from store import MessageTree
-from webui.chat_session import ChatSession
 from webui import replying
-from webui.conversation import SavedToolCall, SummaryNote, Turn, model_request, render, turn_of_message
+from webui.chat_view import render, turn_of_message
 from webui.handlers import ChatHandlers, backend_options, message_box_for
-from webui.user_turns import page_user
 from webui.model_rights import ModelRights
-from webui.reply_stats import ReplyStats
-from webui.streaming import throttled
+from webui.user_turns import page_user
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +212,7 @@ async def test_the_reply_clock_times_the_model_not_the_page():
 async def test_updates_are_spaced_out_when_the_page_is_slow_to_handle_them():
     """Where each update takes the page a while (a long conversation re-processed every time),
     updates come further apart, so the page's work stays a small share of the machine's time."""
-    from webui.streaming import PAGE_SHARE
+    from chat.streaming import PAGE_SHARE
 
     async def steady():
         for _ in range(150):
@@ -238,7 +239,8 @@ async def test_updates_are_spaced_out_when_the_page_is_slow_to_handle_them():
 async def test_a_long_conversation_gets_its_reply_in_fewer_updates(handlers):
     """The browser redraws every message of the Chatbot at each update, so under a long
     conversation updates come further apart: the browser's work stays a small share of the machine."""
-    from webui.streaming import UPDATE_INTERVAL, update_interval
+    from chat.streaming import UPDATE_INTERVAL
+    from webui.reply_view import update_interval
 
     session = ChatSession()
     for index in range(200):
@@ -383,7 +385,7 @@ def test_the_page_sorts_a_file_into_the_kind_the_engine_reads_it_as(name, kind, 
     import mimetypes
 
     from engines.prompt.media import MEDIA_EXTENSIONS
-    from webui.conversation import media_kind
+    from chat.turns import media_kind
 
     monkeypatch.setattr(mimetypes, "guess_type", lambda path, strict=True: (None, None))
     assert media_kind(name) == kind

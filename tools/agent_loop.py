@@ -68,7 +68,7 @@ class ToolsRunning:
 
 
 class Approval(Protocol):
-    """Whom the loop asks before a call runs: the page's user (webui/tool_approval.py), the terminal's."""
+    """Whom the loop asks before a call runs: the page's user (chat/approval.py), the terminal's."""
 
     def asks(self, tool: Tool) -> bool:
         """Whether a call of ``tool`` waits for the user's say."""

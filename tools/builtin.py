@@ -1,5 +1,5 @@
 """The tools that come with the app and need no server: a calculator, the current date and time,
-and Python, which runs in the page's browser (the page gives each reply its own: webui/python_in_browser.py)."""
+and Python, which runs in the page's browser (the page gives each reply its own: chat/browser_python.py)."""
 
 from __future__ import annotations
 

@@ -23,9 +23,8 @@ from typing import Any
 import gradio as gr
 from pydantic import BaseModel, ValidationError
 
+from chat.turns import Turn
 from engines.model_files.cache import cache_dir
-
-from .conversation import Turn
 
 STORAGE_KEY = "anychat-browser"
 OLD_CHATS_KEY = "anychat-saved-chats"

@@ -26,22 +26,22 @@ from typing import Any
 import gradio as gr
 from gradio.events import Dependency
 from gradio.utils import get_upload_folder
-
 from sqlalchemy.exc import SQLAlchemyError
 
+from chat.chats_export import export_chats
+from chat.chats_import import chats_in_archive
+from chat.keeper import ChatGone
+from chat.saved_chats import UNDO_SECONDS, SavedChats
+from chat.session import ChatSession
 from engines import ChatError
 from limits import Limits
 from store import ChatStore, MessageTree, OverQuota, StoreError, store_problem
 
 from .browser_storage import BrowserChats, browser_memory, browser_storage, old_chats_storage
 from .by_name import by_name
-from .chat_keeper import ChatGone
-from .chats_export import export_chats
-from .chats_import import chats_in_archive
-from .chat_session import ChatSession
-from .conversation import render
+from .chat_view import render
 from .languages import said, text
-from .saved_chats import UNDO_SECONDS, SavedChats
+from .notices import toast
 from .user_turns import in_users_turn
 
 # Gradio makes room for an open sidebar from where the page sits when it first draws, before the
@@ -235,7 +235,8 @@ class ChatSidebar:
     def restore(self, stored: Any, old: Any, page_request: gr.Request | None = None) -> dict[str, Any]:
         """The page opens on its user's chats, on the chat it last showed in this browser (else the newest)."""
         browser, current = browser_memory(stored)
-        chats = SavedChats(self.store, owner_of(page_request, browser), browser, current, self.setting_names)
+        chats = SavedChats(self.store, owner_of(page_request, browser), browser, current, self.setting_names,
+                            upload_folder=get_upload_folder(), tell=toast)
         chats.purge_expired()
         problem = move_in(chats, old, self.limits.max_import_chats)
         session = chats.open(chats.current or chats.newest(), get_upload_folder())
@@ -423,7 +424,7 @@ def keep_chat(chats: SavedChats | None, session: ChatSession, shown: str, system
     if session.keeper is not None and session.keeper.problem:  # said once already; the sidebar keeps saying it
         return {"note": said("sidebar.not_saved_now", problem=session.keeper.problem)}
     chat = chats.find(session.chat_id)
-    return {"chat_list": list_update(chats), "title": chat.title if chat else "", "note": chats.note()}
+    return {"chat_list": list_update(chats), "title": chat.title if chat else "", "note": saved_note(chats)}
 
 
 async def keep_settings(chats: SavedChats | None, shown: str, system: str, tools: str) -> None:
@@ -479,7 +480,7 @@ def show(chats: SavedChats, session: ChatSession, problem: str = "") -> dict[str
     chat = chats.find(session.chat_id)
     system, tools, title, generation = (chat.system, chat.tools, chat.title, chat.generation) if chat else ("", "", "", {})
     return {"session": session, "chatbot": render(session.tree), "system": system, "tools": tools, "shown": session.chat_id,
-            "chat_list": list_update(chats), "title": title, "note": problem or chats.note(), "search": "", "storage": chats.for_browser(),
+            "chat_list": list_update(chats), "title": title, "note": problem or saved_note(chats), "search": "", "storage": chats.for_browser(),
             **{name: value for name, value in generation.items() if name in chats.setting_names}}
 
 
@@ -490,3 +491,11 @@ def list_update(chats: SavedChats, query: str = "") -> dict[str, Any]:
 def shown_list(chats: SavedChats, choices: list[tuple[str, str]]) -> dict[str, Any]:
     chats.listed = choices
     return gr.update(choices=choices, value=chats.current if any(chat_id == chats.current for _, chat_id in choices) else None)
+
+
+def saved_note(chats: SavedChats) -> str:
+    """The line under the list: how many chats are saved, and where (with the login, or in this browser)."""
+    count = chats.store.count(chats.owner)
+    whose = "login" if chats.owner.startswith("login:") else "browser"
+    many = "none" if not count else "one" if count == 1 else "many"
+    return said(f"sidebar.saved_{whose}_{many}", count=count)

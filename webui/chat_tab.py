@@ -7,18 +7,19 @@ from typing import Any
 
 import gradio as gr
 
+from chat import approval, browser_python
 from engines import GenerationArgs
+from engines.context_settings import ContextPolicy, ContextSettings
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.reply_format import ReplyFormatChoice
-from engines.context_settings import ContextPolicy, ContextSettings
 from library.whole_document import LongDocumentSettings
 from tools import ToolSettings
 
 from . import python_in_browser, replying, tool_approval
 from .by_name import by_name
 from .controls import control
-from .languages import text
 from .handlers import MEDIA_KINDS, ChatHandlers, control_value
+from .languages import text
 from .user_turns import in_users_turn
 from .versions import PICK_ID
 
@@ -157,8 +158,8 @@ class ChatTab:
             reply.then(**note)
         self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
         # Answered at once, beside the reply that waits on it.
-        self.approval_pick.change(tool_approval.answer, [session, self.approval_pick], None, queue=False, api_visibility="private")
-        self.browser_result.change(python_in_browser.finished, [session, self.browser_result], None, queue=False, api_visibility="private")
+        self.approval_pick.change(approval.answer, [session, self.approval_pick], None, queue=False, api_visibility="private")
+        self.browser_result.change(browser_python.finished, [session, self.browser_result], None, queue=False, api_visibility="private")
         self.pdfs_as_images.change(handlers.pdfs_as_images, [session, self.pdfs_as_images], None, queue=False, api_visibility="private")
         self.pdfs_as_images.change(**note)
         self.message_box.change(**note)

@@ -10,12 +10,12 @@ from typing import Any
 import gradio as gr
 from gradio.events import Dependency
 
+from chat.saved_chats import SavedChats
 from limits import size_text
 
 from .by_name import by_name
 from .chat_sidebar import opened, store_errors
 from .languages import said, text
-from .saved_chats import SavedChats
 from .user_turns import in_users_turn
 
 

@@ -25,6 +25,11 @@ import gradio as gr
 import psutil
 from gradio.utils import get_upload_folder
 
+from chat.conversation_file import read_conversation, write_conversation
+from chat.documents import page_images, read_documents, split_files
+from chat.reply import Reply, chat_model
+from chat.session import ChatSession, kept, save
+from chat.turns import Turn, copied, model_request
 from engines import ChatError, ChatModel, ConfigError, GenerationArgs, LoadedModels
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
@@ -32,16 +37,15 @@ from limits import Limits
 from store import MessageTree
 from tools import ToolCatalog, ToolSettings
 
-from .attachments import is_chip, page_images, read_documents, split_files, tokens_note
-from .chat_session import ChatSession, kept, save
-from .conversation import Turn, copied, edited_reply, model_request, render, turn_of_message
-from .conversation_file import read_conversation, write_conversation
+from . import reply_view
+from .attachments import is_chip, tokens_note
+from .chat_view import edited_reply, render, turn_of_message
 from .inert_markdown import as_written
 from .languages import said
 from .long_documents import fit_documents
 from .markdown_export import write_markdown
 from .model_rights import ModelRights
-from .page_reply import PageReply, chat_model
+from .notices import toast
 from .replying import one_reply_at_a_time
 from .tool_panel import offered_tools
 from .user_turns import page_user
@@ -278,10 +282,10 @@ class ChatHandlers:
                 if not session.left:
                     yield {"chatbot": render(session.tree), **first}
                 return
-        reply = PageReply(self.loaded_models, session, continuing, self.catalog)
-        async for shown in reply.written(dict(settings), page_user(page_request)):
+        reply = Reply(self.loaded_models, session, continuing, self.catalog, tell=toast)
+        async for messages in reply_view.shown(reply, dict(settings), page_user(page_request)):
             if not session.left:
-                yield {"chatbot": shown, **first}
+                yield {"chatbot": messages, **first}
                 first = {}
         if not session.left:
             # Among several models, a chat answered by the default one keeps that model from now on, as its own.
@@ -309,7 +313,7 @@ class ChatHandlers:
         return f"{note} · {pages}." if pages else note
 
     def _loaded(self, model_id: str) -> ChatModel | None:
-        """The chat's model (empty: the default model), where it is loaded (as PageReply picks it)."""
+        """The chat's model (empty: the default model), where it is loaded (as Reply picks it)."""
         try:
             return chat_model(self.loaded_models, model_id)
         except ChatError:

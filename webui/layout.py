@@ -7,6 +7,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from chat.session import ChatSession
 from engines import LoadedModels
 from engines.context_settings import ContextPolicy
 from limits import Limits
@@ -14,25 +15,24 @@ from store import ChatStore, Quota, open_store
 from tools import ToolCatalog
 
 from . import page_preferences
-from .languages import PAGE_I18N, text
-from .window_sizes import NARROW_SIDEBAR, WINDOW_SIZES_CSS
-from .colour_scheme import MESSAGE_COLOURS_CSS
 from .chat_presets import ChatPresets
-from .document_library import DocumentLibrary
-from .chat_session import ChatSession
 from .chat_sidebar import SIDEBAR_HEAD, ChatSidebar
 from .chat_tab import ChatTab
+from .colour_scheme import MESSAGE_COLOURS_CSS
+from .document_library import DocumentLibrary
 from .handlers import ChatHandlers
-from .model_rights import ModelRights
-from .settings_tab import SettingsTab
+from .keyboard_reach import KEYBOARD_REACH, KEYBOARD_REACH_CSS
+from .languages import PAGE_I18N, text
 from .long_paste import LONG_PASTE_ATTACHES
-from .read_aloud import READ_ALOUD
+from .model_rights import ModelRights
 from .python_in_browser import RUN_BUTTONS
+from .read_aloud import READ_ALOUD
+from .reply_announcer import REPLY_ANNOUNCER
+from .settings_tab import SettingsTab
+from .shortcuts import SHORTCUTS, SHORTCUTS_CSS
 from .tool_approval import APPROVAL_CHOICES
 from .versions import VERSION_ARROWS
-from .shortcuts import SHORTCUTS, SHORTCUTS_CSS
-from .reply_announcer import REPLY_ANNOUNCER
-from .keyboard_reach import KEYBOARD_REACH, KEYBOARD_REACH_CSS
+from .window_sizes import NARROW_SIDEBAR, WINDOW_SIZES_CSS
 
 # System fonts only: the page must not fetch anything from outside this machine.
 THEME = gr.themes.Soft(

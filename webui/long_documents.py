@@ -5,7 +5,7 @@ passages the message is most about go to the model in their place; documents ans
 earlier messages of the chat are searched again for each new question, and a question about a
 whole document (library/whole_document.py) has all of it read, part by part. The note on each
 document's chip says the choice in numbers; the reply's citations open the passages
-(webui/conversation.py, asked_passages)."""
+(webui/chat_view.py, asked_passages)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from chat.documents import AttachedDocument, read_upload
+from chat.session import ChatSession
+from chat.turns import Turn, model_request
 from engines import ChatError, ChatModel
 from engines.prompt.documents import Document
 from library.embedder import Cancelled
@@ -23,9 +26,7 @@ from limits import Limits
 from store import DocumentLibrary, LibraryEntry, StoreError
 from tools import ToolCatalog, ToolSettings
 
-from .attachments import AttachedDocument, read_upload
-from .chat_session import ChatSession
-from .conversation import Turn, model_request, render
+from .chat_view import render
 from .languages import said
 
 # How often the page hears how far reading a document into passages has got.

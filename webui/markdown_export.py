@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 import re
 
+from chat.conversation_file import BoundedFile, embed
+from chat.turns import SavedToolCall, Turn, media_kind
 from engines import ChatError
 from limits import size_text
 from store import MessageTree
 
-from .conversation import SavedToolCall, Turn, answers, fenced, media_kind
-from .conversation_file import BoundedFile, embed
+from .chat_view import fenced
 
 ROLES = {"user": "User", "assistant": "Assistant"}
 
@@ -93,3 +94,7 @@ def _write_answer(reasoning: str, content: str, calls: list[SavedToolCall], out:
 
 def _link_text(name: str) -> str:
     return re.sub(r"[\[\]()<>*_`\\\n]", "_", name)
+
+
+def answers(count: int) -> str:
+    return f"{count} answer{'' if count == 1 else 's'}"

@@ -14,11 +14,12 @@ import json
 import gradio as gr
 from gradio.events import Dependency
 
+from chat.saved_chats import SavedChats
+
 from .chat_sidebar import store_errors
 from .colour_scheme import SCHEMES
 from .languages.chooser import KEEP_AND_RELOAD
 from .languages.chosen_language import OFFERED, STORAGE_KEY as LANGUAGE_KEY
-from .saved_chats import SavedChats
 from .user_turns import in_users_turn
 
 # The user's kept choices, over the browser's; the scheme the Settings tab then shows.

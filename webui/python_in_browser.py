@@ -15,25 +15,17 @@ What runs is what the user sees: reply text reaches the page with its HTML made 
 (webui/inert_markdown.py), so no markup can hide lines in a block, and code holding characters
 that reorder how it reads (Trojan Source) is not run.
 
-The model's ``python`` tool runs the same way (``browser_python``): while the call waits, the
-reply shows its code in a message marked with the code's key, and when the user presses ▶ Run
-under it, the page's script puts what it printed, with the key, into a hidden field, whose change
-event hands it to the call. The user's press is what runs it, never the marker alone."""
+The model's ``python`` tool runs the same way (chat/browser_python.py): when the user presses ▶ Run
+under the code of a call that waits, the page's script puts what it printed, with the code's key,
+into a hidden field, whose change event hands it to the call."""
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import hashlib
 import json
 import secrets
 from pathlib import Path
-from typing import Any
-
-from tools import BUILTIN_TOOLS, Tool
 
 from .languages.catalog import script_words
-from .tool_approval import settle
 
 PYODIDE_DIR = Path(__file__).resolve().parent.parent / ".cache" / "pyodide"
 PYODIDE_PREFIX = "/pyodide/"
@@ -43,42 +35,7 @@ PYODIDE_PATH = f"{PYODIDE_PREFIX}{secrets.token_urlsafe(16)}/"
 PYODIDE_FILES = {"pyodide.js": "text/javascript", "pyodide.asm.mjs": "text/javascript", "pyodide.asm.wasm": "application/wasm",
                  "python_stdlib.zip": "application/zip", "pyodide-lock.json": "application/json"}
 RUN_SECONDS = 30
-# How long a call waits for the user to press Run (and the run to end).
-WAIT_SECONDS = 600
 RESULT_ID = "browser-result"
-
-
-def code_key(code: str) -> str:
-    """The key of a run of ``code``, which fits a class name (one run serves calls of the same code)."""
-    return hashlib.sha256(code.encode()).hexdigest()[:16]
-
-
-def browser_python(session: Any) -> Tool:
-    """The ``python`` tool of one tab (a ChatSession): each call waits for the tab's browser to run its code."""
-
-    async def run(arguments: dict[str, Any]) -> str:
-        with session.reply.running_in_browser(code_key(arguments["code"])) as ran:
-            try:
-                output, failed = await asyncio.wait_for(asyncio.shield(ran), WAIT_SECONDS)
-            except TimeoutError:
-                raise RuntimeError(f"nobody ran it in the browser within {WAIT_SECONDS // 60} minutes") from None
-        if failed:
-            raise RuntimeError(output)
-        return output
-
-    return dataclasses.replace(BUILTIN_TOOLS["python"], run=run)
-
-
-def finished(session: Any, value: str) -> None:
-    """The hidden field's change: what a run printed, for the call that waits on it."""
-    try:
-        ran = json.loads(value or "{}")
-        key, output, failed = str(ran["key"]), str(ran["output"]), bool(ran.get("failed"))
-    except (json.JSONDecodeError, KeyError, TypeError):
-        return
-    waiting = session.reply.browser_runs.get(key)
-    if waiting is not None:
-        settle(waiting, (output, failed))
 
 
 def serve_pyodide(app) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 
 import gradio as gr
 
-from .chat_session import ChatSession
+from chat.session import ChatSession
+
 from .languages import said
 
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from store import ChatInfo, ChatStore, MessageTree
 
-from .chat_keeper import ChatKeeper
-from .chat_session import ChatSession, save
-from .conversation import Turn
-from .languages import said
+from .keeper import ChatKeeper
+from .notices import Tell, logged
+from .session import ChatSession, save
+from .turns import Turn
 
 # How long a delete can be undone (and only until the same user's next delete): long enough to
 # click Undo, short enough that a deleted chat's media do not linger.
@@ -26,9 +26,13 @@ UNDO_SECONDS = 10.0
 
 
 class SavedChats:
-    def __init__(self, store: ChatStore, owner: str, browser: str = "", current: str = "", setting_names: tuple[str, ...] = ()) -> None:
-        """``setting_names``: the generation settings the page has controls for, which a chat keeps."""
+    def __init__(self, store: ChatStore, owner: str, browser: str = "", current: str = "", setting_names: tuple[str, ...] = (), *,
+                 upload_folder: str, tell: Tell = logged) -> None:
+        """``setting_names``: the generation settings the page has controls for, which a chat keeps;
+        ``upload_folder`` and ``tell``: the page's files and how to tell its user (chat/keeper.py)."""
         self.store = store
+        self.upload_folder = upload_folder
+        self.tell = tell
         self.owner = owner
         self.browser = browser
         self.current = current
@@ -39,7 +43,7 @@ class SavedChats:
         self.looked: tuple[str, tuple[Any, ...]] | None = None
         # The chat this tab deleted last, which Undo brings back; never a chat id from the page.
         self.deleted = ""
-        # When this tab last saved a system prompt and tools as typed (webui/chat_sidebar.py keep_settings).
+        # When this tab last saved a system prompt and tools as typed (webui/chat_sidebar.py: keep_settings).
         self.settings_saved = float("-inf")
 
     def for_browser(self) -> dict[str, str]:
@@ -56,20 +60,23 @@ class SavedChats:
         if not len(stored) and self.find(chat_id) is None:
             return self.new_session()
         self.current = chat_id
-        keeper = ChatKeeper(self.store, self.owner, chat_id)
+        keeper = self.keeper(chat_id)
         keeper.took(stored)
         return ChatSession(tree=keeper.turns_of(stored, media_root), chat_id=chat_id, keeper=keeper)
 
     def new_session(self) -> ChatSession:
         """A new chat: listed once it has a message."""
         self.current = uuid.uuid4().hex
-        return ChatSession(chat_id=self.current, keeper=ChatKeeper(self.store, self.owner, self.current))
+        return ChatSession(chat_id=self.current, keeper=self.keeper(self.current))
+
+    def keeper(self, chat_id: str) -> ChatKeeper:
+        return ChatKeeper(self.store, self.owner, chat_id, upload_folder=self.upload_folder, tell=self.tell)
 
     def keep_apart(self, session: ChatSession) -> None:
         """Give a session whose chat was deleted elsewhere a chat of its own, written at its next
         save: the conversation on screen is not lost, and the deleted chat stays deleted."""
         session.chat_id = self.current = uuid.uuid4().hex
-        session.keeper = ChatKeeper(self.store, self.owner, session.chat_id)
+        session.keeper = self.keeper(session.chat_id)
 
     def add(self, tree: MessageTree[Turn], system: str = "", tools: str = "") -> ChatSession:
         """A new chat of every message of ``tree`` (an imported conversation, a chat the browser
@@ -133,9 +140,3 @@ class SavedChats:
         """Whether the list (searched for ``query``) may have changed since this was last asked."""
         looked, self.looked = self.looked, (query, self.store.list_stamp(self.owner))
         return self.looked != looked
-
-    def note(self) -> str:
-        count = self.store.count(self.owner)
-        whose = "login" if self.owner.startswith("login:") else "browser"
-        many = "none" if not count else "one" if count == 1 else "many"
-        return said(f"sidebar.saved_{whose}_{many}", count=count)

@@ -1,9 +1,10 @@
 """One reply written into a tab's conversation: built from the turns, streamed from the model,
-each item added to the reply's turn as it comes, and finished (its stats, or why it failed).
+each item added to the reply's turn as it comes, and finished (its stats, or why it failed). The
+page shows the turn as it is written (webui/reply_view.py).
 Where the chat runs tools, the reply is the agent loop's (tools/agent_loop.py): the
 model's answers, the calls that ran between them and their results, all in the one turn.
 
-It is saved as every change of a tab's conversation is (webui/chat_session.py: save): the
+It is saved as every change of a tab's conversation is (chat/session.py: save): the
 message as the reply starts, the reply every SAVE_INTERVAL seconds while it streams, and once it
 ends, all from the server's side, so that a page closed meanwhile loses nothing; after it, the
 sidebar keeps the settings it was written with (webui/chat_sidebar.py: keep_chat, whose save of
@@ -16,32 +17,33 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import gradio as gr
-
 from engines import ChatError, ChatModel, ChatRequest, LoadedModels, ModelUnloadedError, PromptRead, QueuePlace, ReplyChunk, Response
 from engines.compaction import Compacting, Compaction
 from engines.request import MEDIA_KINDS
 from tools import ApprovalAsked, StepLimitReached, ToolCatalog, ToolResult, ToolSettings, ToolsRunning, reply_with_tools
 
-from .chat_keeper import SAVE_INTERVAL
-from .chat_session import ChatSession, kept, save
-from .conversation import SavedToolCall, SummaryNote, ToolStep, Turn, copied, kept_media, model_request, render, render_turn, turn_messages
+from .approval import ChatApproval
+from .browser_python import browser_python
+from .keeper import SAVE_INTERVAL
+from .notices import Notice, Tell, logged
 from .reply_stats import ReplyClock
-from .languages import said
-from .python_in_browser import browser_python
-from .streaming import throttled, update_interval
-from .tool_approval import PageApproval
+from .session import ChatSession, kept, save
+from .streaming import UPDATE_INTERVAL, throttled
+from .turns import SavedToolCall, SummaryNote, ToolStep, Turn, copied, kept_media, model_request, turn_messages
 
 
-class PageReply:
+class Reply:
     """The answer of the model in ``loaded_models`` to ``session``'s conversation: a new assistant turn, or with
     ``continuing`` the last one written on. ``earlier`` is what that turn held before (nothing,
     for a new reply), so that the stats and a failure speak of what this reply wrote. The tools
-    the chat runs are ``catalog``'s."""
+    the chat runs are ``catalog``'s; ``tell`` says what the user must know beside the turn (a
+    reply cut short, one not continued). Where it is written: ``place``, the turn's place in the
+    session's tree (None until a new reply starts), after the turns at ``before``."""
 
-    def __init__(self, loaded_models: LoadedModels, session: ChatSession, continuing: bool, catalog: ToolCatalog) -> None:
+    def __init__(self, loaded_models: LoadedModels, session: ChatSession, continuing: bool, catalog: ToolCatalog, tell: Tell = logged) -> None:
         self.loaded_models = loaded_models
         self.catalog = catalog
+        self.tell = tell
         self.session = session
         self.continuing = continuing
         self.tree = tree = session.tree
@@ -56,20 +58,22 @@ class PageReply:
         self.place = shown[-1] if continuing else None
         self.turn = self.asked if continuing else Turn(role="assistant")
         self.earlier = self.turn.model_copy(deep=True)
-        self.before = render(tree, shown[:-1] if continuing else shown)
+        self.before = shown[:-1] if continuing else shown
         # The model that answers, once known.
         self.model_id: str | None = None
 
-    async def written(self, settings: dict[str, Any], user: str | None) -> AsyncIterator[list]:
-        """The Chatbot's messages as the reply is written (``user``: whom it counts for in the
-        waiting line); the turn shows its place in line while other requests keep the model busy.
+    async def written(self, settings: dict[str, Any], user: str | None, interval: float = UPDATE_INTERVAL) -> AsyncIterator[None]:
+        """The reply, written (``user``: whom it counts for in the waiting line): each item is a
+        change of the turn to show (the first, before any, the conversation as it stands); the
+        turn holds its place in line while other requests keep the model busy; the changes come at
+        most once per ``interval`` (chat/streaming.py).
         A request the model cannot take (no model, bad tools JSON, media it cannot read, too many
         waiting) marks the user's turn with the reason (a continued reply: a warning, the reply as
         it was); the conversation itself stays as it was. ``settings`` hold the chat's
         ToolSettings besides what model_request takes, and ``chat_model``: the id of the loaded
         model the chat asks (empty: the default one)."""
         session = self.session
-        yield render(session.tree)
+        yield
         await kept(session, system=settings.get("system") or "", tools=settings.get("tools") or "")
         self.turn.writing = True
         ended = False
@@ -88,14 +92,14 @@ class PageReply:
             if not self.continuing:
                 self.place = session.add(self.turn)
             stream = reply_with_tools(model, request, running, tools.tool_steps, progress=True,
-                                      approval=PageApproval(session, tools.ask_every_call))
-            async for items in throttled(stream, lambda: session.reply.stopping, update_interval(len(self.before)), arrived=clock.note):
+                                      approval=ChatApproval(session, tools.ask_every_call))
+            async for items in throttled(stream, lambda: session.reply.stopping, interval, arrived=clock.note):
                 for item in items:
                     if isinstance(item, Compaction):
                         self.compacted(item, request)
                     else:
                         add(self.turn, item)
-                yield self.before + render_turn(self.tree, self.place)
+                yield
                 await kept(session, every=SAVE_INTERVAL)
             self.finish(clock)
             ended = True
@@ -128,7 +132,7 @@ class PageReply:
         self.session.remove([self.place])
         place = tree.replace_shown(shown[first], shown[last], summary, copied)
         self.asked = tree.messages[place]
-        self.before = render(tree, tree.branch())
+        self.before = tree.branch()
         self.place = self.session.add(self.turn)
 
     def new_text(self) -> str:
@@ -151,9 +155,9 @@ class PageReply:
         turn, earlier = self.turn, self.earlier
         if turn.content != earlier.content or turn.reasoning != earlier.reasoning or turn.steps != earlier.steps:
             turn.stopped, turn.stats = True, None
-            gr.Warning(said("chat.cut_short", error=error))
+            self.tell(Notice("chat.cut_short", {"error": str(error)}))
         elif self.continuing:
-            gr.Warning(said("chat.not_continued", error=error))
+            self.tell(Notice("chat.not_continued", {"error": str(error)}))
         else:
             if self.place is not None:
                 self.session.remove([self.place])

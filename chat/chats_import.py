@@ -1,4 +1,4 @@
-"""All of one user's chats back from the ZIP that Export all chats writes (webui/chats_export.py):
+"""All of one user's chats back from the ZIP that Export all chats writes (chat/chats_export.py):
 each conversation file in it becomes a new chat of the user importing it.
 
 The archive comes from the page, so from anyone: it is checked from its directory before a byte

@@ -6,7 +6,7 @@ wrote it, and a save writes only what changed since: new messages, each after th
 in the session's tree (a regenerated reply or an edited message is a new version beside the
 earlier one, which stays), changed ones, and the ones discarded (an undone exchange). Rows another tab
 added to the same chat are never overwritten. Where the store cannot be written, the conversation goes on
-in the page, which says so once, and the next save writes everything still unsaved.
+in the page, which says so once (through the keeper's ``tell``), and the next save writes everything still unsaved.
 """
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import gradio as gr
-from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
 from store import Added, ChatStore, MessageChanges, MessageRef, MessageTree, OverQuota, StoredMessage, StoreError, store_problem
 from store.media import file_hash
 
-from .conversation import Turn, kept_media
-from .languages import said
+from .notices import Notice, Tell, logged
+from .turns import Turn, kept_media
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +39,9 @@ class ChatGone(Exception):
 
 class ChatKeeper:
     """Writes chat ``chat_id`` of ``owner`` into ``store``: a tab's MessageTree of turns, whose
-    messages it alone names by the store's ids. What it keeps between saves:
+    messages it alone names by the store's ids. Only files in ``upload_folder`` (the page's own)
+    are kept with the chat, and copies are put back there; ``tell`` says what the user must know
+    (a save that failed, or went through again; a file not kept). What it keeps between saves:
 
     - ``rows``: the id of each message of the tab's tree in the store, place by place (None, or
       a place past its end: a message not written yet);
@@ -59,10 +59,12 @@ class ChatKeeper:
     Saves, the messages taken out and the sidebar's look for other tabs' writes run on threads
     of their own (the store may be slow): a lock keeps them from interleaving."""
 
-    def __init__(self, store: ChatStore, owner: str, chat_id: str) -> None:
+    def __init__(self, store: ChatStore, owner: str, chat_id: str, *, upload_folder: str, tell: Tell = logged) -> None:
         self.store = store
         self.owner = owner
         self.chat_id = chat_id
+        self.upload_folder = upload_folder
+        self.tell = tell
         self.rows: list[int | None] = []
         self.written: dict[int, dict[str, Any]] = {}
         self.shown: int | None = None
@@ -113,7 +115,7 @@ class ChatKeeper:
             self.shown = None if tree.shown is None else rows[tree.shown]
             if self.problem:
                 self.problem = ""
-                gr.Info(said("sidebar.saved_again"))
+                self.tell(Notice("sidebar.saved_again", level="info"))
 
     def save_tree(self, tree: MessageTree[Turn], system: str = "", tools: str = "") -> None:
         """Write a new chat of every message of ``tree`` (an imported conversation's). Unlike
@@ -173,7 +175,7 @@ class ChatKeeper:
         the quota (then the page says so, and the message names the file by its path only)."""
         kept = {}
         # Only the page's own files: a path elsewhere (in chats a browser held, which its user can edit) is never read.
-        root = os.path.realpath(get_upload_folder()) + os.sep
+        root = os.path.realpath(self.upload_folder) + os.sep
         for path in {path for turn in turns for path in turn.files}:
             try:
                 stat = os.stat(path)
@@ -195,7 +197,7 @@ class ChatKeeper:
         for turn in turns:
             for index, path in enumerate(turn.files):
                 if path in self.known and not os.path.exists(path):
-                    turn.files[index] = self.store.media.shown(self.known[path], os.path.basename(path), get_upload_folder())
+                    turn.files[index] = self.store.media.shown(self.known[path], os.path.basename(path), self.upload_folder)
                     self.known[turn.files[index]] = self.known[path]
 
     def _keep(self, path: str) -> tuple[str, int] | None:
@@ -206,7 +208,7 @@ class ChatKeeper:
                 if digest not in owned:
                     self.store.quota.check_media(sum(owned.values()) + size)
             except OverQuota as over:
-                gr.Warning(said("sidebar.media_not_kept", name=os.path.basename(path), problem=over))
+                self.tell(Notice("sidebar.media_not_kept", {"name": os.path.basename(path), "problem": str(over)}))
                 return None
         return self.store.media.put(path, digest)
 
@@ -216,9 +218,9 @@ class ChatKeeper:
         logger.warning("Could not save chat %s: %s", self.chat_id, problem)
         if not self.problem:
             if isinstance(error, OverQuota):
-                gr.Warning(said("sidebar.over_quota", problem=problem))
+                self.tell(Notice("sidebar.over_quota", {"problem": problem}))
             else:
-                gr.Warning(said("sidebar.save_failed", problem=problem))
+                self.tell(Notice("sidebar.save_failed", {"problem": problem}))
         self.problem = problem
 
 

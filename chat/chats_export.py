@@ -1,4 +1,4 @@
-"""All of one user's saved chats in one file: a ZIP of conversation files (webui/conversation_file.py),
+"""All of one user's saved chats in one file: a ZIP of conversation files (chat/conversation_file.py),
 one a chat with every version of its messages, each of which Import opens as it opens any conversation file."""
 
 from __future__ import annotations

@@ -16,22 +16,9 @@ UPDATE_INTERVAL = 0.1
 # conversation (Gradio re-processes every message on each update), and on a small machine it
 # takes CPU from the model; past this share, updates are spaced further apart instead.
 PAGE_SHARE = 0.2
-# What an update costs the browser for each message the Chatbot shows (Gradio's Chatbot
-# re-normalises and redraws every message on each update, work the server never sees): about
-# 0.3 ms on this machine's Chromium. Under 200 messages a 256-token reply took it 6.7-7.8 s of CPU
-# at one update per 0.1 s, 3.6-5.2 s at one per 0.3 s, and the model beside it wrote 7 % faster.
-BROWSER_SECONDS_PER_MESSAGE = 0.0003
-# However long the conversation, the reply is still seen being written.
-LONGEST_INTERVAL = 1.0
 
 _END = object()
 T = TypeVar("T")
-
-
-def update_interval(messages: int) -> float:
-    """The interval between updates of a Chatbot showing ``messages``: UPDATE_INTERVAL, or longer
-    where the browser's redraw of them all would take more than PAGE_SHARE of it."""
-    return min(max(UPDATE_INTERVAL, BROWSER_SECONDS_PER_MESSAGE * messages / PAGE_SHARE), LONGEST_INTERVAL)
 
 
 async def throttled(

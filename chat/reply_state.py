@@ -10,8 +10,8 @@ written as a small state machine instead of flags that each event sets and reads
 The reply event takes the tab out of idle and gives it back (webui/replying.py); while it is out,
 another reply is refused and the sidebar leaves the chat alone. Stop is read by the reply at its
 next update; a reply stopping stays stopping whatever it was waiting on (the page cancels the
-wait). The approval and Run events settle what the reply waits on (webui/tool_approval.py,
-webui/python_in_browser.py), and the phase says which of those the reply waits on.
+wait). The approval and Run events settle what the reply waits on (chat/approval.py,
+chat/browser_python.py), and the phase says which of those the reply waits on.
 
 Stop comes from a page event run on one of Gradio's threads, the rest on the event loop: each
 change is made under a lock, so that a Stop landing as the reply ends cannot leave the tab
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .tool_approval import Question
+from .approval import Question
 
 
 class Phase(Enum):

@@ -60,7 +60,7 @@ class ReplyStats(BaseModel):
 
 class ReplyClock:
     """Times one reply of ``model`` as it leaves the model, before the page's throttling holds it
-    back (webui/streaming.py hands it each item as it comes). A reply that ran tools is timed over
+    back (chat/streaming.py hands it each item as it comes). A reply that ran tools is timed over
     all its answers, without the time its tools took."""
 
     def __init__(self, model: ChatModel) -> None:

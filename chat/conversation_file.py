@@ -31,7 +31,7 @@ from engines import ChatError
 from limits import Limits, size_text
 from store import MessageTree
 
-from .conversation import Turn, media_kind
+from .turns import Turn, media_kind
 
 DATA_URL = re.compile(r"data:(?P<mime>(?:image|video|audio)/[\w.+-]+);base64,(?P<data>[A-Za-z0-9+/=\s]*)", re.S)
 

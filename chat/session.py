@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from store import MessageTree
 
-from .chat_keeper import ChatKeeper
-from .conversation import Turn
+from .keeper import ChatKeeper
 from .reply_state import ReplyState
+from .turns import Turn
 
 
 @dataclass
@@ -24,12 +24,12 @@ class ChatSession:
     messages are added to it (``add``, or ``tree.add`` beside an earlier one), taken out with
     ``remove``, and another version is shown with ``tree.show``. ``chat_id`` names the saved
     chat it shows, and ``keeper`` writes it into the chat store as it changes
-    (webui/chat_keeper.py; None for a session not kept); ``reply``: what the tab's reply is
-    doing (webui/reply_state.py: idle, answering, stopping, asking, running in the browser);
+    (chat/keeper.py; None for a session not kept); ``reply``: what the tab's reply is
+    doing (chat/reply_state.py: idle, answering, stopping, asking, running in the browser);
     ``pdfs_as_images``: PDFs attached in this tab go to a model that reads images as page images.
     ``left``: the tab has switched to another chat (or is switching): nothing of this session is
     shown any more, since a reply's late update or a refresh ending late would paint it over the
-    chat now shown. ``always_allowed``: the tools allowed always, by chat id (webui/tool_approval.py)."""
+    chat now shown. ``always_allowed``: the tools allowed always, by chat id (chat/approval.py)."""
 
     tree: MessageTree[Turn] = field(default_factory=lambda: MessageTree.line([]))
     chat_id: str = ""
