@@ -233,7 +233,7 @@ def fake_upstream() -> FastAPI:
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": name, "object": "model"} for name in
-                                           ("fine", "cut", "empty", "garbage", "silent", "flood", "redirect", "failing", "busy", "parts", "echo",
+                                           ("fine", "cut", "empty", "garbage", "silent", "flood", "redirect", "failing", "busy", "parts", "markers", "echo",
                                             "flaky", "dropped", "broken")]}
 
     @app.get("/elsewhere/v1/models")
@@ -262,6 +262,12 @@ def fake_upstream() -> FastAPI:
                 yield _events(_chunk(reasoning_content="Thinking it over."), _chunk("Let me look."),
                               _chunk(tool_calls=[{"index": 0, "id": "x", "function": {"name": "get_weather", "arguments": '{"city": '}}]),
                               _chunk(tool_calls=[{"index": 0, "function": {"arguments": '"Paris"}'}}], finish="tool_calls"))
+            elif fault == "markers":  # reasoning that holds the markers a model's text is read by
+                yield _events(_chunk(reasoning_content=MARKED_REASONING[:9]), _chunk(reasoning_content=MARKED_REASONING[9:]), _chunk("\n\nDone."),
+                              _chunk(tool_calls=[{"index": 0, "id": "call_upstream_1", "function": {"name": "get_weather", "arguments": ""}}]),
+                              _chunk(tool_calls=[{"index": 0, "function": {"arguments": '{"city": "Oslo"}'}}]),
+                              _chunk(tool_calls=[{"index": 1, "id": "call_upstream_2", "function": {"name": "get_time", "arguments": "{}"}}],
+                                     finish="tool_calls"))
             elif fault == "echo":  # what it was sent, as the reply
                 yield _events(_chunk(json.dumps(body["messages"]), "stop"))
             elif fault == "cut":
@@ -437,6 +443,27 @@ def test_reasoning_and_tool_calls_sent_as_parts_are_read_as_on_a_local_model(fau
     assert [(call.name, json.loads(call.arguments)) for call in reply.parts.tool_calls] == [("get_weather", {"city": "Paris"})]
     assert streamed[-1].parts == reply.parts
     assert [chunk.kind for chunk in streamed[:-1]][:2] == ["reasoning", "content"]
+
+
+MARKED_REASONING = 'Is </think> a tag? <tool_call>{"name": "x"}</tool_call> is not a call.'
+
+
+def test_parts_sent_apart_are_handed_on_as_they_are_not_read_again_as_text(faulty):
+    """Reasoning the server sent apart is never read for markers, and its tool calls keep the
+    server's ids, whole and streamed; the raw text of such a reply is the answer alone."""
+    tools = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}} for name in ("get_weather", "get_time")]
+    with ChatModel({"model_name_or_path": f"{faulty}/v1", "remote_model": "markers"}) as model:
+        [whole] = model.chat(QUESTION, tools=tools)
+        streamed = list(model.stream_reply(QUESTION, tools=tools))
+        raw = "".join(model.stream_chat(QUESTION, tools=tools))
+    for reply in (whole, streamed[-1]):
+        assert (reply.parts.reasoning, reply.parts.content) == (MARKED_REASONING, "Done.")
+        assert [(call.id, call.name, call.arguments) for call in reply.parts.tool_calls] == [
+            ("call_upstream_1", "get_weather", '{"city": "Oslo"}'), ("call_upstream_2", "get_time", "{}")]
+    assert whole.response_text == raw == "\n\nDone."
+    chunks = streamed[:-1]
+    assert "".join(chunk.text for chunk in chunks if chunk.kind == "reasoning") == MARKED_REASONING
+    assert [chunk.kind for chunk in chunks] == ["reasoning", "reasoning", "content", "tool_call", "tool_call", "tool_call"]
 
 
 def test_media_go_as_content_parts_where_their_placeholders_are(faulty, tmp_path):

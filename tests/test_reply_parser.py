@@ -57,6 +57,21 @@ def test_unparsable_tool_text_comes_back_as_content_at_the_end():
     assert calls == () and [(c.kind, c.text) for c in held] == [("content", '<tool_call>{"name": broken')]
 
 
+def test_parts_received_typed_are_kept_as_they_are_beside_the_text_read():
+    """A backend's typed reasoning is never read for markers, the answer after it starts as after
+    ``</think>``, and calls it received keep their ids."""
+    parser = ReplyParser(parse_tools=True)
+    parser.add_reasoning("Is </think> a tag? <tool_call>")
+    streamed = parser.push("\n\n<think>not reasoning</think>")
+    received = ToolCall(name="get_weather", arguments='{"city": "Oslo"}', id="call_from_server")
+    parser.add_call(received)
+    held, calls = parser.finish()
+    assert "".join(c.text for c in streamed + held) == "<think>not reasoning</think>"
+    reply = parser.parts(calls)
+    assert (reply.reasoning, reply.content) == ("Is </think> a tag? <tool_call>", "<think>not reasoning</think>")
+    assert [call.id for call in reply.tool_calls] == ["call_from_server"]
+
+
 def test_tool_call_for_a_template_has_its_arguments_as_a_mapping():
     call = ToolCall(name="get_weather", arguments='{"city": "Oslo"}')
     assert call.for_template()["function"] == {"name": "get_weather", "arguments": {"city": "Oslo"}}

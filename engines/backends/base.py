@@ -28,7 +28,7 @@ from ..logprobs import LogprobNames, TokenLogprobs
 from ..model_files.model_args import ModelArgs
 from ..prompt.builder import Prompt, PromptBuilder
 from ..prompt_progress import PromptRead
-from ..prompt.reply_parser import ReplyChunk, ReplyParser, ReplyParts, parse_reply
+from ..prompt.reply_parser import ReplyChunk, ReplyParser, ReplyParts, ToolCall, parse_reply
 from ..errors import ConfigError, ModelBusyError, UnsupportedError
 from ..reply_format import ReplyFormat
 from ..request import ChatRequest, MediaKind
@@ -46,15 +46,16 @@ COMPILED_FORMATS_KEPT = 64
 @dataclass(frozen=True)
 class Response:
     """One generated reply. Lengths are token counts; response_length includes the end token.
-    ``parts`` is the reply read as reasoning, content and tool calls; ``logprobs``, where the
-    request asked for them, each generated token's (GenerationArgs.logprobs); ``cached_tokens``,
-    the prompt's first tokens found in a cache, so not read this time (on the backends that keep
-    conversations: llamacpp, huggingface, vllm). ``admitted_at``: on a streamed reply, the
-    time.monotonic() at which it got its place in line and the model began on it (what the
-    traces split its wait by: engines/reply_traces.py); no part of what the reply is.
-    ``stop_sequence``: the stop string (GenerationArgs.stop) that ended the reply, where one did
-    (finish_reason is "stop" then; the text ends before it), as the backend's stop filter
-    (engines/prompt/text_stream.py) or runtime matched it."""
+    ``response_text``: the reply as the model wrote it (of a remote reply, the server's answer,
+    without the reasoning and tool calls it sent apart). ``parts`` is the reply read as reasoning,
+    content and tool calls; ``logprobs``, where the request asked for them, each generated token's
+    (GenerationArgs.logprobs); ``cached_tokens``, the prompt's first tokens found in a cache, so not
+    read this time (on the backends that keep conversations: llamacpp, huggingface, vllm).
+    ``admitted_at``: on a streamed reply, the time.monotonic() at which it got its place in line and
+    the model began on it (what the traces split its wait by: engines/reply_traces.py); no part of
+    what the reply is. ``stop_sequence``: the stop string (GenerationArgs.stop) that ended the
+    reply, where one did (finish_reason is "stop" then; the text ends before it), as the backend's
+    stop filter (engines/prompt/text_stream.py) or runtime matched it."""
 
     response_text: str
     response_length: int
@@ -225,14 +226,16 @@ class BaseEngine(ABC):
                              raw: bool = False) -> AsyncIterator[tuple[int, QueuePlace | PromptRead | ReplyChunk | str | TokenLogprobs | Response]]:
         """All ``num_return_sequences`` replies written side by side, each item paired with its
         reply's index: the reply as typed chunks (reasoning, content, tool-call text) as it is
-        written, or with ``raw`` its text as the model wrote it, then the finished Response, whose
-        ``parts`` hold the parsed reply. Where the request asks for logprobs, each token's
-        TokenLogprobs comes no later than its text. With ``progress``, a reply that has to wait for the
-        model first yields its QueuePlace each time the line moves, the last (``ahead == 0``) as
-        it starts, then, where its prompt is read piece by piece, a PromptRead after each piece
-        but the last. The request is prepared once, and its replies take their places in line all
-        at once or not at all; the i-th reply samples with ``seed + i``. Greedy replies would all
-        be the same: one is written, under every index. Closing the stream stops the model."""
+        written, or with ``raw`` its text as the model wrote it (of a remote reply, the text the
+        server sent as its answer: reasoning and tool calls it sent apart are not text), then the
+        finished Response, whose ``parts`` hold the parsed reply. Where the request asks for
+        logprobs, each token's TokenLogprobs comes no later than its text. With ``progress``, a
+        reply that has to wait for the model first yields its QueuePlace each time the line moves,
+        the last (``ahead == 0``) as it starts, then, where its prompt is read piece by piece, a
+        PromptRead after each piece but the last. The request is prepared once, and its replies take
+        their places in line all at once or not at all; the i-th reply samples with ``seed + i``.
+        Greedy replies would all be the same: one is written, under every index. Closing the stream
+        stops the model."""
         generation = self.check(request)
         count = generation.num_return_sequences
         written = 1 if generation.greedy else count
@@ -254,26 +257,12 @@ class BaseEngine(ABC):
                     if progress:
                         yield place
             admitted = time.monotonic()
-            parser = ReplyParser(prompt.parse_tools, prompt.opens_reasoning)
-            async with self._run(prompt, index) as items:
-                async for item in items:
+            async with self._run(prompt, index) as items, contextlib.aclosing(read_reply(prompt, items, raw)) as read:
+                async for item in read:
                     if isinstance(item, Response):
-                        held, calls = parser.finish()
-                        if not raw:
-                            for chunk in held:
-                                yield chunk
-                        yield dataclasses.replace(item, parts=parser.parts(calls), admitted_at=admitted)
-                    elif isinstance(item, TokenLogprobs):
+                        yield dataclasses.replace(item, admitted_at=admitted)
+                    elif progress or not isinstance(item, PromptRead):
                         yield item
-                    elif isinstance(item, PromptRead):
-                        if progress:
-                            yield item
-                    elif raw:
-                        parser.push(item)
-                        yield item
-                    else:
-                        for chunk in parser.push(item):
-                            yield chunk
 
     @contextlib.asynccontextmanager
     async def _in_line(self, request: ChatRequest, generation: GenerationArgs,
@@ -309,11 +298,14 @@ class BaseEngine(ABC):
         """``args.num_return_sequences`` separately sampled replies to ``prompt``."""
 
     @abstractmethod
-    def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | PromptRead | TokenLogprobs | Response]:
+    def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | ReplyChunk | ToolCall | PromptRead | TokenLogprobs | Response]:
         """One reply: where the backend reads a long prompt piece by piece, a PromptRead after
         each piece but the last; its text piece by piece (with ``args.logprobs``, each token's TokenLogprobs
         before its text), then its Response once the model finished on its own. Leaving early (a
-        closed iterator, a cancelled task) stops the model."""
+        closed iterator, a cancelled task) stops the model. A backend that receives parts of the
+        reply already typed (a remote server's reasoning and tool calls) hands them on as they
+        are: reasoning as "reasoning" ReplyChunks, each tool call whole as a ToolCall before the
+        Response, and what to show of calls being written as "tool_call" ReplyChunks."""
 
     def _compile_reply_format(self, reply_format: ReplyFormat) -> Any:
         """``reply_format`` in the form this backend's runtime takes, or a ConfigError naming the
@@ -373,8 +365,44 @@ def check_scores_request(can_generate: bool, batch_input: list[str], kwargs: dic
 
 
 def _with_parts(prompt: Prompt, response: Response) -> Response:
+    """``response`` with its text read into parts, where its backend did not read them as it
+    received them (remote: read_reply). Parts a backend read are empty only where its text reads
+    as nothing too, so reading that text again changes nothing."""
+    if response.parts != ReplyParts():
+        return response
     parts = parse_reply(response.response_text, prompt.parse_tools, prompt.opens_reasoning)
     return dataclasses.replace(response, parts=parts)
+
+
+async def read_reply(prompt: Prompt, items: AsyncIterator[Any], raw: bool = False) -> AsyncIterator[Any]:
+    """A backend's stream of one reply (``_stream``) as stream_replies gives it: its text read
+    into typed chunks as it comes (with ``raw``, the text as it is), the parts the backend
+    received already typed passed on (none with ``raw``: they are not the model's text), and
+    the Response, whose ``parts`` hold the whole reply read."""
+    parser = ReplyParser(prompt.parse_tools, prompt.opens_reasoning)
+    async for item in items:
+        if isinstance(item, str):
+            chunks = parser.push(item)
+            if raw:
+                yield item
+            else:
+                for chunk in chunks:
+                    yield chunk
+        elif isinstance(item, ToolCall):
+            parser.add_call(item)
+        elif isinstance(item, ReplyChunk):
+            if item.kind == "reasoning":
+                parser.add_reasoning(item.text)
+            if not raw:
+                yield item
+        elif isinstance(item, Response):
+            held, calls = parser.finish()
+            if not raw:
+                for chunk in held:
+                    yield chunk
+            yield dataclasses.replace(item, parts=parser.parts(calls))
+        else:
+            yield item
 
 
 async def side_by_side(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:

@@ -8,10 +8,12 @@ reasoning, content and tool calls. The upstream server renders the prompt with i
 template and counts the tokens, so this engine has neither a template nor a tokenizer: lengths are
 the ones the server reports (estimated where it reports none).
 
-What the server sends as parts of its own (``reasoning_content``, ``tool_calls``) is written into
-the reply's text in the form the reply parser reads (``<think>``, Hermes' ``<tool_call>``), so that
-the page, the API and the agent loop read a remote reply exactly as a local one. Leaving a reply
-early closes its HTTP request, and servers stop generating for a client that left.
+What the server sends as parts of its own (``reasoning_content``, ``tool_calls``) is handed on as
+parts, never written into text to be read again: its reasoning word for word, its tool calls under
+the server's ids. The answer's text is read as a local model's (a server without a tool-call or
+reasoning parser of its own sends the model's markers in it), so that the page, the API and the
+agent loop read a remote reply as a local one. Leaving a reply early closes its HTTP request, and
+servers stop generating for a client that left.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ from ..model_files import Progress
 from ..model_files.model_args import ModelArgs
 from ..model_files.server_address import server_address, shown_address
 from ..prompt.builder import Prompt
-from ..prompt.reply_parser import HERMES_OPEN, THINK_CLOSE, THINK_OPEN
+from ..prompt.reply_parser import ReplyChunk, ToolCall, new_call_id
 from ..reply_format import ReplyFormat
 from ..request import MEDIA_KINDS, ChatRequest, MediaKind
-from .base import BaseEngine, Response
+from .base import BaseEngine, Response, read_reply
 from .remote_media import with_media_parts
 
 logger = logging.getLogger(__name__)
@@ -182,50 +184,44 @@ def sampling(args: GenerationArgs) -> dict[str, Any]:
     return fields
 
 
-class ReplyText:
-    """The reply as the server streams it, written as the text a local model would have written:
-    reasoning inside ``<think>``, each tool call as a Hermes ``<tool_call>`` block."""
+class ToolCallPieces:
+    """The tool calls a server streams, put together from their pieces (OpenAI's ``tool_calls``
+    deltas: each names its call by index, gives its id and name once, and its arguments in pieces)."""
 
     def __init__(self) -> None:
-        self.text = ""
-        self._thinking = False
-        self._call: int | None = None
+        self._calls: dict[int, dict[str, str]] = {}
 
-    def push(self, delta: dict[str, Any]) -> str:
-        piece = ""
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        if reasoning:
-            piece += self._close_call() + ("" if self._thinking else THINK_OPEN) + reasoning
-            self._thinking = True
-        if delta.get("content"):
-            piece += self._close_call() + self._close_thinking() + delta["content"]
-        for call in delta.get("tool_calls") or ():
-            function = call.get("function") or {}
-            index = call.get("index", 0)
-            if index != self._call:
-                piece += self._close_call() + self._close_thinking()
-                piece += f'{HERMES_OPEN}{{"name": {json.dumps(function.get("name") or "")}, "arguments": '
-                self._call = index
-            piece += function.get("arguments") or ""
-        self.text += piece
-        return piece
+    def push(self, pieces: Any) -> str:
+        """What to show of ``pieces`` while the calls are written: each call's name, then its arguments."""
+        shown = ""
+        for piece in pieces:
+            function = piece.get("function") or {}
+            call = self._calls.setdefault(piece.get("index", 0), {"id": "", "name": "", "arguments": ""})
+            call["id"] = call["id"] or piece.get("id") or ""
+            if function.get("name") and not call["name"]:
+                call["name"] = function["name"]
+                shown += ("\n" if len(self._calls) > 1 else "") + call["name"] + " "
+            call["arguments"] += function.get("arguments") or ""
+            shown += function.get("arguments") or ""
+        return shown
 
-    def finish(self) -> str:
-        piece = self._close_call() + self._close_thinking()
-        self.text += piece
-        return piece
+    def finish(self) -> list[ToolCall]:
+        """The calls, once the reply is complete, under the server's ids (a new one where it gave none)."""
+        return [ToolCall(name=call["name"], arguments=call["arguments"], id=call["id"] or new_call_id()) for call in self._calls.values()]
 
-    def _close_thinking(self) -> str:
-        if not self._thinking:
-            return ""
-        self._thinking = False
-        return THINK_CLOSE
 
-    def _close_call(self) -> str:
-        if self._call is None:
-            return ""
-        self._call = None
-        return "}</tool_call>"
+def reply_items(delta: dict[str, Any], calls: ToolCallPieces) -> list[str | ReplyChunk]:
+    """What one streamed ``delta`` adds to the reply: its reasoning as a chunk, its answer as the
+    text the reply parser reads, and what to show of the tool calls it writes (``calls`` keeps them)."""
+    items: list[str | ReplyChunk] = []
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    if reasoning:
+        items.append(ReplyChunk("reasoning", reasoning))
+    if delta.get("content"):
+        items.append(delta["content"])
+    if shown := calls.push(delta.get("tool_calls") or ()):
+        items.append(ReplyChunk("tool_call", shown))
+    return items
 
 
 class RemoteEngine(BaseEngine):
@@ -322,18 +318,19 @@ class RemoteEngine(BaseEngine):
         return [await self._whole(prompt, args.replace(num_return_sequences=1, seed=seed)) for seed in seeds]
 
     async def _whole(self, prompt: Prompt, args: GenerationArgs) -> Response:
-        async with contextlib.aclosing(self._stream(prompt, args)) as reply:
+        # Read here, as stream_replies reads it: the parts the server sent apart are not in its text.
+        async with contextlib.aclosing(self._stream(prompt, args)) as items, contextlib.aclosing(read_reply(prompt, items, raw=True)) as reply:
             async for item in reply:
                 if isinstance(item, Response):
                     return item
         raise ChatError("The remote server ended the reply without finishing it.")
 
-    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | TokenLogprobs | Response]:
+    async def _stream(self, prompt: Prompt, args: GenerationArgs) -> AsyncIterator[str | ReplyChunk | ToolCall | TokenLogprobs | Response]:
         import httpx
 
         assert isinstance(prompt, RemotePrompt)
         body = {**prompt.body, **sampling(args), "stream": True, "stream_options": {"include_usage": True}}
-        text = ReplyText()
+        text, calls = "", ToolCallPieces()
         logprobs: list[TokenLogprobs] | None = None if args.logprobs is None else []
         finish_reason: str | None = None
         usage: dict[str, Any] = {}
@@ -349,10 +346,12 @@ class RemoteEngine(BaseEngine):
                             if logprobs is not None:
                                 logprobs.append(token_logprobs(token))
                                 yield logprobs[-1]
-                        delta = choice.get("delta") if "delta" in choice else {"content": choice.get("text")}
-                        if piece := text.push(delta or {}):
+                        delta = (choice.get("delta") if "delta" in choice else {"content": choice.get("text")}) or {}
+                        if items := reply_items(delta, calls):
                             written += 1
-                            yield piece
+                            text += delta.get("content") or ""
+                            for item in items:
+                                yield item
                         finish_reason = choice.get("finish_reason") or finish_reason
         except httpx.TimeoutException as error:
             raise ChatError(f"The remote server {shown_address(self.address)} sent nothing for too long ({type(error).__name__}); "
@@ -369,10 +368,10 @@ class RemoteEngine(BaseEngine):
                             "read what was sent (media, where its model reads text only); its log says why. Change the message and try again.")
         if finish_reason is None:
             raise ChatError(f"The remote server {shown_address(self.address)} ended the reply before finishing it. Try again.")
-        if piece := text.finish():
-            yield piece
+        for call in calls.finish():
+            yield call
         yield Response(
-            response_text=text.text,
+            response_text=text,
             # A server that does not count in its stream (llama-cpp-python's) sends a token an event,
             # and the prompt is estimated.
             response_length=int(usage.get("completion_tokens") or written),

@@ -11,7 +11,9 @@ Reasoning is what a model writes inside ``<think>...</think>`` before its answer
 reasoning models often open ``<think>`` in the prompt, so the reply starts inside it.
 
 A reply that looks like a tool call but does not parse is returned as plain content: text is
-never lost. The page, the API and the terminal chat all read replies through this module.
+never lost. The page, the API and the terminal chat all read replies through this module. What a
+backend receives already typed (a remote server's reasoning and tool calls) is added to the parts
+as it is, never read for markers.
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ReplyChunk:
-    """A piece of a streaming reply. "tool_call" pieces are the raw text of tool calls being
-    written, for display; the calls themselves come parsed once the reply is complete (if that
-    text does not parse, it comes again then, as content)."""
+    """A piece of a streaming reply. "tool_call" pieces are the text of tool calls being
+    written, for display; the calls themselves come whole once the reply is complete (if a
+    model's text of them does not parse, it comes again then, as content)."""
 
     kind: Literal["reasoning", "content", "tool_call"]
     text: str
@@ -111,6 +113,8 @@ class ReplyParser:
     end, where it becomes tool calls if it parses, and content otherwise.
     ``parse_tools``: read tool calls at all (only when the request offered tools).
     ``in_reasoning``: the prompt already opened ``<think>``, so the reply starts inside it.
+    Reasoning and tool calls a backend received already typed are added beside the text
+    (add_reasoning, add_call), so that the parts of a reply still come from one place.
     """
 
     def __init__(self, parse_tools: bool, in_reasoning: bool = False) -> None:
@@ -120,6 +124,7 @@ class ReplyParser:
         self._tool_text_shown = 0
         self._content_started = False
         self._after_reasoning = False
+        self._added_calls: list[ToolCall] = []
         self.reasoning = ""
         self.content = ""
 
@@ -136,6 +141,17 @@ class ReplyParser:
             self._tool_text_shown = len(self._held)
         return out
 
+    def add_reasoning(self, text: str) -> None:
+        """Reasoning the backend received apart from the text (a server's ``reasoning_content``).
+        Text that comes after it is the answer, as after ``</think>``."""
+        self.reasoning += text
+        if self._state == "start":
+            self._state, self._after_reasoning = "content", True
+
+    def add_call(self, call: ToolCall) -> None:
+        """A tool call the backend received whole (from a server's ``tool_calls``), id and all."""
+        self._added_calls.append(call)
+
     def finish(self) -> tuple[list[ReplyChunk], tuple[ToolCall, ...]]:
         """The text still held, and the tool calls, once the reply is complete."""
         out: list[ReplyChunk] = []
@@ -143,7 +159,7 @@ class ReplyParser:
         calls = parse_tool_calls(held) if self._state == "tools" else []
         if held and not calls:
             self._emit(out, "reasoning" if self._state == "reasoning" else "content", held)
-        return out, tuple(calls)
+        return out, (*calls, *self._added_calls)
 
     def parts(self, tool_calls: tuple[ToolCall, ...]) -> ReplyParts:
         return ReplyParts(reasoning=self.reasoning or None, content=self.content or None, tool_calls=tool_calls)
