@@ -46,7 +46,7 @@ class ChatApproval:
 
 
 def answer(session: Any, picked: str) -> None:
-    """The hidden field's change: the choice, for the question it names if the reply still waits on it."""
+    """The user's say, ``"<choice> <key>"``, for the question it names if the reply still waits on it."""
     choice, key, *_ = (str(picked or "").split() or [""]) + ["", ""]
     question = session.reply.question
     if choice in CHOICES and question is not None and question.key == key:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import json
 from typing import Any
 
 from tools import BUILTIN_TOOLS, Tool
@@ -40,12 +39,11 @@ def browser_python(session: Any) -> Tool:
     return dataclasses.replace(BUILTIN_TOOLS["python"], run=run)
 
 
-def finished(session: Any, value: str) -> None:
-    """The hidden field's change: what a run printed, for the call that waits on it."""
+def finished(session: Any, ran: Any) -> None:
+    """What a run in the browser printed (``{"key", "output", "failed"}``), for the call that waits on it."""
     try:
-        ran = json.loads(value or "{}")
         key, output, failed = str(ran["key"]), str(ran["output"]), bool(ran.get("failed"))
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (KeyError, TypeError, AttributeError):
         return
     waiting = session.reply.browser_runs.get(key)
     if waiting is not None:

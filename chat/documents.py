@@ -25,7 +25,7 @@ PAGE_PIXELS = MediaSettings.model_fields["image_max_pixels"].default
 
 class AttachedDocument(BaseModel):
     """A document as its turn keeps it: its name, what it is, and its text. One too long for the
-    context (webui/long_documents.py) is answered from ``passages`` of it, found in its owner's
+    context (chat/long_documents.py) is answered from ``passages`` of it, found in its owner's
     library (``library_id``), and ``note`` says so in numbers; a later message's search of it has
     passages and no text. ``path`` (the page's copy of the file, to put it back in the box on
     Undo) is never saved or exported: a saved chat is the browser's to edit, and must not name

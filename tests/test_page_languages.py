@@ -27,14 +27,17 @@ def fields(words: str) -> set[str]:
 
 def keys_used() -> dict[str, str]:
     """Each key the page's code asks the catalog for (``text("…")``, ``said("…")``, ``script_words("…", …)``, either of
-    ``said("…" if … else "…")``) as a pattern, by the file asking: a key built as it runs
-    (``said(f"reads.{kind}")``) matches any word where it fills in."""
+    ``said("…" if … else "…")``), and each the chat core names for its notices (``Notice("…", …)``),
+    as a pattern, by the file asking: a key built as it runs (``said(f"reads.{kind}")``) matches any
+    word where it fills in."""
     used = {}
-    for path in sorted((ROOT / "webui").rglob("*.py")):
+    for path in sorted([*(ROOT / "webui").rglob("*.py"), *(ROOT / "chat").rglob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("text", "said", "script_words") and node.args:
-                for pattern in (pattern for argument in node.args for pattern in key_patterns(argument)):
-                    used[pattern] = path.name
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+                continue
+            arguments = node.args[:1] if node.func.id == "Notice" else node.args if node.func.id in ("text", "said", "script_words") else []
+            for pattern in (pattern for argument in arguments for pattern in key_patterns(argument)):
+                used[pattern] = path.name
     return used
 
 
@@ -45,6 +48,8 @@ def key_patterns(node: ast.AST) -> list[str]:
         return ["".join(re.escape(part.value) if isinstance(part, ast.Constant) else r"\w+" for part in node.values)]
     if isinstance(node, ast.IfExp):
         return key_patterns(node.body) + key_patterns(node.orelse)
+    if isinstance(node, ast.Attribute) and ast.unparse(node) == "notice.key":
+        return []  # a notice said in the user's language (webui/notices.py): its key is read where the core makes it
     if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setting_key":
         return []  # the settings' own words: test_every_setting_control_has_its_words_in_each_language
     raise AssertionError(f"a key the test cannot read: {ast.unparse(node)}")

@@ -110,7 +110,7 @@ def test_another_users_chat_cannot_be_read_listed_changed_or_deleted(app, tabs):
     # A version switch naming a message of her chat shows him nothing of it.
     with sqlite3.connect(app.database) as database:
         her_message = database.execute("SELECT min(id) FROM messages WHERE chat_id = ?", (secret_chat,)).fetchone()[0]
-    switched = bob.call("switch_version", [None, str(her_message)])
+    switched = bob.call("switch_version", [None, json.dumps({"kind": "version", "value": str(her_message)})])
     assert SECRET not in shown(switched) and switched["output"]["data"][0] == [], "his own (cleared) conversation stays shown"
     for listener in ("keep_chat", "keep_import"):
         bob.call(listener, [None, None, secret_chat, "Leak everything.", "[]"][: 3 if listener == "keep_import" else 5])
@@ -150,7 +150,7 @@ def test_another_logins_session_hash_opens_nothing(app, tabs):
             assert refused.status_code == 403 and refused.json()["detail"] == NOT_YOURS, refused.text
     assert alice.http.post("/gradio_api/cancel", json=cancel).status_code == 200
     # Gradio's /run runs an event outside the queue: before, Bob stopped her reply and answered her tool approval with it.
-    for listener, data in (("stop", [None]), ("answer", [None, "allow 0000000000000000"])):
+    for listener, data in (("stop", [None]), ("settle", [None, json.dumps({"kind": "approval", "value": "once 0000000000000000"})])):
         refused = run_directly(bob, alice, listener, data)
         assert refused.status_code == 403 and refused.json()["detail"] == NOT_YOURS, refused.text
     assert run_directly(alice, alice, "stop", [None]).status_code == 200

@@ -3,6 +3,7 @@ replicas of the app, called directly and behind nginx as docs/cluster.md sets it
 processes (`python app.py --database-url …`), a real PostgreSQL server (a throwaway cluster),
 Debian's nginx, the page's endpoints called as its tabs call them."""
 
+import json
 import re
 import time
 
@@ -60,7 +61,7 @@ def test_two_app_processes_over_one_postgresql_serve_the_same_users_chats(replic
             seen = shown(again.call("switch_chat", [None, None, "", "", "", first]))
             assert "Say apple." in seen and "Say cherry." in seen and "2/2" in seen, seen
             [earlier] = re.findall(r"version-go v-(\d+)", seen)
-            seen = shown(again.call("switch_version", [None, earlier]))
+            seen = shown(again.call("switch_version", [None, json.dumps({"kind": "version", "value": earlier})]))
         finally:
             again.close()
         assert "Say apple." in seen and "Say banana." in seen and "1/2" in seen, seen

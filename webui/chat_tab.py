@@ -7,7 +7,6 @@ from typing import Any
 
 import gradio as gr
 
-from chat import approval, browser_python
 from engines import GenerationArgs
 from engines.context_settings import ContextPolicy, ContextSettings
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
@@ -15,13 +14,13 @@ from engines.reply_format import ReplyFormatChoice
 from library.whole_document import LongDocumentSettings
 from tools import ToolSettings
 
-from . import python_in_browser, replying, tool_approval
+from . import replying
 from .by_name import by_name
 from .controls import control
 from .handlers import MEDIA_KINDS, ChatHandlers, control_value
+from .page_bridge import BRIDGE_ID, taking
 from .languages import text
 from .user_turns import in_users_turn
-from .versions import PICK_ID
 
 TOOLS_EXAMPLE = """[{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]"""
@@ -56,12 +55,8 @@ class ChatTab:
                     autofocus=True,
                     max_lines=12,
                 )
-                # Set by the ‹k/n› arrows in the Chatbot (webui/versions.py).
-                self.version_pick = gr.Textbox(elem_id=PICK_ID, visible="hidden")
-                # Set by a reply's Allow once · Always in this chat · Deny (webui/tool_approval.py).
-                self.approval_pick = gr.Textbox(elem_id=tool_approval.PICK_ID, visible="hidden")
-                # Set by the page's script once it has run a python call's code (webui/python_in_browser.py).
-                self.browser_result = gr.Textbox(elem_id=python_in_browser.RESULT_ID, visible="hidden")
+                # What the page's scripts send: the ‹k/n› arrows, a say about tool calls, a python run's output.
+                self.bridge = gr.Textbox(elem_id=BRIDGE_ID, visible="hidden")
                 self.attachments_note = gr.Markdown("", elem_id="attachments-note")
                 self.pdfs_as_images = gr.Checkbox(False, label=text("chat.pdfs_as_images"),
                                                   elem_id="pdfs-as-images", visible=False, container=False)
@@ -157,14 +152,13 @@ class ChatTab:
             # defers only a change that comes later), and on a busy machine the first answered last.
             reply.then(**note)
         self.stop_btn.click(handlers.stop, [session], None, queue=False, api_name="stop")
-        # Answered at once, beside the reply that waits on it.
-        self.approval_pick.change(approval.answer, [session, self.approval_pick], None, queue=False, api_visibility="private")
-        self.browser_result.change(browser_python.finished, [session, self.browser_result], None, queue=False, api_visibility="private")
+        # Answered at once, beside the reply that waits on it; each send, however close to the one before.
+        self.bridge.change(handlers.settle, [session, self.bridge], None, queue=False, trigger_mode="multiple", api_visibility="private")
         self.pdfs_as_images.change(handlers.pdfs_as_images, [session, self.pdfs_as_images], None, queue=False, api_visibility="private")
         self.pdfs_as_images.change(**note)
         self.message_box.change(**note)
-        self.version_pick.change(inputs=[session, self.version_pick], **by_name(handlers.switch_version, {"chatbot": self.chatbot}),
-                                 api_name="switch_version")
+        self.bridge.change(inputs=[session, self.bridge], **by_name(taking("version", handlers.switch_version), {"chatbot": self.chatbot}),
+                           api_name="switch_version")
         self.changes = [
             self.undo_btn.click(inputs=[session], **by_name(handlers.undo, chat), api_name="undo"),
             self.clear_btn.click(inputs=[session], **by_name(handlers.clear, chat), api_name="clear"),

@@ -10,6 +10,7 @@ from typing import Any
 
 from chat.approval import question_key
 from chat.browser_python import code_key
+from chat.long_documents import Reading
 from chat.turns import SavedToolCall, SummaryNote, Turn
 from engines import PromptRead
 from library.citations import cited
@@ -27,6 +28,16 @@ def _reading_line(read: PromptRead) -> dict:
     cached = said("conversation.reading_cached", cached=f"{read.cached:,}") if read.cached else ""
     return {"role": "assistant", "content": said("conversation.reading", read=f"{read.read:,}", total=f"{read.total:,}", cached=cached),
             "metadata": {"title": said("conversation.reading_title", share=f"{read.read / read.total:.0%}"), "status": "pending"}}
+
+
+def document_line(reading: Reading) -> dict[str, Any]:
+    """The pending line under the conversation while a document of the message is read before the reply."""
+    if reading.kind == "whole":
+        return {"role": "assistant", "content": said("conversation.reading_whole", name=reading.name, done=reading.done, total=reading.total),
+                "metadata": {"title": said("conversation.reading_whole_title"), "status": "pending"}}
+    counted = said("conversation.passages_read", done=f"{reading.done:,}", total=f"{reading.total:,}") if reading.total else ""
+    return {"role": "assistant", "content": said("conversation.reading_passages", name=reading.name, counted=counted),
+            "metadata": {"title": said("conversation.reading_document"), "status": "pending"}}
 
 
 def render_turn(tree: MessageTree[Turn], place: int) -> list[dict[str, Any]]:

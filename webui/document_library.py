@@ -1,5 +1,5 @@
 """The user's library in the page: the documents too long for a context that they attached, kept
-to answer from their passages (webui/long_documents.py), listed with what each is and takes of
+to answer from their passages (chat/long_documents.py), listed with what each is and takes of
 their quota, and deleted with their passages, vectors and index entries. Chats that were answered
 from a deleted document keep the passages they were given; later questions no longer search it."""
 

@@ -25,11 +25,14 @@ import gradio as gr
 import psutil
 from gradio.utils import get_upload_folder
 
+from chat import actions, approval, browser_python
+from chat.actions import Refused
 from chat.conversation_file import read_conversation, write_conversation
 from chat.documents import page_images, read_documents, split_files
+from chat.long_documents import fit_documents
 from chat.reply import Reply, chat_model
-from chat.session import ChatSession, kept, save
-from chat.turns import Turn, copied, model_request
+from chat.session import ChatSession, kept
+from chat.turns import Turn, model_request
 from engines import ChatError, ChatModel, ConfigError, GenerationArgs, LoadedModels
 from engines.prompt.documents import DOCUMENT_EXTENSIONS
 from engines.request import MEDIA_KINDS
@@ -39,13 +42,13 @@ from tools import ToolCatalog, ToolSettings
 
 from . import reply_view
 from .attachments import is_chip, tokens_note
-from .chat_view import edited_reply, render, turn_of_message
+from .chat_view import document_line, edited_reply, render, turn_of_message
 from .inert_markdown import as_written
 from .languages import said
-from .long_documents import fit_documents
 from .markdown_export import write_markdown
 from .model_rights import ModelRights
-from .notices import toast
+from .notices import refusals_shown, toast, words
+from .page_bridge import sent
 from .replying import one_reply_at_a_time
 from .tool_panel import offered_tools
 from .user_turns import page_user
@@ -145,15 +148,12 @@ class ChatHandlers:
 
     @one_reply_at_a_time
     async def regenerate(self, session: ChatSession, page_request: gr.Request | None = None, **settings: Any) -> AsyncIterator[dict[str, Any]]:
-        tree = session.tree
-        # The replies answered again stay, as the earlier versions of the new one.
-        while tree.shown is not None and tree.messages[tree.shown].role == "assistant":
-            tree.shown = tree.parents[tree.shown]
-        if tree.shown is None:
-            gr.Info(said("chat.nothing_to_regenerate"))
-            yield {"chatbot": []}
+        try:
+            actions.to_answer_again(session)
+        except Refused as refused:
+            toast(refused.notice)
+            yield {"chatbot": render(session.tree)}
             return
-        tree.messages[tree.shown].error = None
         async for update in self._answer(session, settings, page_request):
             yield update
 
@@ -162,9 +162,10 @@ class ChatHandlers:
                              **settings: Any) -> AsyncIterator[dict[str, Any]]:
         """Go on with the last reply (stopped, or cut at max_new_tokens): the model writes on from
         where it ended, into the same message."""
-        last = session.turns[-1] if session.turns else None
-        if last is None or last.role != "assistant" or not last.content.strip() or last.tool_calls:
-            gr.Warning(said("chat.nothing_to_continue"))
+        try:
+            actions.to_continue(session)
+        except Refused as refused:
+            toast(refused.notice)
             yield {"chatbot": render(session.tree)}
             return
         async for update in self._answer(session, settings, page_request, continuing=True):
@@ -192,15 +193,17 @@ class ChatHandlers:
         place = turn_of_message(tree, edit.index)
         turn = tree.messages[place]
         if turn.role == "assistant":
-            shown = self._edited_reply(session, place, edit)
+            try:
+                actions.edit_reply(session, place, edited_reply(turn, edited_text(edit.previous_value), edited_text(edit.value)))
+            except Refused as refused:
+                toast(refused.notice)
             await kept(session)  # the store may be slow: not on the event loop
-            yield shown
+            yield {"chatbot": render(tree)}
             return
         if turn.role != "user":
             yield {"chatbot": render(tree)}
             return
-        # A new version of the message: the one edited stays, with its replies.
-        tree.add(turn.model_copy(update={"content": edited_text(edit.value), "error": None}, deep=True), tree.parents[place])
+        actions.edit_message(session, place, edited_text(edit.value))
         # Stop is shown by this handler itself: the edit's data reaches only the listener the edit
         # triggers, so no start can run before it in one chain, and a listener of its own beside it
         # could land after a short reply had ended, leaving Stop shown for good. Every update shows
@@ -212,54 +215,38 @@ class ChatHandlers:
         async for update in self._answer(session, settings, page_request):
             yield {**update, "stop_btn": gr.update(visible=True)}
 
-    @staticmethod
-    def _edited_reply(session: ChatSession, place: int, edit: gr.EditData) -> dict[str, Any]:
-        tree = session.tree
-        edited = edited_reply(tree.messages[place], edited_text(edit.previous_value), edited_text(edit.value))
-        if edited is None:
-            gr.Warning(said("chat.not_editable"))
-        else:
-            tree.replace_shown(place, place, edited, copied)
-        return {"chatbot": render(tree)}
-
     def stop(self, session: ChatSession) -> None:
         session.reply.stop()
 
+    @refusals_shown
     def undo(self, session: ChatSession) -> dict[str, Any]:
         """Remove the last user message and its reply (every version of it), and put the message back in the box."""
-        if session.reply.answering:
-            gr.Warning(said("chat.busy_changing"))
+        turn = actions.undo(session)
+        if turn is None:
             return {"chatbot": render(session.tree)}
-        shown = session.tree.branch()
-        last_user = next((place for place in reversed(shown) if session.tree.messages[place].role == "user"), None)
-        if last_user is None:
-            return {"chatbot": render(session.tree)}
-        turn = session.tree.messages[last_user]
-        session.remove([last_user])
         documents = [document.path for document in turn.documents if document.path and os.path.isfile(document.path)]
         return {"chatbot": render(session.tree), "message_box": box(True, turn.content, turn.files + documents)}
 
+    @refusals_shown
     def clear(self, session: ChatSession) -> dict[str, Any]:
         """Remove every message, every version."""
-        if session.reply.answering:
-            gr.Warning(said("chat.busy_changing"))
-            return {"chatbot": render(session.tree)}
-        session.remove(place for place, parent in enumerate(session.tree.parents) if parent is None)
+        actions.clear(session)
         return {"chatbot": [], "message_box": box(True)}
 
+    @refusals_shown
     def switch_version(self, session: ChatSession, picked_place: str) -> dict[str, Any]:
-        """Show another version of a message (``picked_place``: its place, as the ‹k/n› arrows set it) and
+        """Show another version of a message (``picked_place``: its place, as a ‹k/n› arrow sends it) and
         the newest conversation after it; the next message continues that branch."""
-        place = picked(picked_place)
-        if session.reply.answering:
-            gr.Warning(said("chat.busy_changing"))
-            return {"chatbot": render(session.tree)}
-        if place is None or place >= len(session.tree):
-            gr.Warning(said("chat.no_such_version"))
-            return {"chatbot": render(session.tree)}
-        session.tree.show(place)
-        save(session)
+        actions.show_version(session, picked(picked_place))
         return {"chatbot": render(session.tree)}
+
+    def settle(self, session: ChatSession, bridged: str) -> None:
+        """Hand the reply what it waits on, where the page's bridge sent it: the user's say about
+        tool calls, or what a Python block printed when run in the browser."""
+        if (say := sent(bridged, "approval")) is not None:
+            approval.answer(session, str(say))
+        elif (ran := sent(bridged, "run")) is not None:
+            browser_python.finished(session, ran)
 
     async def _answer(self, session: ChatSession, settings: dict[str, Any], page_request: gr.Request | None,
                       emptied: dict[str, Any] | None = None, continuing: bool = False) -> AsyncIterator[dict[str, Any]]:
@@ -269,13 +256,13 @@ class ChatHandlers:
         of it; later updates leave what is typed there alone. Once the tab has left the chat
         (``session.left``) the reply goes on being saved, but is no longer shown."""
         first = {"message_box": emptied} if emptied else {}
-        # Not the model's: it chooses how documents past the context are read (webui/long_documents.py).
+        # Not the model's: it chooses how documents past the context are read (chat/long_documents.py).
         long_documents = settings.pop("long_documents", "auto")
         model = None if continuing else self._loaded(settings.get("chat_model", ""))
         if model is not None:
-            async for shown in fit_documents(session, model, settings, self.limits, page_user(page_request), self.catalog, long_documents):
+            async for reading in fit_documents(session, model, settings, self.limits, page_user(page_request), self.catalog, long_documents):
                 if not session.left:
-                    yield {"chatbot": shown, **first}
+                    yield {"chatbot": render(session.tree) + [document_line(reading)], **first}
                     first = {}
             if session.turns and session.turns[-1].error:
                 await kept(session)
@@ -349,15 +336,14 @@ class ChatHandlers:
     def import_(self, session: ChatSession, path: str) -> dict[str, Any]:
         """Show the file's conversation, every version of its messages, unsaved until the sidebar
         makes it a chat of its own; a file that cannot be imported leaves the conversation as it was."""
-        if session.reply.answering:
-            raise gr.Error(said("chat.busy_changing"), print_exception=False)
         try:
+            actions.not_while_answering(session)
             conversation = read_conversation(path, self.limits, get_upload_folder())
+            actions.take_conversation(session, conversation)
+        except Refused as refused:
+            raise gr.Error(words(refused.notice), print_exception=False) from None
         except ChatError as error:
             raise gr.Error(said("chat.import_failed", name=os.path.basename(path), error=error), print_exception=False) from None
-        # Not the chat shown before any more: nothing of it may be written over that one's messages.
-        session.keeper = None
-        session.tree = conversation.tree
         return {"chatbot": render(session.tree), "system": conversation.system_prompt}
 
     # ---- model

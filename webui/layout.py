@@ -25,13 +25,14 @@ from .keyboard_reach import KEYBOARD_REACH, KEYBOARD_REACH_CSS
 from .languages import PAGE_I18N, text
 from .long_paste import LONG_PASTE_ATTACHES
 from .model_rights import ModelRights
+from .page_bridge import bridge_script
 from .python_in_browser import RUN_BUTTONS
 from .read_aloud import READ_ALOUD
 from .reply_announcer import REPLY_ANNOUNCER
 from .settings_tab import SettingsTab
 from .shortcuts import SHORTCUTS, SHORTCUTS_CSS
-from .tool_approval import APPROVAL_CHOICES
-from .versions import VERSION_ARROWS
+from .tool_approval import CHOICE_CLICK
+from .versions import ARROW_CLICK
 from .window_sizes import NARROW_SIDEBAR, WINDOW_SIZES_CSS
 
 # System fonts only: the page must not fetch anything from outside this machine.
@@ -116,8 +117,8 @@ def build_demo(loaded_models: LoadedModels, rights: ModelRights = ModelRights(),
         presets.wire(sidebar.opened, sidebar.chats, chat.system, generation)
         library.wire(sidebar.opened, sidebar.chats)
         page_preferences.wire(sidebar.opened, sidebar.chats, settings.colour_scheme, settings.language)
-        for script in (SHORTCUTS, REPLY_ANNOUNCER, KEYBOARD_REACH, LONG_PASTE_ATTACHES, READ_ALOUD, VERSION_ARROWS, APPROVAL_CHOICES, RUN_BUTTONS,
-                       NARROW_SIDEBAR):
+        page_bridge = bridge_script({"version": ARROW_CLICK, "approval": CHOICE_CLICK})
+        for script in (SHORTCUTS, REPLY_ANNOUNCER, KEYBOARD_REACH, LONG_PASTE_ATTACHES, READ_ALOUD, page_bridge, RUN_BUTTONS, NARROW_SIDEBAR):
             demo.load(None, js=script)
         settings.wire(demo, handlers, rights, chat.message_box, chat.pdfs_as_images, chat.chat_model, generation)
     return demo

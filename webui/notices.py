@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import gradio as gr
 
+from chat.actions import Refused
 from chat.notices import Notice
+from chat.session import ChatSession
 
+from .chat_view import render
 from .languages import said
 
 
 def toast(notice: Notice) -> None:
     """Show ``notice`` in the page of the event being handled (from its thread, or a thread it started)."""
     shown = gr.Info if notice.level == "info" else gr.Warning
-    shown(said(notice.key, **notice.values))
+    shown(words(notice))
+
+
+def words(notice: Notice) -> str:
+    """``notice`` in the user's language."""
+    return said(notice.key, **notice.values)
+
+
+def refusals_shown(handler: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """A handler of a change of the conversation (chat/actions.py) whose refusal is shown as a
+    toast, the conversation drawn as it stays."""
+
+    @functools.wraps(handler)
+    def shown(self: Any, session: ChatSession, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return handler(self, session, *args, **kwargs)
+        except Refused as refused:
+            toast(refused.notice)
+            return {"chatbot": render(session.tree)}
+
+    return shown

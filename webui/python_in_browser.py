@@ -16,8 +16,8 @@ What runs is what the user sees: reply text reaches the page with its HTML made 
 that reorder how it reads (Trojan Source) is not run.
 
 The model's ``python`` tool runs the same way (chat/browser_python.py): when the user presses ▶ Run
-under the code of a call that waits, the page's script puts what it printed, with the code's key,
-into a hidden field, whose change event hands it to the call."""
+under the code of a call that waits, the page's script sends what it printed, with the code's key,
+through the page's bridge (webui/page_bridge.py) to the call."""
 
 from __future__ import annotations
 
@@ -35,7 +35,6 @@ PYODIDE_PATH = f"{PYODIDE_PREFIX}{secrets.token_urlsafe(16)}/"
 PYODIDE_FILES = {"pyodide.js": "text/javascript", "pyodide.asm.mjs": "text/javascript", "pyodide.asm.wasm": "application/wasm",
                  "python_stdlib.zip": "application/zip", "pyodide-lock.json": "application/json"}
 RUN_SECONDS = 30
-RESULT_ID = "browser-result"
 
 
 def serve_pyodide(app) -> None:
@@ -130,14 +129,13 @@ RUN_BUTTONS = """() => {
             running.contentWindow.postMessage({ id, code }, "*");
         });
     };
-    // What a run printed, for the model's call whose code it was (a message marked browser-run).
+    // What a run printed, for the model's call whose code it was (a message marked browser-run),
+    // through the page's bridge (webui/page_bridge.py).
     const answerCall = (code, ran) => {
         const marker = code.closest("[data-testid=bot]")?.querySelector(".browser-run");
-        const field = document.querySelector("#%(result)s textarea, #%(result)s input");
-        if (!marker || !field) return;
+        if (!marker || !window.anychatBridge) return;
         const key = [...marker.classList].find((name) => name.startsWith("k-")).slice(2);
-        field.value = JSON.stringify({ key, output: ran.output, failed: Boolean(ran.failed), at: Date.now() });
-        field.dispatchEvent(new Event("input", { bubbles: true }));
+        window.anychatBridge.send("run", { key, output: ran.output, failed: Boolean(ran.failed) });
     };
     const CODE = "#chatbot [data-testid=bot] code.language-python, #chatbot [data-testid=bot] code.language-py";
     // Gradio may draw a reply again (a later update of the chat) while its block runs or after:
@@ -183,5 +181,5 @@ RUN_BUTTONS = """() => {
         }
     };
     new MutationObserver(addButtons).observe(document.body, { subtree: true, childList: true });
-}""" % {"sandbox": json.dumps(SANDBOX), "worker": json.dumps(WORKER), "path": PYODIDE_PATH, "seconds": RUN_SECONDS, "result": RESULT_ID,
+}""" % {"sandbox": json.dumps(SANDBOX), "worker": json.dumps(WORKER), "path": PYODIDE_PATH, "seconds": RUN_SECONDS,
        "reordering": REORDERING, "words": script_words("chat.run", "chat.running")}

@@ -2,8 +2,8 @@
 call with its choices, Allow once, Always in this chat, Deny.
 
 The line is HTML in the Chatbot, as the ‹k/n› arrows are (webui/versions.py): each choice is a
-span with a class, and a script the page runs once puts the choice and the question's key into a
-hidden field, whose change event answers the question the reply waits on."""
+span with a class, which the page's bridge (webui/page_bridge.py) sends when it is clicked, with
+the question's key, to answer the question the reply waits on."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from chat.approval import CHOICES
 
 from .languages import said
 
-PICK_ID = "approval-pick"
-
 
 def question_line(key: str, names: Sequence[str]) -> dict[str, Any]:
     """The Chatbot message that asks about the calls of ``names``, its choices under it."""
@@ -25,16 +23,8 @@ def question_line(key: str, names: Sequence[str]) -> dict[str, Any]:
     return {"role": "assistant", "content": f'<span class="tool-approval">{asked} {choices}</span>'}
 
 
-# Runs once as the page loads (demo.load's js).
-APPROVAL_CHOICES = """() => {
-    document.addEventListener("click", (event) => {
-        const choice = event.target instanceof Element ? event.target.closest("#chatbot .tool-approval [class*=approve-]") : null;
-        const field = document.querySelector("#%s textarea, #%s input");
-        if (!choice || !field) return;
-        const names = [...choice.classList];
-        const picked = names.find((name) => name.startsWith("approve-")).slice(8);
-        const key = names.find((name) => name.startsWith("q-")).slice(2);
-        field.value = `${picked} ${key} ${Date.now()}`;
-        field.dispatchEvent(new Event("input", {bubbles: true}));
-    });
-}""" % (PICK_ID, PICK_ID)
+# A click of a choice, for the page's bridge (webui/page_bridge.py): the choice and the question's key.
+CHOICE_CLICK = ("#chatbot .tool-approval [class*=approve-]", """(choice) => {
+    const names = [...choice.classList];
+    return `${names.find((name) => name.startsWith("approve-")).slice(8)} ${names.find((name) => name.startsWith("q-")).slice(2)}`;
+}""")

@@ -1,4 +1,4 @@
-"""Documents too long for what is left of the model's context, in the page (library/fitting.py
+"""Documents too long for what is left of the model's context, in a chat (library/fitting.py
 makes the choice). Before a reply, the message's documents that do not fit are read into
 passages and kept in the user's library (with progress shown, and Stop stops it), and the
 passages the message is most about go to the model in their place; documents answered so from
@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from chat.documents import AttachedDocument, read_upload
-from chat.session import ChatSession
-from chat.turns import Turn, model_request
 from engines import ChatError, ChatModel
 from engines.prompt.documents import Document
 from library.embedder import Cancelled
@@ -26,17 +24,30 @@ from limits import Limits
 from store import DocumentLibrary, LibraryEntry, StoreError
 from tools import ToolCatalog, ToolSettings
 
-from .chat_view import render
-from .languages import said
+from .documents import AttachedDocument, read_upload
+from .session import ChatSession
+from .turns import Turn, model_request
 
 # How often the page hears how far reading a document into passages has got.
 PROGRESS_SECONDS = 0.5
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How far a document of the message has been read before the reply: ``done`` of ``total``
+    passages read into the library ("passages"; ``total`` 0 until counted), or parts noted for a
+    question about the whole of it ("whole")."""
+
+    kind: Literal["passages", "whole"]
+    name: str
+    done: int
+    total: int
+
+
 async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[str, Any], limits: Limits,
-                        user: str | None, catalog: ToolCatalog, long_documents: str = "auto") -> AsyncIterator[list[dict[str, Any]]]:
-    """Fit the documents of the conversation's last user message to ``model``'s context, showing
-    the Chatbot's messages while documents are read into passages (the prompt counted with the
+                        user: str | None, catalog: ToolCatalog, long_documents: str = "auto") -> AsyncIterator[Reading]:
+    """Fit the documents of the conversation's last user message to ``model``'s context, saying
+    how far each is read while documents are read into passages (the prompt counted with the
     tools the chat runs, of ``catalog``); ``long_documents``: the chat's
     LongDocumentSettings choice, whether they are searched or read whole. Where one cannot be
     (stopped, past the user's quota, a choice that is none), the message's ``error`` says so and
@@ -66,16 +77,16 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
         asked.error = str(error)
         return
     entries: dict[str, LibraryEntry] = {}
-    async for shown in _kept(session, library, owner, [] if whole else mine, limits, user, entries):
-        yield shown
+    async for reading in _kept(session, library, owner, [] if whole else mine, limits, user, entries):
+        yield reading
     if asked.error:
         return
     searched = [*(entries[document.name] for document in mine if document.name in entries), *(entry for entry, _ in earlier)]
     read_whole = choice.reads_whole(asked.content)
     by_document: dict[str, list[GivenPassage]] = {}
     if read_whole:
-        async for shown in _noted(session, model, library, owner, searched, user, by_document):
-            yield shown
+        async for reading in _noted(session, model, library, owner, searched, user, by_document):
+            yield reading
         if asked.error:
             return
     else:
@@ -101,7 +112,7 @@ async def fit_documents(session: ChatSession, model: ChatModel, settings: dict[s
 
 
 async def _kept(session: ChatSession, library: DocumentLibrary, owner: str, documents: list[AttachedDocument], limits: Limits,
-                user: str | None, entries: dict[str, LibraryEntry]) -> AsyncIterator[list[dict[str, Any]]]:
+                user: str | None, entries: dict[str, LibraryEntry]) -> AsyncIterator[Reading]:
     """Each of ``documents`` in the owner's library, by name in ``entries``: read into passages
     where it is not there yet, with progress shown; the message's error where it cannot be."""
     asked = session.turns[-1]
@@ -115,7 +126,7 @@ async def _kept(session: ChatSession, library: DocumentLibrary, owner: str, docu
             lambda: session.reply.stopping or session.left))
         # A document kept before is found at once, and shows no progress.
         while not (await asyncio.wait([reading], timeout=PROGRESS_SECONDS))[0]:
-            yield render(session.tree) + [_progress_line(document.name, progress)]
+            yield Reading("passages", document.name, progress["done"], progress["total"])
         try:
             entries[document.name] = reading.result()
         except Cancelled:
@@ -127,7 +138,7 @@ async def _kept(session: ChatSession, library: DocumentLibrary, owner: str, docu
 
 
 async def _noted(session: ChatSession, model: ChatModel, library: DocumentLibrary, owner: str, documents: list[LibraryEntry],
-                 user: str | None, by_document: dict[str, list[GivenPassage]]) -> AsyncIterator[list[dict[str, Any]]]:
+                 user: str | None, by_document: dict[str, list[GivenPassage]]) -> AsyncIterator[Reading]:
     """Each of ``documents`` read whole for the message's question about all of it
     (library/whole_document.py), what goes in its place by name in ``by_document``, numbered on
     from one document to the next, with progress shown; the message's error where it is stopped
@@ -140,7 +151,7 @@ async def _noted(session: ChatSession, model: ChatModel, library: DocumentLibrar
                                             lambda: session.reply.stopping or session.left, first):
                 by_document[entry.name] = reading.given
                 if reading.parts:
-                    yield render(session.tree) + [_whole_line(entry.name, reading.noted, reading.parts)]
+                    yield Reading("whole", entry.name, reading.noted, reading.parts)
         except Cancelled:
             asked.error = f"Stopped while all of {entry.name} was read to answer about the whole of it. Send the message again to go on."
             return
@@ -172,15 +183,3 @@ def _document(attached: AttachedDocument, limits: Limits, user: str | None) -> D
 def _prompt_tokens(model: ChatModel, turns: list[Turn], generation: dict[str, Any], catalog: ToolCatalog) -> int:
     tools, rest = ToolSettings.split(dict(generation), catalog)
     return model.count_prompt_tokens(model_request(turns, running=tuple(tools.tools(catalog).values()), **rest))
-
-
-def _whole_line(name: str, done: int, total: int) -> dict[str, Any]:
-    return {"role": "assistant", "content": said("conversation.reading_whole", name=name, done=done, total=total),
-            "metadata": {"title": said("conversation.reading_whole_title"), "status": "pending"}}
-
-
-def _progress_line(name: str, progress: dict[str, int]) -> dict[str, Any]:
-    done, total = progress["done"], progress["total"]
-    counted = said("conversation.passages_read", done=f"{done:,}", total=f"{total:,}") if total else ""
-    return {"role": "assistant", "content": said("conversation.reading_passages", name=name, counted=counted),
-            "metadata": {"title": said("conversation.reading_document"), "status": "pending"}}
