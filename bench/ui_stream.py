@@ -12,7 +12,9 @@ first visible token, decode tokens/s after it (tokens shown over the time from t
 to the last), the ratios to direct (each round's against direct's in the same round: their median
 and middle half), how many updates the page sent, and the rate the page shows against the rate its
 engine wrote at in the same reply (the stats line under the reply): the page keeping up with its
-engine, apart from the engine sharing the cores with the browser and the server.
+engine, apart from the engine sharing the cores with the browser and the server; and, for
+Chromium, the CPU time its processes took per reply (what the page's updates cost the machine the
+model shares).
 
 With --remote the model runs in a server of its own (`python app.py api`, as a remote server
 would), the page reaches it through the remote backend, and direct is the official openai client
@@ -41,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import openai  # noqa: E402
+import psutil  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
 
 from bench.api_stream import timed_api  # noqa: E402
@@ -63,12 +66,25 @@ def history_of(length: int) -> list[dict[str, str]]:
 
 class Timed(NamedTuple):
     """One reply of one way. ``engine_rate``: the rate the engine wrote at, as the page's stats
-    line says (None for direct, which is the engine)."""
+    line says (None for direct, which is the engine); ``browser_cpu``: the CPU seconds Chromium's
+    processes took while the reply was written (None for the ways without a browser)."""
 
     first_token: float
     rate: float
     updates: int
     engine_rate: float | None = None
+    browser_cpu: float | None = None
+
+
+def browser_seconds() -> float:
+    """The CPU time Chromium's processes (this process's descendants) have taken so far."""
+    total = 0.0
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "chrom" in process.name() or "headless" in process.name():
+                times = process.cpu_times()
+                total += times.user + times.system
+    return total
 
 
 def engine_rate(stats_line: str) -> float:
@@ -117,7 +133,9 @@ def timed_browser(page, conversation_file: str, history: list[dict], chat_model:
     expect(bot_messages(page)).to_have_count(sum(turn["role"] == "assistant" for turn in history))
     page.evaluate(WATCH_REPLY)
     started = page.evaluate("performance.now()")
+    browser_before = browser_seconds()
     wait_until_answered(page, send(page, QUESTION))
+    browser_cpu = browser_seconds() - browser_before
     shown = page.evaluate("window.shown")
     _, replies, reply = next(entry for entry in reversed(shown) if entry[2])
     writing = [at for at, count, text in shown if count == replies and text]
@@ -127,7 +145,7 @@ def timed_browser(page, conversation_file: str, history: list[dict], chat_model:
     # A short reply may be shown whole in one update: no rate to tell.
     updates = len({text for _, count, text in shown if count == replies and text})
     return Timed((writing[0] - started) / 1000, (reply_tokens - 1) / showing if showing else float("nan"), updates,
-                 engine_rate(page.locator("#chatbot .reply-stats").last.inner_text()))
+                 engine_rate(page.locator("#chatbot .reply-stats").last.inner_text()), browser_cpu)
 
 
 def conversation_file(history: list[dict], folder: str) -> str:
@@ -212,8 +230,9 @@ def main() -> None:
                 length, name, f"{statistics.median(run.first_token for run in runs) * 1000:.0f} ms",
                 f"{statistics.median(run.rate for run in runs):.1f}", f"{versus_direct[0]:.2f}", f"{versus_direct[1]:.2f}-{versus_direct[2]:.2f}",
                 versus_engine, "" if name == direct_way else f"{statistics.median(run.updates for run in runs):.0f}",
+                "" if runs[0].browser_cpu is None else f"{statistics.median(run.browser_cpu for run in runs):.2f} s",
             ])
-    print(markdown_table(["history", "way", "first token", "tokens/s", "vs direct", "middle half", "vs its engine", "updates"], lines))
+    print(markdown_table(["history", "way", "first token", "tokens/s", "vs direct", "middle half", "vs its engine", "updates", "browser CPU"], lines))
 
 
 if __name__ == "__main__":

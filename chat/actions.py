@@ -1,6 +1,6 @@
-"""What a user does to a tab's chat beside sending a message: ask for the last reply again or
-for more of it, edit a message, take the last exchange back, clear the chat, show another
-version of a message, and bring in a conversation from a file.
+"""What a user does to a tab's chat: send a message, ask for the last reply again or for more of
+it, edit a message, take the last exchange back, clear the chat, show another version of a
+message, and bring in a conversation from a file.
 
 Each is a plain function of the tab's ChatSession that changes it, or raises Refused with the
 Notice that says why not, the conversation left as it was. None of them writes a reply: the
@@ -9,7 +9,13 @@ draws the conversation."""
 
 from __future__ import annotations
 
+import asyncio
+
+from engines import ChatModel
+from limits import Limits
+
 from .conversation_file import Conversation
+from .documents import page_images, read_documents, split_files
 from .notices import Notice
 from .session import ChatSession, save
 from .turns import Turn, copied
@@ -28,6 +34,23 @@ def not_while_answering(session: ChatSession) -> None:
     write into messages taken out, or into a branch no longer shown)."""
     if session.reply.answering:
         raise Refused(Notice("chat.busy_changing"))
+
+
+def sends_pages(session: ChatSession, model: ChatModel | None) -> bool:
+    """Whether PDFs attached in the tab go to ``model`` as page images (the tab asks for it, and the model reads images)."""
+    return session.pdfs_as_images and model is not None and "image" in model.media_kinds
+
+
+async def add_message(session: ChatSession, text: str, files: list[str], model: ChatModel | None, limits: Limits, user: str | None,
+                      upload_folder: str) -> None:
+    """The user's message, with its ``files``, as the next turn of the branch shown, to be answered
+    by ``model``: media as they are, documents read into text, PDFs rendered into ``upload_folder``
+    as page images where they go to the model so, all off the event loop. A file that cannot be
+    read is a ChatError that names it, the conversation left as it was."""
+    media, documents, pdfs = split_files(files, sends_pages(session, model))
+    read = await asyncio.to_thread(read_documents, documents, limits, user)
+    media += await asyncio.to_thread(page_images, pdfs, upload_folder, limits)
+    session.add(Turn(role="user", content=text, files=media, documents=read))
 
 
 def to_answer_again(session: ChatSession) -> None:

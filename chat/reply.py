@@ -2,7 +2,8 @@
 each item added to the reply's turn as it comes, and finished (its stats, or why it failed). The
 page shows the turn as it is written (webui/reply_view.py).
 Where the chat runs tools, the reply is the agent loop's (tools/agent_loop.py): the
-model's answers, the calls that ran between them and their results, all in the one turn.
+model's answers, the calls that ran between them and their results, all in the one turn; where it
+runs none, the model's one answer.
 
 It is saved as every change of a tab's conversation is (chat/session.py: save): the
 message as the reply starts, the reply every SAVE_INTERVAL seconds while it streams, and once it
@@ -91,8 +92,9 @@ class Reply:
             clock = ReplyClock(model)
             if not self.continuing:
                 self.place = session.add(self.turn)
-            stream = reply_with_tools(model, request, running, tools.tool_steps, progress=True,
-                                      approval=ChatApproval(session, tools.ask_every_call))
+            # Without tools the agent loop would hand the model's one answer on as it is: the model's own stream then.
+            stream = (reply_with_tools(model, request, running, tools.tool_steps, progress=True, approval=ChatApproval(session, tools.ask_every_call))
+                      if running else model.astream_reply(request, progress=True))
             async for items in throttled(stream, lambda: session.reply.stopping, interval, arrived=clock.note):
                 for item in items:
                     if isinstance(item, Compaction):

@@ -16,6 +16,8 @@ from chat.notices import Notice
 from chat.saved_chats import SavedChats
 from chat.session import ChatSession
 from chat.turns import SavedToolCall, Turn
+from engines import ChatError
+from limits import Limits
 from store import MessageTree, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,3 +157,20 @@ def test_the_keeper_tells_once_that_a_chat_is_not_saved_and_again_when_it_is(cha
     session.keeper.save(session.tree)
     assert told[1:] == [Notice("sidebar.saved_again", level="info")]
     assert [turn.content for turn in saved.open(session.chat_id, "").turns] == ["Say apple.", "Apple.", "Say pear.", "Pear."]
+
+
+async def test_a_message_is_added_with_its_documents_read_and_a_file_it_cannot_read_adds_nothing(tmp_path):
+    session = ChatSession()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The kettle is in the second cupboard.")
+    image = tmp_path / "photo.png"
+    image.write_bytes(b"not read here: a medium goes to the model as it is")
+    await actions.add_message(session, "Where is the kettle?", [str(notes), str(image)], None, Limits(), "login:ada", str(tmp_path))
+    [turn] = session.turns
+    assert turn.content == "Where is the kettle?" and turn.files == [str(image)]
+    assert [document.name for document in turn.documents] == ["notes.txt"] and "second cupboard" in turn.documents[0].text
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.4 this is no PDF")
+    with pytest.raises(ChatError, match="broken.pdf"):
+        await actions.add_message(session, "And this?", [str(broken)], None, Limits(), "login:ada", str(tmp_path))
+    assert contents(session) == ["Where is the kettle?"]

@@ -13,7 +13,6 @@ a control is adding it to the layout's dict; tests drive the handlers directly, 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -28,7 +27,7 @@ from gradio.utils import get_upload_folder
 from chat import actions, approval, browser_python
 from chat.actions import Refused
 from chat.conversation_file import read_conversation, write_conversation
-from chat.documents import page_images, read_documents, split_files
+from chat.documents import split_files
 from chat.long_documents import fit_documents
 from chat.reply import Reply, chat_model
 from chat.session import ChatSession, kept
@@ -132,17 +131,13 @@ class ChatHandlers:
             yield {"chatbot": render(session.tree), "message_box": box(True)}
             return
         model = self._loaded(settings.get("chat_model", ""))
-        as_images = session.pdfs_as_images and model is not None and "image" in model.media_kinds
-        media, document_files, pdfs = split_files(files, as_images)
         try:
-            documents = await asyncio.to_thread(read_documents, document_files, self.limits, page_user(page_request))
-            media += await asyncio.to_thread(page_images, pdfs, get_upload_folder(), self.limits)
+            await actions.add_message(session, text, files, model, self.limits, page_user(page_request), get_upload_folder())
         except ChatError as error:
             # The message stays in the box, to take the file out of it; the conversation is as it was.
             gr.Warning(str(error))
             yield {"chatbot": render(session.tree)}
             return
-        session.add(Turn(role="user", content=text, files=media, documents=documents))
         async for update in self._answer(session, settings, page_request, emptied=box(True)):
             yield update
 
@@ -283,8 +278,7 @@ class ChatHandlers:
         """The note under the box: what its documents take of the loaded model's context, after the
         conversation so far (sent with the chat's ``settings``)."""
         model = self._loaded(settings.pop("chat_model", ""))
-        as_images = session.pdfs_as_images and model is not None and "image" in model.media_kinds
-        _, documents, pdfs = split_files(list((message or {}).get("files") or []), as_images)
+        _, documents, pdfs = split_files(list((message or {}).get("files") or []), actions.sends_pages(session, model))
         pages = " · ".join(said("attachments.as_images", name=os.path.basename(path)) for path in pdfs)
         if not documents:
             return f"📎 {pages}." if pages else ""
