@@ -1,6 +1,7 @@
-"""One reply written into a tab's conversation: built from the turns, streamed from the model,
-each item added to the reply's turn as it comes, and finished (its stats, or why it failed). The
-page shows the turn as it is written (webui/reply_view.py).
+"""One reply written into a tab's conversation: the message's documents fitted to the model's
+context first (chat/long_documents.py), then the reply built from the turns, streamed from the
+model, each item added to the reply's turn as it comes, and finished (its stats, or why it
+failed). The page shows the turn as it is written (webui/reply_view.py).
 Where the chat runs tools, the reply is the agent loop's (tools/agent_loop.py): the
 model's answers, the calls that ran between them and their results, all in the one turn; where it
 runs none, the model's one answer.
@@ -21,11 +22,13 @@ from typing import Any
 from engines import ChatError, ChatModel, ChatRequest, LoadedModels, ModelUnloadedError, PromptRead, QueuePlace, ReplyChunk, Response
 from engines.compaction import Compacting, Compaction
 from engines.request import MEDIA_KINDS
+from limits import Limits
 from tools import ApprovalAsked, StepLimitReached, ToolCatalog, ToolResult, ToolSettings, ToolsRunning, reply_with_tools
 
 from .approval import ChatApproval
 from .browser_python import browser_python
 from .keeper import SAVE_INTERVAL
+from .long_documents import Reading, fit_documents
 from .notices import Notice, Tell, logged
 from .reply_stats import ReplyClock
 from .session import ChatSession, kept, save
@@ -37,13 +40,17 @@ class Reply:
     """The answer of the model in ``loaded_models`` to ``session``'s conversation: a new assistant turn, or with
     ``continuing`` the last one written on. ``earlier`` is what that turn held before (nothing,
     for a new reply), so that the stats and a failure speak of what this reply wrote. The tools
-    the chat runs are ``catalog``'s; ``tell`` says what the user must know beside the turn (a
-    reply cut short, one not continued). Where it is written: ``place``, the turn's place in the
-    session's tree (None until a new reply starts), after the turns at ``before``."""
+    the chat runs are ``catalog``'s; ``limits``, what the user's documents may take of the
+    library; ``tell`` says what the user must know beside the turn (a reply cut short, one not
+    continued). Where it is written: ``place``, the turn's place in the session's tree (None until
+    a new reply starts), after the turns at ``before``; while the message's documents are read,
+    ``reading`` says how far."""
 
-    def __init__(self, loaded_models: LoadedModels, session: ChatSession, continuing: bool, catalog: ToolCatalog, tell: Tell = logged) -> None:
+    def __init__(self, loaded_models: LoadedModels, session: ChatSession, continuing: bool, catalog: ToolCatalog, limits: Limits,
+                 tell: Tell = logged) -> None:
         self.loaded_models = loaded_models
         self.catalog = catalog
+        self.limits = limits
         self.tell = tell
         self.session = session
         self.continuing = continuing
@@ -62,6 +69,7 @@ class Reply:
         self.before = shown[:-1] if continuing else shown
         # The model that answers, once known.
         self.model_id: str | None = None
+        self.reading: Reading | None = None
 
     async def written(self, settings: dict[str, Any], user: str | None, interval: float = UPDATE_INTERVAL) -> AsyncIterator[None]:
         """The reply, written (``user``: whom it counts for in the waiting line): each item is a
@@ -69,12 +77,22 @@ class Reply:
         turn holds its place in line while other requests keep the model busy; the changes come at
         most once per ``interval`` (chat/streaming.py).
         A request the model cannot take (no model, bad tools JSON, media it cannot read, too many
-        waiting) marks the user's turn with the reason (a continued reply: a warning, the reply as
-        it was); the conversation itself stays as it was. ``settings`` hold the chat's
-        ToolSettings besides what model_request takes, and ``chat_model``: the id of the loaded
-        model the chat asks (empty: the default one)."""
+        waiting), or documents that cannot be fitted to its context, mark the user's turn with the
+        reason (a continued reply: a warning, the reply as it was); the conversation itself stays
+        as it was. ``settings`` hold the chat's ToolSettings besides what model_request takes,
+        ``chat_model``: the id of the loaded model the chat asks (empty: the default one), and
+        ``long_documents``: how documents past the context are read (LongDocumentSettings)."""
         session = self.session
+        long_documents = settings.pop("long_documents", "auto")
         yield
+        if not self.continuing:
+            async for reading in self.documents_read(settings, user, long_documents):
+                self.reading = reading
+                yield
+            self.reading = None
+            if session.turns and session.turns[-1].error:
+                await kept(session)
+                return
         await kept(session, system=settings.get("system") or "", tools=settings.get("tools") or "")
         self.turn.writing = True
         ended = False
@@ -114,6 +132,15 @@ class Reply:
             if not ended:
                 self.close()
         await kept(session)
+
+    async def documents_read(self, settings: dict[str, Any], user: str | None, long_documents: str) -> AsyncIterator[Reading]:
+        """The message's documents past what is left of the model's context, read (chat/long_documents.py)."""
+        try:
+            model = chat_model(self.loaded_models, settings.get("chat_model", ""))
+        except ChatError:  # said on the user's turn, as the reply starts
+            return
+        async for reading in fit_documents(self.session, model, settings, self.limits, user, self.catalog, long_documents):
+            yield reading
 
     def compacted(self, compaction: Compaction, request: ChatRequest) -> None:
         """The conversation was made smaller to fit the model's context: where messages were

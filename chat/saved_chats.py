@@ -16,7 +16,7 @@ from typing import Any
 from store import ChatInfo, ChatStore, MessageTree
 
 from .keeper import ChatKeeper
-from .notices import Tell, logged
+from .notices import Notice, Tell, logged
 from .session import ChatSession, save
 from .turns import Turn
 
@@ -43,7 +43,7 @@ class SavedChats:
         self.looked: tuple[str, tuple[Any, ...]] | None = None
         # The chat this tab deleted last, which Undo brings back; never a chat id from the page.
         self.deleted = ""
-        # When this tab last saved a system prompt and tools as typed (webui/chat_sidebar.py: keep_settings).
+        # When this tab last saved a system prompt and tools as typed (the page's keep_settings).
         self.settings_saved = float("-inf")
 
     def for_browser(self) -> dict[str, str]:
@@ -101,15 +101,15 @@ class SavedChats:
         """Give a saved chat its system prompt, tools and generation settings; false if there is no such chat (yet)."""
         return self.store.set_settings(self.owner, chat_id, system or "", tools or "", generation)
 
-    def rename(self, chat_id: str, title: str) -> str:
+    def rename(self, chat_id: str, title: str) -> Notice | None:
         """Rename a chat; what is wrong with the title, if anything."""
         title = " ".join(title.split())
         if self.find(chat_id) is None:
-            return "This chat is saved once it has a message: rename it then."
+            return Notice("sidebar.rename_unsaved")
         if not title:
-            return "A chat needs a title: write one, or keep the one it has."
+            return Notice("sidebar.title_needed")
         self.store.rename(self.owner, chat_id, title[:200])
-        return ""
+        return None
 
     def delete(self, chat_id: str) -> bool:
         """Delete a chat so that ``undo_delete`` can bring it back for a while; false if it is not saved."""

@@ -17,6 +17,7 @@ import pytest
 from gradio.utils import get_upload_folder
 from PIL import Image
 
+from chat import saved_chat_actions
 from chat.keeper import title_of
 from chat.saved_chats import SavedChats
 from chat.session import ChatSession
@@ -29,7 +30,7 @@ from webui.browser_storage import browser_memory, page_secret
 from webui.chat_view import render
 from webui.handlers import ChatHandlers
 from webui.languages import said
-from webui.notices import toast
+from webui.notices import toast, words
 
 
 @pytest.fixture
@@ -82,9 +83,9 @@ def test_chats_are_kept_titled_listed_renamed_searched_and_deleted(chat_store):
     chats.keep(b, a.chat_id, "Be kind.", "")
     assert (chats.find(a.chat_id).system, chats.find(b.chat_id).system) == ("Be kind.", "")
 
-    assert chats.rename(a.chat_id, "  Fruit\n talk ") == "" and chats.find(a.chat_id).title == "Fruit talk"
-    assert "needs a title" in chats.rename(a.chat_id, "  ") and chats.find(a.chat_id).title == "Fruit talk"
-    assert "once it has a message" in chats.rename(new.chat_id, "Nothing yet")
+    assert chats.rename(a.chat_id, "  Fruit\n talk ") is None and chats.find(a.chat_id).title == "Fruit talk"
+    assert "needs a title" in words(chats.rename(a.chat_id, "  ")) and chats.find(a.chat_id).title == "Fruit talk"
+    assert "once it has a message" in words(chats.rename(new.chat_id, "Nothing yet"))
     # Search reads titles and messages, whatever their case; % and _ are letters there, not wildcards.
     assert chats.choices("FRUIT") == [("Fruit talk", a.chat_id)] and len(chats.choices("")) == 2
     assert chats.choices("banana") == [("x" * 59 + "…", b.chat_id)] and chats.choices("SURE") == [("Fruit talk", a.chat_id)]
@@ -342,7 +343,7 @@ async def test_a_reply_the_tab_switched_away_from_is_kept_and_shown_no_more(hand
     while not (len(session.turns) == 2 and len(session.turns[1].content) > 10):
         assert not task.done(), "the reply ended before it could be watched"
         await asyncio.sleep(0.01)
-    monkeypatch.setattr(chat_sidebar, "STOP_WAIT_SECONDS", 0)
+    monkeypatch.setattr(saved_chat_actions, "STOP_WAIT_SECONDS", 0)
     shown_before = len(updates)
     view = await chat_sidebar.switch_chat(chats, session, session.chat_id, "", "", other.chat_id)
     await task

@@ -1,7 +1,7 @@
 """What the browser keeps, in its localStorage through gr.BrowserState: which browser it is (the
 owner of its chats where the page has no logins) and the chat it showed last. The chats
 themselves are on the server (store/); those older versions kept in the browser are read once,
-moved into the store and removed from the browser (``BrowserChats``).
+moved into the store and removed from the browser (chat/browser_chats.py).
 
 gr.BrowserState encrypts what it stores with a secret of the server's, in the browser (the secret
 travels in the page's config, so this hides the value from a casual look, not from the person
@@ -21,9 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
-from pydantic import BaseModel, ValidationError
 
-from chat.turns import Turn
 from engines.model_files.cache import cache_dir
 
 STORAGE_KEY = "anychat-browser"
@@ -64,32 +62,3 @@ def browser_memory(value: Any) -> tuple[str, str]:
     if not (isinstance(browser, str) and BROWSER_ID.fullmatch(browser)):
         browser = uuid.uuid4().hex
     return browser, current if isinstance(current, str) else ""
-
-
-class BrowserChat(BaseModel):
-    id: str
-    title: str
-    system: str = ""
-    tools: str = ""
-    updated: float = 0.0
-    turns: list[Turn] = []
-
-
-class BrowserChats(BaseModel):
-    """The chats older versions kept in the browser, newest first, and the one shown last."""
-
-    current: str = ""
-    chats: list[BrowserChat] = []
-
-    @classmethod
-    def from_browser(cls, value: Any) -> tuple[BrowserChats, str]:
-        """The chats the browser handed over, and a note if they could not be read (they are
-        written by this app, but the person at the browser can change them)."""
-        if value is None:
-            return cls(), ""
-        try:
-            return cls.model_validate(value), ""
-        except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            return cls(), f"⚠ The chats saved in this browser could not be read ({where}: {first['msg']}), so none were moved to the server."

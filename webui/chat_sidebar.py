@@ -1,5 +1,7 @@
 """The sidebar of saved chats: new chat, the list (search in titles and messages), switch,
-rename, delete (with Undo for a while after), export all and import them back.
+rename, delete (with Undo for a while after), export all and import them back. What each does
+to the saved chats is the chat core's (chat/saved_chats.py, chat/saved_chat_actions.py); a
+handler here calls it and draws what it returns.
 
 The page opens on the chats of whoever opened it (``restore``): their login's, else the
 browser's own (an id the browser keeps); chats an older version kept in the browser move into
@@ -28,20 +30,21 @@ from gradio.events import Dependency
 from gradio.utils import get_upload_folder
 from sqlalchemy.exc import SQLAlchemyError
 
+from chat import saved_chat_actions
+from chat.actions import Refused
+from chat.browser_chats import move_in
 from chat.chats_export import export_chats
-from chat.chats_import import chats_in_archive
-from chat.keeper import ChatGone
 from chat.saved_chats import UNDO_SECONDS, SavedChats
 from chat.session import ChatSession
 from engines import ChatError
 from limits import Limits
-from store import ChatStore, MessageTree, OverQuota, StoreError, store_problem
+from store import ChatStore, OverQuota, StoreError, store_problem
 
-from .browser_storage import BrowserChats, browser_memory, browser_storage, old_chats_storage
+from .browser_storage import browser_memory, browser_storage, old_chats_storage
 from .by_name import by_name
 from .chat_view import render
 from .languages import said, text
-from .notices import toast
+from .notices import toast, words
 from .user_turns import in_users_turn
 
 # Gradio makes room for an open sidebar from where the page sits when it first draws, before the
@@ -52,8 +55,6 @@ SIDEBAR_HEAD = """<style>
 @media (min-width: 1024px) { .sidebar-parent:has(#chats-sidebar.open) { padding-left: calc(320px + 1rem) !important; } }
 </style>"""
 
-# How long a switch waits for a stopped reply to end before it saves what there is.
-STOP_WAIT_SECONDS = 10.0
 # How often an open page looks for what its user's other tabs and devices have written.
 LIST_REFRESH_SECONDS = 5.0
 # The system prompt and tools are saved as they are typed, and each save writes the whole text (up
@@ -211,25 +212,15 @@ class ChatSidebar:
     def import_all(self, chats: SavedChats | None, path: str, progress: gr.Progress = gr.Progress()) -> dict[str, Any]:
         """Each conversation file of an archive of chats as a new chat, one at a time; the chat shown stays."""
         chats = opened(chats)
-        name = os.path.basename(path or "")
-        shown, imported = chats.current, 0
+
+        def step(done: int, count: int) -> None:
+            progress(done / count, desc=said("sidebar.importing", number=done + 1, count=count))
+
         try:
-            count, read = chats_in_archive(path, self.limits, get_upload_folder())
-            chats.store.quota.check_chats(chats.store.count(chats.owner) + count)
-            for number, (member, conversation, problem) in enumerate(read):
-                progress(number / count, desc=said("sidebar.importing", number=number + 1, count=count))
-                if problem:
-                    gr.Warning(said("sidebar.import_left_out", member=member, problem=problem))
-                elif len(conversation.tree):
-                    chats.add(conversation.tree, conversation.system_prompt)
-                    imported += 1
-        except (ChatError, OverQuota) as error:
-            raise gr.Error(said("sidebar.import_failed_after", name=name, error=error, count=imported) if imported
-                           else said("sidebar.import_failed", name=name, error=error), print_exception=False) from None
-        finally:
-            chats.current = shown
-        note = said("sidebar.imported_one", name=name) if imported == 1 else said("sidebar.imported", count=imported, name=name)
-        return {"chat_list": list_update(chats), "note": note}
+            imported = saved_chat_actions.import_archive(chats, path, os.path.basename(path or ""), self.limits, step)
+        except Refused as refused:
+            raise gr.Error(words(refused.notice), print_exception=False) from None
+        return {"chat_list": list_update(chats), "note": words(imported)}
 
     @store_errors
     def restore(self, stored: Any, old: Any, page_request: gr.Request | None = None) -> dict[str, Any]:
@@ -238,44 +229,15 @@ class ChatSidebar:
         chats = SavedChats(self.store, owner_of(page_request, browser), browser, current, self.setting_names,
                             upload_folder=get_upload_folder(), tell=toast)
         chats.purge_expired()
-        problem = move_in(chats, old, self.limits.max_import_chats)
-        session = chats.open(chats.current or chats.newest(), get_upload_folder())
-        return {"chats": chats, "old_chats": None if old is not None else gr.skip(), **show(chats, session, problem)}
+        moved = move_in(chats, old, self.limits.max_import_chats)
+        session = chats.open(chats.current or chats.newest(), chats.upload_folder)
+        return {"chats": chats, "old_chats": None if old is not None else gr.skip(), **show(chats, session, " ".join(map(words, moved)))}
 
 
 def owner_of(page_request: gr.Request | None, browser: str) -> str:
     """Whose chats a page shows: its login's; without logins, its browser's."""
     username = getattr(page_request, "username", None)
     return f"login:{username}" if username else f"browser:{browser}"
-
-
-def move_in(chats: SavedChats, old: Any, most: int) -> str:
-    """Move the chats the browser kept (older versions did) into the store, oldest first so the
-    newest stays on top, at most the ``most`` newest (a request can name a hundred thousand); a
-    note of what was moved, what was left out, or why they could not be read."""
-    kept, problem = BrowserChats.from_browser(old)
-    if problem:
-        return problem
-    moving = kept.chats[:most]
-    current, moved, full = chats.current, 0, ""
-    for chat in reversed(moving):
-        try:
-            added = chats.add(MessageTree.line([turn.model_copy(deep=True) for turn in chat.turns]), chat.system, chat.tools)
-            moved += 1
-            if chat.id == kept.current:
-                current = added.chat_id
-            chats.rename(added.chat_id, chat.title)
-        except OverQuota as error:
-            left = len(moving) - moved
-            full = (f" {'The newest was' if left == 1 else f'The {left} newest were'} not: {error}; export "
-                    f"{'it' if left == 1 else 'them'} from the old version to import later.")
-            break
-    chats.current = current
-    note = f"Moved {moved} chat{'s' if moved != 1 else ''} from this browser to the server.{full}" if moving else ""
-    if left_out := len(kept.chats) - len(moving):
-        note += (f" The {left_out} oldest were left out: this server moves at most {most} at once (--max-import-chats); "
-                 "export them from the old version to import them.")
-    return note
 
 
 def repaint(session: ChatSession) -> dict[str, Any]:
@@ -293,16 +255,14 @@ def opened(chats: SavedChats | None) -> SavedChats:
 @leaves_the_chat
 async def new_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
     chats = opened(chats)
-    await leave(chats, session, shown, system, tools)
-    return await asyncio.to_thread(lambda: show(chats, chats.new_session()))
+    return await asyncio.to_thread(show, chats, await saved_chat_actions.new_chat(chats, session, shown, system, tools))
 
 
 @store_errors
 @leaves_the_chat
 async def switch_chat(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str, chosen: str | None) -> dict[str, Any]:
     chats = opened(chats)
-    await leave(chats, session, shown, system, tools)
-    return await asyncio.to_thread(lambda: show(chats, chats.open(chosen or "", get_upload_folder())))
+    return await asyncio.to_thread(show, chats, await saved_chat_actions.switch_chat(chats, session, shown, system, tools, chosen or ""))
 
 
 @store_errors
@@ -311,17 +271,11 @@ async def delete_chat(chats: SavedChats | None, session: ChatSession) -> dict[st
     """Delete the chat shown, stopping its reply, and show the newest one left (or a new chat),
     with Undo for a while."""
     chats = opened(chats)
-    await stopped(session)
-
-    def deleted() -> dict[str, Any]:
-        chat = chats.find(session.chat_id)
-        if not chats.delete(session.chat_id):
-            return {**show(chats, chats.open(chats.newest(), get_upload_folder())), "undo": gr.update(visible=False)}
-        shown = show(chats, chats.open(chats.newest(), get_upload_folder()))
-        note = said("sidebar.deleted", title=chat.title if chat else said("sidebar.the_chat"), seconds=f"{UNDO_SECONDS:.0f}")
-        return {**shown, "note": note, "undo": gr.update(visible=True), "undo_timer": gr.Timer(active=True)}
-
-    return await asyncio.to_thread(deleted)
+    newest, deleted = await saved_chat_actions.delete_chat(chats, session)
+    view = await asyncio.to_thread(show, chats, newest)
+    if deleted is None:
+        return {**view, "undo": gr.update(visible=False)}
+    return {**view, "note": words(deleted), "undo": gr.update(visible=True), "undo_timer": gr.Timer(active=True)}
 
 
 @store_errors
@@ -329,16 +283,13 @@ async def delete_chat(chats: SavedChats | None, session: ChatSession) -> dict[st
 async def undo_delete(chats: SavedChats | None, session: ChatSession, shown: str, system: str, tools: str) -> dict[str, Any]:
     """Bring back the chat this tab deleted last, and show it; the chat shown before stays saved."""
     chats = opened(chats)
-    await leave(chats, session, shown, system, tools)
-
-    def undone() -> dict[str, Any]:
-        chat_id = chats.undo_delete()
-        if not chat_id:
-            gr.Warning(said("sidebar.too_late", seconds=f"{UNDO_SECONDS:.0f}"))
-            return {"undo": gr.update(visible=False), "undo_timer": gr.Timer(active=False)}
-        return {**show(chats, chats.open(chat_id, get_upload_folder())), "undo": gr.update(visible=False), "undo_timer": gr.Timer(active=False)}
-
-    return await asyncio.to_thread(undone)
+    undo_hidden = {"undo": gr.update(visible=False), "undo_timer": gr.Timer(active=False)}
+    try:
+        undone = await saved_chat_actions.undo_delete(chats, session, shown, system, tools)
+    except Refused as refused:
+        toast(refused.notice)
+        return undo_hidden
+    return {**await asyncio.to_thread(show, chats, undone), **undo_hidden}
 
 
 @store_errors
@@ -347,7 +298,7 @@ def rename_chat(chats: SavedChats | None, session: ChatSession, title: str) -> d
     problem = chats.rename(session.chat_id, title)
     chat = chats.find(session.chat_id)
     if problem:
-        gr.Warning(problem)
+        toast(problem)
     return {"chat_list": list_update(chats), "title": chat.title if chat else ""}
 
 
@@ -364,37 +315,13 @@ async def refresh(chats: SavedChats | None, session: ChatSession | None, query: 
 
 async def refresh_chat(chats: SavedChats | None, session: ChatSession | None) -> dict[str, Any]:
     """The chat shown, with what other tabs and devices wrote into it, or kept apart where they
-    deleted it; left as it is while this tab writes a reply or has changes of its own to save,
-    and while the store cannot be reached."""
-    keeper = getattr(session, "keeper", None)
-    if chats is None or keeper is None or session.reply.answering or session.left:
+    deleted it (chat/saved_chat_actions.py: written_elsewhere)."""
+    if chats is None or session is None:
         return {}
-    looked = as_kept(session)
-    gone = False
-    try:
-        written = await asyncio.to_thread(keeper.written_elsewhere, session.tree, get_upload_folder())
-    except ChatGone:
-        written, gone = None, True
-    except (SQLAlchemyError, StoreError, OSError):
-        return {}
-    # Checked and changed on the event loop, where the reply and sidebar handlers run: none
-    # starts in between. A switch of chats begun meanwhile leaves this session.
-    if session.reply.answering or session.left or session.keeper is not keeper or as_kept(session) != looked:
-        return {}
-    if gone:
-        chats.keep_apart(session)
+    written = await saved_chat_actions.written_elsewhere(chats, session)
+    if written == "deleted":
         return {"shown": session.chat_id, "title": "", "note": said("sidebar.deleted_elsewhere")}
-    if written is None:
-        return {}
-    stored, session.tree = written
-    keeper.took(stored)
-    return {"chatbot": render(session.tree)}
-
-
-def as_kept(session: ChatSession) -> tuple[Any, ...]:
-    """What changes whenever the tab changes its messages (a message added, one taken out,
-    another version shown), while a look for other tabs' writes reads the store."""
-    return tuple(session.keeper.rows), len(session.tree), session.tree.shown
+    return {"chatbot": render(session.tree)} if written == "written" else {}
 
 
 def refresh_list(chats: SavedChats | None, query: str) -> dict[str, Any]:
@@ -444,35 +371,9 @@ def write_settings(chats: SavedChats | None, shown: str, system: str, tools: str
 
 @store_errors
 def keep_import(chats: SavedChats | None, session: ChatSession, system: str) -> dict[str, Any]:
-    """An imported conversation becomes a chat of its own, with every version of its messages;
-    the one shown before stays as saved."""
+    """An imported conversation becomes a chat of its own; the one shown before stays as saved."""
     chats = opened(chats)
-    try:
-        added = chats.add(session.tree, system)
-    except (SQLAlchemyError, StoreError, OSError) as error:
-        # Shown unsaved, as a chat of its own: saved as soon as the store takes it.
-        added = chats.new_session()
-        added.tree = session.tree
-        added.keeper.failed(error)
-    return show(chats, added)
-
-
-async def leave(chats: SavedChats, session: ChatSession, shown: str, system: str, tools: str) -> None:
-    await stopped(session)
-    await asyncio.to_thread(chats.keep, session, shown, system, tools)
-
-
-async def stopped(session: ChatSession) -> None:
-    """Stop the session's reply, if one is being written, and wait for it to end."""
-    if not session.reply.answering:
-        return
-    session.reply.stop()
-    deadline = asyncio.get_running_loop().time() + STOP_WAIT_SECONDS
-    while session.reply.answering and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.02)
-    # Cancelled by the page rather than stopped, the reply was not marked: it was cut short all the same.
-    if session.turns and session.turns[-1].role == "assistant":
-        session.turns[-1].stopped = True
+    return show(chats, saved_chat_actions.keep_import(chats, session.tree, system))
 
 
 def show(chats: SavedChats, session: ChatSession, problem: str = "") -> dict[str, Any]:

@@ -18,8 +18,8 @@ from . import replying
 from .by_name import by_name
 from .controls import control
 from .handlers import MEDIA_KINDS, ChatHandlers, control_value
-from .page_bridge import BRIDGE_ID, taking
 from .languages import text
+from .page_bridge import BRIDGE_ID, taking
 from .user_turns import in_users_turn
 
 TOOLS_EXAMPLE = """[{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",

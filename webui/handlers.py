@@ -28,7 +28,6 @@ from chat import actions, approval, browser_python
 from chat.actions import Refused
 from chat.conversation_file import read_conversation, write_conversation
 from chat.documents import split_files
-from chat.long_documents import fit_documents
 from chat.reply import Reply, chat_model
 from chat.session import ChatSession, kept
 from chat.turns import Turn, model_request
@@ -41,7 +40,7 @@ from tools import ToolCatalog, ToolSettings
 
 from . import reply_view
 from .attachments import is_chip, tokens_note
-from .chat_view import document_line, edited_reply, render, turn_of_message
+from .chat_view import edited_reply, render, turn_of_message
 from .inert_markdown import as_written
 from .languages import said
 from .markdown_export import write_markdown
@@ -142,27 +141,19 @@ class ChatHandlers:
             yield update
 
     @one_reply_at_a_time
+    @refusals_shown
     async def regenerate(self, session: ChatSession, page_request: gr.Request | None = None, **settings: Any) -> AsyncIterator[dict[str, Any]]:
-        try:
-            actions.to_answer_again(session)
-        except Refused as refused:
-            toast(refused.notice)
-            yield {"chatbot": render(session.tree)}
-            return
+        actions.to_answer_again(session)
         async for update in self._answer(session, settings, page_request):
             yield update
 
     @one_reply_at_a_time
+    @refusals_shown
     async def continue_reply(self, session: ChatSession, page_request: gr.Request | None = None,
                              **settings: Any) -> AsyncIterator[dict[str, Any]]:
         """Go on with the last reply (stopped, or cut at max_new_tokens): the model writes on from
         where it ended, into the same message."""
-        try:
-            actions.to_continue(session)
-        except Refused as refused:
-            toast(refused.notice)
-            yield {"chatbot": render(session.tree)}
-            return
+        actions.to_continue(session)
         async for update in self._answer(session, settings, page_request, continuing=True):
             yield update
 
@@ -183,15 +174,13 @@ class ChatHandlers:
             yield update
 
     @one_reply_at_a_time
+    @refusals_shown
     async def _edit(self, session: ChatSession, edit: gr.EditData, page_request: gr.Request | None, **settings: Any) -> AsyncIterator[dict[str, Any]]:
         tree = session.tree
         place = turn_of_message(tree, edit.index)
         turn = tree.messages[place]
         if turn.role == "assistant":
-            try:
-                actions.edit_reply(session, place, edited_reply(turn, edited_text(edit.previous_value), edited_text(edit.value)))
-            except Refused as refused:
-                toast(refused.notice)
+            actions.edit_reply(session, place, edited_reply(turn, edited_text(edit.previous_value), edited_text(edit.value)))
             await kept(session)  # the store may be slow: not on the event loop
             yield {"chatbot": render(tree)}
             return
@@ -251,20 +240,7 @@ class ChatHandlers:
         of it; later updates leave what is typed there alone. Once the tab has left the chat
         (``session.left``) the reply goes on being saved, but is no longer shown."""
         first = {"message_box": emptied} if emptied else {}
-        # Not the model's: it chooses how documents past the context are read (chat/long_documents.py).
-        long_documents = settings.pop("long_documents", "auto")
-        model = None if continuing else self._loaded(settings.get("chat_model", ""))
-        if model is not None:
-            async for reading in fit_documents(session, model, settings, self.limits, page_user(page_request), self.catalog, long_documents):
-                if not session.left:
-                    yield {"chatbot": render(session.tree) + [document_line(reading)], **first}
-                    first = {}
-            if session.turns and session.turns[-1].error:
-                await kept(session)
-                if not session.left:
-                    yield {"chatbot": render(session.tree), **first}
-                return
-        reply = Reply(self.loaded_models, session, continuing, self.catalog, tell=toast)
+        reply = Reply(self.loaded_models, session, continuing, self.catalog, self.limits, tell=toast)
         async for messages in reply_view.shown(reply, dict(settings), page_user(page_request)):
             if not session.left:
                 yield {"chatbot": messages, **first}

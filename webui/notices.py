@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import inspect
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import gradio as gr
@@ -27,16 +28,30 @@ def words(notice: Notice) -> str:
     return said(notice.key, **notice.values)
 
 
-def refusals_shown(handler: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-    """A handler of a change of the conversation (chat/actions.py) whose refusal is shown as a
-    toast, the conversation drawn as it stays."""
+def refusals_shown(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """A handler of a change of the conversation (chat/actions.py), or a stream of its updates,
+    whose refusal is shown as a toast, the conversation drawn as it stays."""
+
+    def refused_update(session: ChatSession, refused: Refused) -> dict[str, Any]:
+        toast(refused.notice)
+        return {"chatbot": render(session.tree)}
+
+    if inspect.isasyncgenfunction(handler):
+        @functools.wraps(handler)
+        async def streamed(self: Any, session: ChatSession, *args: Any, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+            try:
+                async for update in handler(self, session, *args, **kwargs):
+                    yield update
+            except Refused as refused:
+                yield refused_update(session, refused)
+
+        return streamed
 
     @functools.wraps(handler)
     def shown(self: Any, session: ChatSession, *args: Any, **kwargs: Any) -> dict[str, Any]:
         try:
             return handler(self, session, *args, **kwargs)
         except Refused as refused:
-            toast(refused.notice)
-            return {"chatbot": render(session.tree)}
+            return refused_update(session, refused)
 
     return shown

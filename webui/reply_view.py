@@ -1,6 +1,7 @@
 """A reply as the page shows it while it is written (chat/reply.py writes it): the Chatbot's
 messages at each change of its turn, the conversation above it drawn once (again only where the
-conversation was made smaller to fit), and the updates spaced so that the browser's redraw of a
+conversation was made smaller to fit, and after the message's documents were read, a line
+saying how far while they are), and the updates spaced so that the browser's redraw of a
 long conversation does not take the model's CPU."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 from chat.reply import Reply
 from chat.streaming import PAGE_SHARE, UPDATE_INTERVAL
 
-from .chat_view import render, render_turn
+from .chat_view import document_line, render, render_turn
 
 # What an update costs the browser for each message the Chatbot shows (Gradio's Chatbot
 # re-normalises and redraws every message on each update, work the server never sees): about
@@ -32,6 +33,10 @@ async def shown(reply: Reply, settings: dict[str, Any], user: str | None) -> Asy
     """The Chatbot's messages each time ``reply`` changes, as Reply.written writes it with ``settings`` for ``user``."""
     drawn_for, drawn = reply.before, render(reply.tree, reply.before)
     async for _ in reply.written(settings, user, update_interval(len(drawn))):
+        if reply.reading is not None:
+            drawn_for = None  # the message's documents change as they are read: drawn again after
+            yield render(reply.tree, reply.before) + [document_line(reply.reading)]
+            continue
         if reply.before != drawn_for:
             drawn_for, drawn = reply.before, render(reply.tree, reply.before)
         yield drawn if reply.place is None else drawn + render_turn(reply.tree, reply.place)
