@@ -132,18 +132,18 @@ async def written_elsewhere(chats: SavedChats, session: ChatSession) -> Literal[
     keeper = session.keeper
     if keeper is None or session.reply.answering or session.left:
         return ""
-    looked = as_kept(session)
+    looked, gone = as_kept(session), False
     try:
         written = await asyncio.to_thread(keeper.written_elsewhere, session.tree, chats.upload_folder)
     except ChatGone:
-        written = "deleted"
+        written, gone = None, True
     except (SQLAlchemyError, StoreError, OSError):
         return ""
     # Checked and changed on the event loop, where the reply and sidebar handlers run: none
     # starts in between. A switch of chats begun meanwhile leaves this session.
     if session.reply.answering or session.left or session.keeper is not keeper or as_kept(session) != looked:
         return ""
-    if written == "deleted":
+    if gone:
         chats.keep_apart(session)
         return "deleted"
     if written is None:
