@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 
+from engines.backends.vllm_engine_core import engine_cores_under, keep_beside_its_workers
 from engines.model_files.paths import resolve_model_path
 from harness.server_process import ServerProcess
 
@@ -30,6 +31,10 @@ class VllmServer(ServerProcess):
                    # Tools, as an operator serves them: vLLM takes none otherwise. SmolLM2 writes Hermes' <tool_call>.
                    "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
         super().__init__(log_path, key, command, {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"})
+        # As the app's vLLM engine does: its spinning engine core otherwise takes a core from
+        # everything else the machine runs while a reply is written.
+        for engine_core in engine_cores_under(self.process.pid):
+            keep_beside_its_workers(engine_core)
 
     def running(self) -> float:
         """Requests vLLM is running, by its own count (its Prometheus metrics)."""

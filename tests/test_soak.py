@@ -35,8 +35,8 @@ if not Path(CHROMIUM).exists():
 
 # Enough cycles that a thread or a request left behind per cycle shows past THREAD_SLACK (and in
 # vLLM's unfinished count), which is what a leak does; bench/soak.py runs a hundred of each.
-PAGE_CYCLES = 6
-API_DISCONNECTS = 10
+PAGE_CYCLES = 5
+API_DISCONNECTS = 6
 # Load/unload cycles, the warm one included.
 LIFETIME_CYCLES = {"huggingface": 5, "vllm": 2}
 # Threads a run of cycles may end with beyond where it settled: pools that grow on demand.

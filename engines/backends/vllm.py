@@ -32,6 +32,7 @@ from ..model_files.paths import resolve_model_path
 from ..prompt.builder import Prompt, PromptBuilder
 from ..reply_format import ReplyFormat
 from .base import BaseEngine, Response
+from .vllm_engine_core import keep_beside_its_workers
 from .xgrammar_format import XGrammarFormats
 
 try:
@@ -82,6 +83,9 @@ class VllmEngine(BaseEngine):
                 raise
             # vLLM raises plain ValueError/RuntimeError for everything at start.
             raise ModelLoadError(f"vLLM could not start {model_args.display_name}: {error}") from error
+        if current_platform.is_cpu():
+            for process in engine_processes(self.model):
+                keep_beside_its_workers(process.pid)
         self.prompts.context_length = self.model.model_config.max_model_len
         self._formats = XGrammarFormats(self.tokenizer, self.prompts.config.get_text_config().vocab_size)
 
@@ -326,10 +330,15 @@ def _remove(folder: str | None) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _shutdown(engine: AsyncLLM) -> None:
+def engine_processes(engine: AsyncLLM) -> list:
+    """The engine processes vLLM started (multiprocessing's Process objects)."""
     resources = getattr(engine.engine_core, "resources", None)
     manager = getattr(resources, "engine_manager", None)
-    processes = list(getattr(manager, "processes", ()))
+    return list(getattr(manager, "processes", ()))
+
+
+def _shutdown(engine: AsyncLLM) -> None:
+    processes = engine_processes(engine)
     engine.shutdown()
     # vLLM kills an engine process that outlives its grace period but does not wait for it;
     # joining it here leaves no zombie behind.
