@@ -78,7 +78,7 @@ def test_the_calculator_refuses_what_would_hold_the_server_or_run_code(expressio
 async def test_a_call_runs_once_its_arguments_fit_and_a_failure_is_a_result_the_model_reads():
     calculator = BUILTIN_TOOLS["calculator"]
     done = await run_call(calculator, ToolCall("calculator", '{"expression": "6*7"}'))
-    assert (done.content, done.error) == ("42", None) and done.seconds < 1
+    assert (done.content, done.error) == ("42", None) and done.seconds > 0
     for arguments, why in (('{"expression": 6}', "expression: 6 is not of type 'string'"),
                            ('{"expr": "1"}', "'expression' is a required property"),
                            ("not json", "not JSON"), ('["6*7"]', "must be a JSON object"),
