@@ -78,10 +78,7 @@ def test_the_q8_0_weights_read_as_the_file_as_shipped():
     text = (Path(__file__).parent / "english_prose.txt").read_text()
 
     def log_probs(path, flash_attn):
-        # One thread: ggml's threads spin at each step's barriers, and two of them beside the rest of
-        # a test run stalled each other (119 s for this test in a run, 21 s alone).
-        llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_batch=512, n_threads=1, n_threads_batch=1, flash_attn=flash_attn,
-                              logits_all=True, verbose=False)
+        llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_batch=512, n_threads=2, flash_attn=flash_attn, logits_all=True, verbose=False)
         try:
             tokens = llm.tokenize(text.encode())[:1000]
             llm.eval(tokens)
