@@ -40,7 +40,7 @@ SMOKE_RUNS = [
                  marks=pytest.mark.skipif(not HAS_VLLM, reason="compares vLLM: bash scripts/setup.sh --vllm")),
     pytest.param("remote_concurrency.py", ["--tokens", "4", "--rounds", "1", "--users", "2"], ["way"], id="remote_concurrency",
                  marks=pytest.mark.skipif(not HAS_VLLM, reason="compares vLLM: bash scripts/setup.sh --vllm")),
-    pytest.param("prompt_read.py", ["--lengths", "64", "--rounds", "1", "--chat-tokens", "150", "--chats", "1", "2"],
+    pytest.param("prompt_read.py", ["--lengths", "64", "--rounds", "1", "--chat-tokens", "150", "--chats", "2"],
                  ["prompt tokens", "chats taking turns", "first turn, read whole (s)", "process RSS (MiB)"], id="prompt_read", marks=NEEDS_LLAMACPP),
     pytest.param("compaction.py", ["--contexts", "1024", "--turns", "6", "--max-concurrent", "1"], ["context", "context"], id="compaction",
                  marks=NEEDS_LLAMACPP),
