@@ -10,6 +10,7 @@ process's, plus vLLM's engine processes, without the browser that drives the pag
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import time
@@ -21,6 +22,7 @@ import httpx
 import psutil
 
 from engines import LoadedModels
+from engines.backends.vllm_engine_core import engine_cores_under
 from harness.browser import bot_messages, free_port, open_tab, replies, send, set_number
 from harness.running_server import running_server
 from harness.vllm_settings import VLLM
@@ -58,17 +60,10 @@ def app_processes() -> list[psutil.Process]:
 
 
 def engine_core() -> psutil.Process:
-    """vLLM's engine core process (vLLM names it VLLM::EngineCore)."""
-    cores = [p for p in app_processes() if _name(p) == "VLLM::EngineCore"]
+    """vLLM's engine core process, among this process's descendants."""
+    cores = engine_cores_under(os.getpid())
     assert len(cores) == 1, f"expected one vLLM engine core among this process's children, found {len(cores)}"
-    return cores[0]
-
-
-def _name(process: psutil.Process) -> str:
-    try:
-        return process.name()
-    except psutil.NoSuchProcess:
-        return ""
+    return psutil.Process(cores[0])
 
 
 @dataclass(frozen=True)

@@ -222,7 +222,7 @@ async def test_the_page_runs_the_chats_tools_and_shows_each_call_with_its_result
     reply = session.turns[1]
     [call] = reply.steps[0].tool_calls
     expected = await run_call(BUILTIN_TOOLS["calculator"], ToolCall(call.name, call.arguments))
-    assert (call.name, call.result, call.error) == ("calculator", expected.content, expected.error) and call.seconds < 1
+    assert (call.name, call.result, call.error) == ("calculator", expected.content, expected.error) and call.seconds > 0
     shown = updates[-1]["chatbot"]
     block = next(m for m in shown if m.get("metadata", {}).get("title", "").startswith(("⚙ calculator", "⚠ calculator failed")))
     assert ("**Result**" if call.error is None else "**Error**") in block["content"] and block["metadata"]["status"] == "done"
